@@ -1,0 +1,184 @@
+// The reverse-mode engine: recording ops, ordering the graph without recursion, running the
+// backward functions, accumulating gradients and freeing the graph.
+
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/elementwise.h"
+#include "autograd/tensor.h"
+
+namespace attograd {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+
+// Releases a chain of nodes with a loop instead of nested shared_ptr destructors, so that a
+// graph of any depth is freed without overflowing the stack (as PyTorch's deleteNode does).
+void release_node(std::shared_ptr<Node> node) {
+  thread_local std::vector<std::shared_ptr<Node>> pending;
+  thread_local bool draining = false;
+  pending.push_back(std::move(node));
+  if (draining) return;
+  draining = true;
+  while (!pending.empty()) {
+    std::shared_ptr<Node> n = std::move(pending.back());
+    pending.pop_back();
+    if (n.use_count() == 1) {
+      for (auto& in : n->inputs) {
+        if (in && in.use_count() == 1 && in->grad_fn) pending.push_back(std::move(in->grad_fn));
+      }
+    }
+    // n is destroyed here; the inputs it frees no longer own a grad_fn, so nothing nests.
+  }
+  draining = false;
+}
+}  // namespace
+
+TensorImpl::~TensorImpl() {
+  if (grad_fn) release_node(std::move(grad_fn));
+}
+
+bool is_grad_enabled() { return g_grad_enabled; }
+void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }
+
+bool any_requires_grad(std::initializer_list<Tensor> inputs) {
+  if (!g_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+template <class Range>
+static Tensor record_impl(const char* name, Tensor out, const Range& inputs, BackwardFn backward) {
+  if (!g_grad_enabled) return out;
+  bool any = false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) any = true;
+  if (!any) return out;
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  node->inputs.reserve(inputs.size());
+  for (const Tensor& t : inputs) node->inputs.push_back(t.defined() && t.requires_grad() ? t.impl() : nullptr);
+  node->backward = std::move(backward);
+  // `out` must be a fresh result; give it history.
+  TensorImpl* impl = out.impl().get();
+  impl->grad_fn = std::move(node);
+  impl->requires_grad = true;
+  return out;
+}
+
+Tensor record(const char* name, Tensor out, std::initializer_list<Tensor> inputs, BackwardFn backward) {
+  return record_impl(name, std::move(out), inputs, std::move(backward));
+}
+
+Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  return record_impl(name, std::move(out), inputs, std::move(backward));
+}
+
+namespace {
+
+// Adds g into the leaf's .grad: the first time a private copy, then in place (no allocation).
+void accumulate_into_grad(TensorImpl* impl, const Tensor& g) {
+  if (!impl->grad) {
+    Tensor copy = empty(g.shape(), {.dtype = g.dtype()});
+    std::memcpy(copy.raw_data(), g.raw_data(), g.nbytes());
+    impl->grad = copy.impl();
+    return;
+  }
+  Tensor acc(impl->grad);
+  add_(acc, g);
+}
+
+// Reverse topological order of the tensors reachable from root, by an explicit stack.
+std::vector<std::shared_ptr<TensorImpl>> topo_order(const std::shared_ptr<TensorImpl>& root) {
+  std::vector<std::shared_ptr<TensorImpl>> post;
+  std::unordered_set<TensorImpl*> seen;
+  struct Frame {
+    std::shared_ptr<TensorImpl> t;
+    size_t next;
+  };
+  std::vector<Frame> stack;
+  stack.push_back({root, 0});
+  seen.insert(root.get());
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    Node* n = f.t->grad_fn.get();
+    if (n && f.next < n->inputs.size()) {
+      const auto& in = n->inputs[f.next++];
+      if (in && seen.insert(in.get()).second) stack.push_back({in, 0});
+      continue;
+    }
+    post.push_back(std::move(f.t));
+    stack.pop_back();
+  }
+  return {post.rbegin(), post.rend()};
+}
+
+}  // namespace
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  check_defined("backward");
+  ATTO_CHECK(impl_->requires_grad, "backward",
+             "tensor of shape ", shape(), " does not require grad and has no grad_fn");
+  Tensor seed;
+  if (!gradient.defined()) {
+    ATTO_CHECK(numel() == 1, "backward", "grad can be implicitly created only for one-element outputs, got shape ",
+               shape(), "; pass a gradient of that shape");
+    seed = ones(shape(), {.dtype = dtype()});
+  } else {
+    ATTO_CHECK(gradient.shape() == shape(), "backward", "gradient of shape ", gradient.shape(),
+               " does not match output of shape ", shape());
+    ATTO_CHECK(gradient.dtype() == dtype(), "backward", "gradient dtype ", dtype_name(gradient.dtype()),
+               " does not match output dtype ", dtype_name(dtype()));
+    seed = gradient.detach();
+  }
+
+  NoGradGuard no_grad;
+  std::vector<std::shared_ptr<TensorImpl>> order = topo_order(impl_);
+  std::unordered_map<TensorImpl*, Tensor> grads;
+  grads.reserve(order.size());
+  grads[impl_.get()] = seed;
+
+  for (const auto& t : order) {
+    auto it = grads.find(t.get());
+    if (it == grads.end()) continue;
+    Tensor g = std::move(it->second);
+    grads.erase(it);
+    Node* node = t->grad_fn.get();
+    if (!node || t->retains_grad) accumulate_into_grad(t.get(), g);
+    if (!node) continue;
+    ATTO_CHECK(node->backward != nullptr, "backward",
+               "trying to backward through the graph a second time (op '", node->name,
+               "'); its saved values were freed: call backward(grad, /*retain_graph=*/true) the first time");
+    GradInputs gi([&] {
+      std::vector<bool> need(node->inputs.size());
+      for (size_t i = 0; i < need.size(); ++i) need[i] = node->inputs[i] != nullptr;
+      return need;
+    }());
+    node->backward(g, gi);
+    for (size_t i = 0; i < node->inputs.size(); ++i) {
+      TensorImpl* in = node->inputs[i].get();
+      if (!in) continue;
+      Tensor& gin = gi[i];
+      if (!gin.defined()) continue;  // the op says this input gets no gradient (e.g. a zero-size case)
+      if (gin.shape() != in->shape || gin.dtype() != in->dtype)
+        throw Error("backward", cat("internal error: op '", node->name, "' returned a gradient of shape ",
+                                    gin.shape(), " (", dtype_name(gin.dtype()), ") for input ", i, " of shape ",
+                                    in->shape, " (", dtype_name(in->dtype), ")"));
+      auto [slot, fresh] = grads.try_emplace(in, gin);
+      if (!fresh) slot->second = add(slot->second, gin);
+    }
+  }
+
+  if (!retain_graph) {
+    for (const auto& t : order) {
+      if (t->grad_fn) {
+        t->grad_fn->backward = nullptr;  // frees the saved values
+        t->grad_fn->inputs.clear();       // frees the forward activations the graph kept alive
+      }
+    }
+  }
+}
+
+}  // namespace attograd

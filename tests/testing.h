@@ -1,0 +1,64 @@
+#pragma once
+// Shared test helpers: gradcheck assertions, tolerance comparisons and golden-file reading.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "autograd/autograd.h"
+
+namespace attograd::testing {
+
+/// Asserts that two tensors have the same shape and every element within atol + rtol * |expected|.
+inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double atol = 1e-6,
+                                            double rtol = 0) {
+  if (actual.shape() != expected.shape())
+    return ::testing::AssertionFailure() << "shape " << shape_str(actual.shape()) << " vs expected "
+                                         << shape_str(expected.shape());
+  auto a = actual.to_vector<double>();
+  auto e = expected.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) {
+    double err = std::fabs(a[i] - e[i]);
+    bool both_nan = std::isnan(a[i]) && std::isnan(e[i]);
+    bool same_inf = std::isinf(a[i]) && a[i] == e[i];
+    if (!(err <= atol + rtol * std::fabs(e[i])) && !both_nan && !same_inf)
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs expected " << e[i]
+                                           << " (|diff| " << err << " > " << atol + rtol * std::fabs(e[i]) << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// Runs gradcheck and turns its result into a gtest assertion carrying the worst-element report.
+template <class F>
+::testing::AssertionResult gradcheck_ok(F&& f, const std::vector<Tensor>& inputs, GradcheckOptions opt = {}) {
+  GradcheckResult r = gradcheck(std::forward<F>(f), inputs, opt);
+  if (r.passed) return ::testing::AssertionSuccess() << r.message;
+  return ::testing::AssertionFailure() << r.message;
+}
+
+/// A float64 leaf with values uniform in [lo, hi), requiring grad.
+inline Tensor rand_leaf(const Shape& shape, Generator& gen, double lo = -1.0, double hi = 1.0) {
+  Tensor t = rand(shape, gen, {.dtype = kFloat64});
+  auto* p = t.data<double>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = lo + (hi - lo) * p[i];
+  t.requires_grad_(true);
+  return t;
+}
+
+/// Expects `stmt` to throw attograd::Error whose message contains `substr`.
+#define EXPECT_ATTO_ERROR(stmt, substr)                                                  \
+  do {                                                                                   \
+    try {                                                                                \
+      stmt;                                                                              \
+      ADD_FAILURE() << "expected attograd::Error containing \"" << (substr) << "\"";     \
+    } catch (const ::attograd::Error& e) {                                               \
+      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos)                   \
+          << "message was: " << e.what();                                                \
+    }                                                                                    \
+  } while (0)
+
+}  // namespace attograd::testing
+
+/// Asserts gradcheck passes for f over inputs (options optional).
+#define EXPECT_GRADCHECK(f, inputs, ...) EXPECT_TRUE(::attograd::testing::gradcheck_ok(f, inputs, ##__VA_ARGS__))
