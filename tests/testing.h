@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 
 #include "autograd/autograd.h"
@@ -44,6 +48,46 @@ inline Tensor rand_leaf(const Shape& shape, Generator& gen, double lo = -1.0, do
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = lo + (hi - lo) * p[i];
   t.requires_grad_(true);
   return t;
+}
+
+/// Path of a file under tests/data (the ATTOGRAD_TEST_DATA directory).
+inline std::string data_path(const std::string& relative) {
+  const char* env = std::getenv("ATTOGRAD_TEST_DATA");
+  std::string base = env ? env : ATTOGRAD_TEST_DATA;
+  return base + "/" + relative;
+}
+
+/// Reads a golden file written by tests/golden.py: name -> tensor (float dtypes as written).
+inline std::map<std::string, Tensor> load_golden(const std::string& relative) {
+  std::string path = data_path(relative);
+  std::ifstream in(path);
+  if (!in) throw Error("load_golden", "cannot open " + path);
+  std::string magic;
+  int version = 0;
+  in >> magic >> version;
+  if (magic != "attograd-golden" || version != 1) throw Error("load_golden", "bad header in " + path);
+  std::map<std::string, Tensor> out;
+  std::string word;
+  while (in >> word) {
+    if (word != "tensor") throw Error("load_golden", "expected 'tensor' in " + path + ", got " + word);
+    std::string name, dt;
+    int ndim = 0;
+    in >> name >> dt >> ndim;
+    Shape shape(static_cast<size_t>(ndim));
+    for (auto& d : shape) in >> d;
+    int64_t n = shape_numel(shape);
+    Dtype dtype = dt == "float64" ? kFloat64 : dt == "float32" ? kFloat32 : dt == "int64" ? kInt64 : kBool;
+    std::vector<double> values(static_cast<size_t>(n));
+    for (auto& v : values) {
+      std::string tok;
+      in >> tok;
+      v = std::strtod(tok.c_str(), nullptr);  // handles inf, -inf, nan
+    }
+    if (!in) throw Error("load_golden", "truncated tensor " + name + " in " + path);
+    out[name] = ndim == 0 ? scalar_tensor(values.at(0), {.dtype = dtype})
+                          : from_vector<double>(values, shape, {.dtype = dtype});
+  }
+  return out;
 }
 
 /// Expects `stmt` to throw attograd::Error whose message contains `substr`.
