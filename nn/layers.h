@@ -1,0 +1,216 @@
+#pragma once
+// The basic layers (torch.nn): Linear, Embedding, LayerNorm, Dropout, ReLU, GELU, and the containers
+// Sequential and ModuleList. Names, constructor arguments, parameter names and default
+// initialisation are PyTorch's. Modules that draw random numbers take a Generator: at construction
+// (the initialisers of Linear and Embedding) or at run time (Dropout, through a settable pointer).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/autograd.h"
+#include "nn/module.h"
+
+namespace attograd::nn {
+
+/// y = x W^T + b (torch.nn.Linear). Parameters "weight" (out_features, in_features) and "bias"
+/// (out_features), both U(-1/sqrt(in_features), 1/sqrt(in_features)) (PyTorch's
+/// kaiming_uniform_(a = sqrt(5)) for the weight), drawn from `gen`: weight first, then bias.
+class Linear : public Module {
+ public:
+  /// in_features -> out_features, with a bias unless `bias` is false.
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator& gen = default_generator());
+  /// "Linear".
+  std::string type_name() const override { return "Linear"; }
+  /// x (..., in_features) -> (..., out_features), one fused GEMM.
+  Tensor forward(const Tensor& x) override;
+
+  const int64_t in_features;   ///< size of each input sample
+  const int64_t out_features;  ///< size of each output sample
+  Tensor weight;               ///< (out_features, in_features)
+  Tensor bias;                 ///< (out_features), undefined when built with bias = false
+
+ protected:
+  /// "in_features=4, out_features=3, bias=True".
+  std::string extra_repr() const override;
+};
+
+/// A lookup table of embedding vectors (torch.nn.Embedding). Parameter "weight"
+/// (num_embeddings, embedding_dim) ~ N(0, 1) from `gen`; the row padding_idx (if >= 0) is zeroed and
+/// gets no gradient. Unlike PyTorch, a negative padding_idx means "no padding row" (PyTorch's None).
+class Embedding : public Module {
+ public:
+  /// num_embeddings rows of size embedding_dim; padding_idx < 0 means none.
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx = -1,
+            Generator& gen = default_generator());
+  /// "Embedding".
+  std::string type_name() const override { return "Embedding"; }
+  /// indices (any shape, Int64) -> indices.shape + [embedding_dim].
+  Tensor forward(const Tensor& indices) override;
+
+  const int64_t num_embeddings;  ///< number of rows
+  const int64_t embedding_dim;   ///< size of each row
+  const int64_t padding_idx;     ///< the padding row, or -1
+  Tensor weight;                 ///< (num_embeddings, embedding_dim)
+
+ protected:
+  /// "10, 3" or "10, 3, padding_idx=0".
+  std::string extra_repr() const override;
+};
+
+/// Layer normalisation over the trailing dims `normalized_shape` (torch.nn.LayerNorm), using the
+/// fused layer_norm op. Parameters "weight" (ones) and "bias" (zeros) of shape normalized_shape when
+/// elementwise_affine.
+class LayerNorm : public Module {
+ public:
+  /// Normalises over the trailing dims `normalized_shape`.
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  /// Normalises over the last dim of size `normalized_size`.
+  explicit LayerNorm(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true);
+  /// "LayerNorm".
+  std::string type_name() const override { return "LayerNorm"; }
+  /// x (..., *normalized_shape) -> same shape.
+  Tensor forward(const Tensor& x) override;
+
+  const Shape normalized_shape;   ///< the trailing dims normalised over
+  const double eps;               ///< added to the variance
+  const bool elementwise_affine;  ///< whether weight and bias exist
+  Tensor weight;                  ///< normalized_shape, ones (undefined without affine)
+  Tensor bias;                    ///< normalized_shape, zeros (undefined without affine)
+
+ protected:
+  /// "(4,), eps=1e-05, elementwise_affine=True".
+  std::string extra_repr() const override;
+};
+
+/// Inverted dropout (torch.nn.Dropout): in training, zeros each element with probability p and
+/// scales the rest by 1 / (1 - p); identity in eval mode. Masks are drawn from the generator it
+/// holds (default_generator() unless given or set), so re-seeding that generator replays them.
+class Dropout : public Module {
+ public:
+  /// Drop probability p in [0, 1]; masks are drawn from `gen`, which must outlive the module.
+  explicit Dropout(double p = 0.5, Generator& gen = default_generator());
+  /// "Dropout".
+  std::string type_name() const override { return "Dropout"; }
+  /// Same shape as x.
+  Tensor forward(const Tensor& x) override;
+  /// Draws future masks from `gen` (which must outlive the module).
+  void set_generator(Generator& gen) { gen_ = &gen; }
+  /// The generator masks are drawn from.
+  Generator& generator() const { return *gen_; }
+  /// The drop probability.
+  double p() const { return p_; }
+
+ protected:
+  /// "p=0.5, inplace=False".
+  std::string extra_repr() const override;
+
+ private:
+  double p_;
+  Generator* gen_;
+};
+
+/// max(x, 0) (torch.nn.ReLU).
+class ReLU : public Module {
+ public:
+  /// "ReLU".
+  std::string type_name() const override { return "ReLU"; }
+  /// Same shape as x.
+  Tensor forward(const Tensor& x) override;
+};
+
+/// x * Phi(x) (torch.nn.GELU), exact ("none") or with the tanh approximation ("tanh").
+class GELU : public Module {
+ public:
+  /// approximate is "none" or "tanh".
+  explicit GELU(std::string approximate = "none");
+  /// "GELU".
+  std::string type_name() const override { return "GELU"; }
+  /// Same shape as x.
+  Tensor forward(const Tensor& x) override;
+
+  const std::string approximate;  ///< "none" or "tanh"
+
+ protected:
+  /// "approximate='none'".
+  std::string extra_repr() const override;
+};
+
+/// Modules applied in order (torch.nn.Sequential); children are named "0", "1", ...
+class Sequential : public Module {
+ public:
+  /// Sequential(make_shared<Linear>(4, 8), make_shared<ReLU>(), ...); no arguments: empty.
+  template <class... M>
+  explicit Sequential(std::shared_ptr<M>... modules) {
+    (push_back(std::move(modules)), ...);
+  }
+  /// "Sequential".
+  std::string type_name() const override { return "Sequential"; }
+  /// Appends a module (named by its position).
+  void push_back(std::shared_ptr<Module> module);
+  /// Number of modules.
+  size_t size() const { return modules_.size(); }
+  /// The module at position i (negative counts from the end).
+  std::shared_ptr<Module> operator[](int64_t i) const;
+  /// The module at position i as a T; throws if it is not a T.
+  template <class T>
+  std::shared_ptr<T> at(int64_t i) const {
+    std::shared_ptr<Module> m = (*this)[i];
+    auto t = std::dynamic_pointer_cast<T>(m);
+    ATTO_CHECK(t != nullptr, type_name(), "module ", i, " is a ", m->type_name(), ", not the requested type");
+    return t;
+  }
+  /// Feeds x through every module in order (identity when empty).
+  Tensor forward(const Tensor& x) override;
+  /// Iteration over the modules.
+  std::vector<std::shared_ptr<Module>>::const_iterator begin() const { return modules_.begin(); }
+  /// Iteration over the modules.
+  std::vector<std::shared_ptr<Module>>::const_iterator end() const { return modules_.end(); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
+};
+
+/// A list of modules whose parameters are registered (torch.nn.ModuleList); children are named
+/// "0", "1", ... It has no forward: the owner calls its elements.
+class ModuleList : public Module {
+ public:
+  /// ModuleList(make_shared<Linear>(4, 4), ...); no arguments: empty.
+  template <class... M>
+  explicit ModuleList(std::shared_ptr<M>... modules) {
+    (push_back(std::move(modules)), ...);
+  }
+  /// "ModuleList".
+  std::string type_name() const override { return "ModuleList"; }
+  /// Appends a module (named by its position).
+  void push_back(std::shared_ptr<Module> module);
+  /// Number of modules.
+  size_t size() const { return modules_.size(); }
+  /// True when there are no modules.
+  bool empty() const { return modules_.empty(); }
+  /// The module at position i (negative counts from the end).
+  std::shared_ptr<Module> operator[](int64_t i) const;
+  /// The module at position i as a T; throws if it is not a T.
+  template <class T>
+  std::shared_ptr<T> at(int64_t i) const {
+    std::shared_ptr<Module> m = (*this)[i];
+    auto t = std::dynamic_pointer_cast<T>(m);
+    ATTO_CHECK(t != nullptr, type_name(), "module ", i, " is a ", m->type_name(), ", not the requested type");
+    return t;
+  }
+  /// Iteration over the modules.
+  std::vector<std::shared_ptr<Module>>::const_iterator begin() const { return modules_.begin(); }
+  /// Iteration over the modules.
+  std::vector<std::shared_ptr<Module>>::const_iterator end() const { return modules_.end(); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
+};
+
+namespace detail {
+/// Python's repr of a float ("0.5", "1e-05", "0.0001", "1.0"), for extra_repr().
+std::string py_float(double v);
+}  // namespace detail
+
+}  // namespace attograd::nn
