@@ -1,0 +1,162 @@
+#pragma once
+// Multi-head attention modules, both built on the fused scaled_dot_product_attention op:
+//  - MultiheadAttention: torch.nn.MultiheadAttention (PyTorch's parameters, names and masks), always batch-first.
+//  - MultiHeadAttention: the seed's sublayer (attention-is-all-you-need style): bias-free projections,
+//    attention, fc, dropout, + residual, post-LayerNorm.
+//
+// Mask convention everywhere at this API: a Bool entry TRUE means BLOCKED ("do not attend"), as in PyTorch's
+// nn.MultiheadAttention (and the opposite of F.scaled_dot_product_attention's and of the seed's mask, where
+// true/1 means "attend"). A float mask is added to the scores (-inf blocks).
+// A query whose keys are ALL blocked attends to nothing: its attention output is zero (so MultiheadAttention
+// returns out_proj.bias for it), its weights are zero and every gradient through it is finite (zero), never NaN.
+// PyTorch 1.13 gives NaN there; the seed (masked_fill -1e9) gives uniform weights over the blocked keys.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "autograd/random.h"
+#include "autograd/tensor.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+
+namespace attograd::nn {
+
+/// Constructor options of MultiheadAttention (torch.nn.MultiheadAttention's keyword arguments):
+/// MultiheadAttention({.embed_dim = 64, .num_heads = 4, .dropout = 0.1}).
+struct MultiheadAttentionOptions {
+  int64_t embed_dim = 0;       ///< E, the model width (query features and output features)
+  int64_t num_heads = 0;       ///< H; must divide embed_dim (head_dim = E / H)
+  double dropout = 0.0;        ///< dropout on the attention probabilities in training mode, in [0, 1)
+  bool bias = true;            ///< in_proj_bias and out_proj.bias
+  bool add_bias_kv = false;    ///< learned bias_k, bias_v appended as one extra key/value position
+  bool add_zero_attn = false;  ///< a zero key/value appended (after projection and bias_kv)
+  int64_t kdim = 0;            ///< key features; 0 means embed_dim
+  int64_t vdim = 0;            ///< value features; 0 means embed_dim
+};
+
+/// Per-call options of MultiheadAttention::forward (PyTorch's forward keyword arguments).
+struct MhaForwardOptions {
+  /// (B, Lk): Bool (true = that key is padding, BLOCKED) or float additive (query's dtype).
+  Tensor key_padding_mask = {};
+  /// (Lq, Lk) or (B * H, Lq, Lk) (index b * H + h): Bool (true = BLOCKED) or float additive.
+  Tensor attn_mask = {};
+  /// Also return the attention probabilities.
+  bool need_weights = true;
+  /// Average the returned weights over heads: (B, Lq, Lk) instead of (B, H, Lq, Lk).
+  bool average_attn_weights = true;
+  /// Also block key j > query i (over the given keys; bias_kv / zero-attn keys stay visible). Combines with
+  /// the masks above (PyTorch 1.13 has no is_causal: pass the causal attn_mask there).
+  bool is_causal = false;
+};
+
+/// What MultiheadAttention::forward returns.
+struct MhaResult {
+  Tensor output;  ///< (B, Lq, E)
+  /// (B, Lq, Lk') averaged over heads, or (B, H, Lq, Lk'); Lk' counts bias_kv / zero-attn keys. Undefined
+  /// unless need_weights. After dropout in training (as PyTorch 1.13). Not differentiable (no history).
+  Tensor weights;
+};
+
+/// torch.nn.MultiheadAttention with batch_first=True (always: inputs and outputs are (B, L, features)).
+/// Parameters, in PyTorch's named_parameters() order: in_proj_weight (3E, E) — or q_proj_weight (E, E),
+/// k_proj_weight (E, kdim), v_proj_weight (E, vdim) when kdim or vdim differs from E —, in_proj_bias (3E),
+/// bias_k (1, 1, E), bias_v (1, 1, E), out_proj.weight (E, E), out_proj.bias (E). Init as PyTorch: xavier_uniform_
+/// on the in-projections, zeros on in_proj_bias and out_proj.bias, xavier_normal_ on bias_k/bias_v, out_proj.weight
+/// as Linear's default. out = out_proj(concat_h softmax(q_h k_h^T / sqrt(E / H) + mask) v_h).
+class MultiheadAttention : public Module {
+ public:
+  /// Creates the parameters, drawing their initial values from `gen`.
+  explicit MultiheadAttention(const MultiheadAttentionOptions& options, Generator& gen = default_generator());
+
+  /// query (B, Lq, E), key (B, Lk, kdim), value (B, Lk, vdim) -> output (B, Lq, E) and weights. Passing the same
+  /// tensor as query, key and value is self-attention (its gradient accumulates all three uses).
+  MhaResult forward(const Tensor& query, const Tensor& key, const Tensor& value, const MhaForwardOptions& opts = {});
+  /// Calls forward(query, key, value, opts).
+  MhaResult operator()(const Tensor& query, const Tensor& key, const Tensor& value,
+                       const MhaForwardOptions& opts = {}) {
+    return forward(query, key, value, opts);
+  }
+  using Module::forward;
+
+  /// Draws future attention-dropout masks from `gen` (default_generator() until set; `gen` must outlive the
+  /// module). Re-seeding it replays the masks.
+  void set_generator(Generator& gen) { dropout_gen_ = &gen; }
+  /// The constructor options with kdim/vdim resolved (never 0).
+  const MultiheadAttentionOptions& options() const { return opts_; }
+  /// E / H.
+  int64_t head_dim() const { return opts_.embed_dim / opts_.num_heads; }
+  /// "MultiheadAttention".
+  std::string type_name() const override { return "MultiheadAttention"; }
+
+  Tensor in_proj_weight;             ///< (3E, E) rows [W_q; W_k; W_v], or undefined when kdim/vdim differ from E
+  Tensor q_proj_weight;              ///< (E, E) when kdim/vdim differ from E, else undefined
+  Tensor k_proj_weight;              ///< (E, kdim) when kdim/vdim differ from E, else undefined
+  Tensor v_proj_weight;              ///< (E, vdim) when kdim/vdim differ from E, else undefined
+  Tensor in_proj_bias;               ///< (3E) [b_q; b_k; b_v], undefined when !bias
+  Tensor bias_k;                     ///< (1, 1, E) when add_bias_kv, else undefined
+  Tensor bias_v;                     ///< (1, 1, E) when add_bias_kv, else undefined
+  std::shared_ptr<Linear> out_proj;  ///< E -> E (with bias when options.bias)
+
+ private:
+  MultiheadAttentionOptions opts_;
+  bool same_embed_ = true;
+  Generator* dropout_gen_ = nullptr;
+};
+
+/// What MultiHeadAttention::forward returns.
+struct SeedAttentionResult {
+  Tensor output;  ///< (B, Lq, d_model)
+  Tensor attn;    ///< (B, H, Lq, Lk) probabilities after attention dropout (no history); undefined unless need_weights
+};
+
+/// The seed's multi-head attention sublayer (attention-is-all-you-need-pytorch's MultiHeadAttention):
+///   q_h = w_qs(q), k_h = w_ks(k), v_h = w_vs(v)            (bias-free; per-head sizes d_k, d_k, d_v)
+///   a   = dropout(softmax(q_h k_h^T / sqrt(d_k) + mask)) v_h  (per head)
+///   out = layer_norm(dropout(fc(concat_h a)) + q)           (post-LN, LayerNorm(d_model, eps = 1e-6))
+/// Parameters: w_qs.weight (H d_k, d_model), w_ks.weight (H d_k, d_model), w_vs.weight (H d_v, d_model),
+/// fc.weight (d_model, H d_v), layer_norm.weight, layer_norm.bias; xavier_uniform_ on the four weights (as the
+/// seed's model does for every parameter with more than one dimension). One dropout probability serves both the
+/// attention probabilities and the output (the seed hard-wires 0.1 for the former, equal to the default).
+class MultiHeadAttention : public Module {
+ public:
+  /// n_head heads of query/key size d_k and value size d_v (need not be d_model / n_head).
+  MultiHeadAttention(int64_t n_head, int64_t d_model, int64_t d_k, int64_t d_v, double dropout = 0.1,
+                     Generator& gen = default_generator());
+
+  /// q (B, Lq, d_model), k (B, Lk, d_model), v (B, Lk, d_model); mask Bool with TRUE = BLOCKED, or float additive,
+  /// either (B, Lq or 1, Lk) — the seed's shape: the head axis is inserted as the seed does —, (Lq, Lk), or 4-D
+  /// broadcastable to (B, H, Lq, Lk). The seed's mask means the opposite (1 = attend, blocked where mask == 0):
+  /// pass logical_not(seed_mask) (or eq(seed_mask, 0) for a numeric one).
+  SeedAttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
+                              bool need_weights = true);
+  /// Calls forward(q, k, v, mask, need_weights).
+  SeedAttentionResult operator()(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
+                                 bool need_weights = true) {
+    return forward(q, k, v, mask, need_weights);
+  }
+  using Module::forward;
+
+  /// Draws future masks of both dropouts from `gen` (default_generator() until set; `gen` must outlive the
+  /// module). Re-seeding it replays the masks.
+  void set_generator(Generator& gen);
+  /// "MultiHeadAttention".
+  std::string type_name() const override { return "MultiHeadAttention"; }
+
+  int64_t n_head;                         ///< H
+  int64_t d_model;                        ///< model width
+  int64_t d_k;                            ///< per-head query/key size
+  int64_t d_v;                            ///< per-head value size
+  std::shared_ptr<Linear> w_qs;           ///< d_model -> H d_k, no bias
+  std::shared_ptr<Linear> w_ks;           ///< d_model -> H d_k, no bias
+  std::shared_ptr<Linear> w_vs;           ///< d_model -> H d_v, no bias
+  std::shared_ptr<Linear> fc;             ///< H d_v -> d_model, no bias
+  std::shared_ptr<Dropout> dropout;       ///< on fc's output
+  std::shared_ptr<LayerNorm> layer_norm;  ///< LayerNorm(d_model, eps = 1e-6)
+
+ private:
+  double attn_dropout_;
+  Generator* dropout_gen_ = nullptr;
+};
+
+}  // namespace attograd::nn

@@ -1,0 +1,499 @@
+// MultiheadAttention (torch.nn.MultiheadAttention, batch-first) and the seed's MultiHeadAttention: PyTorch 1.13
+// goldens (tests/nn/golden_attention.py), parameter names, float64 gradchecks with masks and dropout, fully
+// blocked queries, and errors.
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "autograd/indexing.h"
+#include "autograd/reduce.h"
+#include "autograd/shape.h"
+#include "nn/attention.h"
+#include "nn/init.h"
+#include "nn/masks.h"
+#include "testing.h"
+
+using namespace attograd;
+using namespace attograd::testing;
+using namespace attograd::nn;
+
+namespace {
+
+using Golden = std::map<std::string, Tensor>;
+
+// A golden parameter: its position in PyTorch's named_parameters(), name and value.
+struct GoldenParam {
+  int index;
+  std::string name;
+  Tensor value;
+};
+
+// The "param.<i>.<name>" entries of a golden file, in PyTorch's order.
+std::vector<GoldenParam> golden_params(const Golden& g) {
+  std::vector<GoldenParam> out;
+  const std::string prefix = "param.";
+  for (auto& [key, t] : g) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    const std::string rest = key.substr(prefix.size());
+    const size_t dot = rest.find('.');
+    out.push_back({std::stoi(rest.substr(0, dot)), rest.substr(dot + 1), t});
+  }
+  std::sort(out.begin(), out.end(), [](const GoldenParam& a, const GoldenParam& b) { return a.index < b.index; });
+  return out;
+}
+
+std::vector<std::string> names_of(const Module& m) {
+  std::vector<std::string> out;
+  for (auto& [n, p] : m.named_parameters()) out.push_back(n);
+  return out;
+}
+
+// Checks that `m` has exactly the golden's parameter names (in order) and shapes, then loads the values.
+void expect_names_and_load(Module& m, const std::vector<GoldenParam>& gp) {
+  std::vector<std::string> theirs;
+  for (auto& p : gp) theirs.push_back(p.name);
+  ASSERT_EQ(names_of(m), theirs);
+  ASSERT_EQ(m.parameters().size(), gp.size());
+  int64_t count = 0;
+  for (auto& p : gp) {
+    Tensor ours = m.parameter(p.name);
+    ASSERT_EQ(ours.shape(), p.value.shape()) << p.name;
+    copy_(ours, p.value);
+    count += p.value.numel();
+  }
+  EXPECT_EQ(m.num_parameters(), count);
+}
+
+void expect_param_grads(const Module& m, const Golden& g, const std::vector<GoldenParam>& gp) {
+  for (auto& p : gp) {
+    Tensor grad = m.parameter(p.name).grad();
+    ASSERT_TRUE(grad.defined()) << p.name;
+    EXPECT_TRUE(all_close(grad, g.at("grad." + std::to_string(p.index) + "." + p.name), 1e-5, 1e-4)) << p.name;
+  }
+}
+
+Tensor leaf(const Tensor& t) {
+  Tensor x = t.detach();
+  x.requires_grad_(true);
+  return x;
+}
+
+// Float64 leaves for every parameter after module.to(kFloat64), with the zero-initialised biases made non-zero
+// so that every gradient path is exercised.
+std::vector<Tensor> with_params(std::vector<Tensor> inputs, Module& m, Generator& gen) {
+  NoGradGuard no_grad;
+  for (auto& [n, p] : m.named_parameters()) {
+    if (n.find("bias") != std::string::npos) init::uniform_(p, -0.5, 0.5, gen);
+    inputs.push_back(p);
+  }
+  return inputs;
+}
+
+bool all_finite(const Tensor& t) {
+  for (double v : t.to_vector<double>())
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// PyTorch 1.13 goldens: nn.MultiheadAttention(batch_first=True), eval mode
+
+class MhaGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MhaGolden, MatchesPyTorch) {
+  Golden g = load_golden("nn/mha_" + GetParam() + ".golden");
+  const std::vector<int64_t> cfg = g.at("config").to_vector<int64_t>();
+  // [E, H, kdim, vdim, bias, add_bias_kv, add_zero_attn, average_attn_weights, is_causal, self_attention]
+  Generator gen(1);
+  MultiheadAttention mha({.embed_dim = cfg[0],
+                          .num_heads = cfg[1],
+                          .bias = cfg[4] != 0,
+                          .add_bias_kv = cfg[5] != 0,
+                          .add_zero_attn = cfg[6] != 0,
+                          .kdim = cfg[2],
+                          .vdim = cfg[3]},
+                         gen);
+  mha.eval();
+  const std::vector<GoldenParam> gp = golden_params(g);
+  expect_names_and_load(mha, gp);
+
+  const bool self = cfg[9] != 0;
+  Tensor q = leaf(g.at("query"));
+  Tensor k = self ? q : leaf(g.at("key"));
+  Tensor v = self ? q : leaf(g.at("value"));
+  MhaForwardOptions fo;
+  if (g.count("key_padding_mask")) fo.key_padding_mask = g.at("key_padding_mask");
+  if (g.count("attn_mask")) fo.attn_mask = g.at("attn_mask");  // PyTorch got it OR-ed with the causal mask
+  fo.average_attn_weights = cfg[7] != 0;
+  fo.is_causal = cfg[8] != 0;
+
+  MhaResult r = mha(q, k, v, fo);
+  EXPECT_TRUE(all_close(r.output, g.at("output"), 1e-5));
+  EXPECT_TRUE(all_close(r.weights, g.at("weights"), 1e-5));
+  r.output.backward(g.at("grad_output"));
+  EXPECT_TRUE(all_close(q.grad(), g.at("grad.query"), 1e-5, 1e-4));
+  if (!self) {
+    EXPECT_TRUE(all_close(k.grad(), g.at("grad.key"), 1e-5, 1e-4));
+    EXPECT_TRUE(all_close(v.grad(), g.at("grad.value"), 1e-5, 1e-4));
+  }
+  expect_param_grads(mha, g, gp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, MhaGolden,
+                         ::testing::Values("nomask", "self", "kpm_bool", "kpm_float", "mask2d_bool", "mask2d_float",
+                                           "mask3d_bool_kpm", "mask3d_float", "causal", "causal_cross", "kdim_vdim",
+                                           "bias_kv", "zero_attn", "bias_kv_zero_attn", "causal_bias_kv", "no_bias"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// The seed's MultiHeadAttention, written out in golden_attention.py, eval mode. Its masks are true = attend;
+// attograd's are true = blocked, so the test passes the negation.
+class SeedMhaGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SeedMhaGolden, MatchesSeedInPyTorch) {
+  Golden g = load_golden("nn/seed_mha_" + GetParam() + ".golden");
+  const std::vector<int64_t> cfg = g.at("config").to_vector<int64_t>();  // [n_head, d_model, d_k, d_v]
+  Generator gen(2);
+  MultiHeadAttention mha(cfg[0], cfg[1], cfg[2], cfg[3], 0.1, gen);
+  mha.eval();
+  const std::vector<GoldenParam> gp = golden_params(g);
+  expect_names_and_load(mha, gp);
+
+  Tensor q = leaf(g.at("query")), k = leaf(g.at("key")), v = leaf(g.at("value"));
+  Tensor mask = g.count("mask") ? logical_not(g.at("mask")) : Tensor();
+  SeedAttentionResult r = mha(q, k, v, mask);
+  EXPECT_TRUE(all_close(r.output, g.at("output"), 1e-5));
+  EXPECT_TRUE(all_close(r.attn, g.at("weights"), 1e-5));
+  r.output.backward(g.at("grad_output"));
+  EXPECT_TRUE(all_close(q.grad(), g.at("grad.query"), 1e-5, 1e-4));
+  EXPECT_TRUE(all_close(k.grad(), g.at("grad.key"), 1e-5, 1e-4));
+  EXPECT_TRUE(all_close(v.grad(), g.at("grad.value"), 1e-5, 1e-4));
+  expect_param_grads(mha, g, gp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, SeedMhaGolden, ::testing::Values("nomask", "pad", "pad_causal"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// ---------------------------------------------------------------------------------------------
+// Parameters: names, order, shapes, init
+
+TEST(MultiheadAttention, ParameterNamesOrderAndShapesArePyTorchs) {
+  Generator gen(3);
+  MultiheadAttention a({.embed_dim = 8, .num_heads = 2}, gen);
+  EXPECT_EQ(names_of(a),
+            (std::vector<std::string>{"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"}));
+  EXPECT_EQ(a.in_proj_weight.shape(), Shape({24, 8}));
+  EXPECT_EQ(a.in_proj_bias.shape(), Shape({24}));
+  EXPECT_EQ(a.out_proj->weight.shape(), Shape({8, 8}));
+  EXPECT_EQ(a.num_parameters(), 24 * 8 + 24 + 64 + 8);
+  EXPECT_EQ(a.head_dim(), 4);
+
+  MultiheadAttention b({.embed_dim = 8, .num_heads = 4, .add_bias_kv = true, .kdim = 3, .vdim = 5}, gen);
+  EXPECT_EQ(names_of(b), (std::vector<std::string>{"q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+                                                   "bias_k", "bias_v", "out_proj.weight", "out_proj.bias"}));
+  EXPECT_EQ(b.k_proj_weight.shape(), Shape({8, 3}));
+  EXPECT_EQ(b.v_proj_weight.shape(), Shape({8, 5}));
+  EXPECT_EQ(b.bias_k.shape(), Shape({1, 1, 8}));
+  EXPECT_FALSE(b.in_proj_weight.defined());
+
+  // kdim = vdim = embed_dim given explicitly is the packed layout, as in PyTorch.
+  MultiheadAttention c({.embed_dim = 6, .num_heads = 3, .bias = false, .kdim = 6, .vdim = 6}, gen);
+  EXPECT_EQ(names_of(c), (std::vector<std::string>{"in_proj_weight", "out_proj.weight"}));
+  EXPECT_FALSE(c.out_proj->bias.defined());
+  EXPECT_EQ(c.options().kdim, 6);
+  EXPECT_EQ(c.to_string(), "MultiheadAttention(\n  (out_proj): Linear(in_features=6, out_features=6, bias=False)\n)");
+}
+
+TEST(MultiheadAttention, InitIsPyTorchs) {
+  Generator gen(4);
+  const int64_t E = 32;
+  MultiheadAttention a({.embed_dim = E, .num_heads = 4, .add_bias_kv = true}, gen);
+  const double bound = std::sqrt(6.0 / (E + 3 * E));  // xavier_uniform_ on (3E, E)
+  double mx = 0;
+  for (double w : a.in_proj_weight.to_vector<double>()) mx = std::max(mx, std::fabs(w));
+  EXPECT_LE(mx, bound);
+  EXPECT_GT(mx, 0.95 * bound);
+  for (double b : a.in_proj_bias.to_vector<double>()) EXPECT_EQ(b, 0.0);
+  for (double b : a.out_proj->bias.to_vector<double>()) EXPECT_EQ(b, 0.0);
+  const double lin = 1.0 / std::sqrt(double(E));  // Linear's default on out_proj.weight
+  for (double w : a.out_proj->weight.to_vector<double>()) EXPECT_LE(std::fabs(w), lin);
+  double s2 = 0;  // xavier_normal_ on (1, 1, E): fan_in = fan_out = E, std = sqrt(1 / E)
+  for (double w : a.bias_k.to_vector<double>()) s2 += w * w;
+  EXPECT_GT(s2, 0.0);
+  EXPECT_LT(std::sqrt(s2 / E), 3.0 * std::sqrt(1.0 / E));
+
+  Generator g1(5), g2(5);
+  MultiheadAttention x({.embed_dim = 8, .num_heads = 2}, g1), y({.embed_dim = 8, .num_heads = 2}, g2);
+  EXPECT_EQ(x.in_proj_weight.to_vector<float>(), y.in_proj_weight.to_vector<float>());
+  EXPECT_EQ(x.out_proj->weight.to_vector<float>(), y.out_proj->weight.to_vector<float>());
+}
+
+TEST(SeedMultiHeadAttention, ParametersAndInit) {
+  Generator gen(6);
+  MultiHeadAttention m(3, 10, 4, 2, 0.1, gen);
+  EXPECT_EQ(names_of(m), (std::vector<std::string>{"w_qs.weight", "w_ks.weight", "w_vs.weight", "fc.weight",
+                                                   "layer_norm.weight", "layer_norm.bias"}));
+  EXPECT_EQ(m.w_qs->weight.shape(), Shape({12, 10}));
+  EXPECT_EQ(m.w_vs->weight.shape(), Shape({6, 10}));
+  EXPECT_EQ(m.fc->weight.shape(), Shape({10, 6}));
+  EXPECT_FALSE(m.w_qs->bias.defined());
+  EXPECT_DOUBLE_EQ(m.layer_norm->eps, 1e-6);
+  const double bound = std::sqrt(6.0 / (12 + 10));
+  for (double w : m.w_qs->weight.to_vector<double>()) EXPECT_LE(std::fabs(w), bound);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Behaviour
+
+TEST(MultiheadAttention, WeightsAveragedOrPerHeadAndOptional) {
+  Generator gen(7);
+  MultiheadAttention mha({.embed_dim = 6, .num_heads = 3}, gen);
+  Tensor q = randn({2, 3, 6}, gen), kv = randn({2, 5, 6}, gen);
+  MhaResult avg = mha(q, kv, kv);
+  MhaResult per = mha(q, kv, kv, {.average_attn_weights = false});
+  MhaResult none = mha(q, kv, kv, {.need_weights = false});
+  ASSERT_EQ(avg.weights.shape(), Shape({2, 3, 5}));
+  ASSERT_EQ(per.weights.shape(), Shape({2, 3, 3, 5}));
+  EXPECT_FALSE(none.weights.defined());
+  EXPECT_TRUE(all_close(none.output, avg.output, 0));
+  EXPECT_TRUE(all_close(avg.weights, mean(per.weights, {1}), 1e-7));
+  EXPECT_TRUE(all_close(sum(per.weights, {-1}), ones({2, 3, 3}), 1e-6));
+}
+
+TEST(MultiheadAttention, IsCausalEqualsExplicitCausalMask) {
+  Generator gen(8);
+  MultiheadAttention mha({.embed_dim = 4, .num_heads = 2, .add_zero_attn = true}, gen);
+  Tensor x = randn({2, 4, 4}, gen);
+  Tensor kpm = zeros({2, 4}, {.dtype = kBool});
+  kpm.set({1, 3}, 1);
+  MhaResult a = mha(x, x, x, {.key_padding_mask = kpm, .is_causal = true});
+  MhaResult b = mha(x, x, x, {.key_padding_mask = kpm, .attn_mask = causal_mask(4)});
+  EXPECT_TRUE(all_close(a.output, b.output, 1e-6));
+  EXPECT_TRUE(all_close(a.weights, b.weights, 1e-7));
+  // The zero-attention key (last column) stays visible under is_causal.
+  EXPECT_GT(a.weights.at({0, 0, 4}), 0.0);
+  EXPECT_EQ(a.weights.at({0, 0, 1}), 0.0);
+}
+
+TEST(MultiheadAttention, FullyBlockedQueryGivesOutProjBiasAndFiniteZeroGradients) {
+  Generator gen(9);
+  MultiheadAttention mha({.embed_dim = 4, .num_heads = 2}, gen);
+  {
+    NoGradGuard no_grad;
+    init::uniform_(mha.out_proj->bias, -1, 1, gen);
+  }
+  Tensor q = leaf(randn({2, 3, 4}, gen)), k = leaf(randn({2, 5, 4}, gen)), v = leaf(randn({2, 5, 4}, gen));
+  Tensor am = zeros({3, 5}, {.dtype = kBool});
+  for (int64_t j = 0; j < 5; ++j) am.set({1, j}, 1);  // query 1 sees nothing
+  MhaResult r = mha(q, k, v, {.attn_mask = am, .average_attn_weights = false});
+  ASSERT_TRUE(all_finite(r.output));
+  ASSERT_TRUE(all_finite(r.weights));
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t e = 0; e < 4; ++e) EXPECT_FLOAT_EQ(r.output.at({b, 1, e}), mha.out_proj->bias.at({e}));
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(r.weights.at({b, h, 1, j}), 0.0);
+  }
+  r.output.backward(ones({2, 3, 4}));
+  for (const Tensor& t : {q.grad(), k.grad(), v.grad()}) EXPECT_TRUE(all_finite(t));
+  for (auto& p : mha.parameters()) EXPECT_TRUE(all_finite(p.grad()));
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t e = 0; e < 4; ++e) EXPECT_EQ(q.grad().at({b, 1, e}), 0.0);
+
+  // A batch whose keys are all padding: every query of it gives out_proj.bias.
+  Tensor kpm = zeros({2, 5}, {.dtype = kBool});
+  for (int64_t j = 0; j < 5; ++j) kpm.set({0, j}, 1);
+  MhaResult p = mha(q, k, v, {.key_padding_mask = kpm});
+  ASSERT_TRUE(all_finite(p.output));
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t e = 0; e < 4; ++e) EXPECT_FLOAT_EQ(p.output.at({0, i, e}), mha.out_proj->bias.at({e}));
+}
+
+TEST(MultiheadAttention, DropoutReplaysWithTheSameGeneratorAndIsOffInEval) {
+  Generator gen(10), drop(11);
+  MultiheadAttention mha({.embed_dim = 4, .num_heads = 2, .dropout = 0.5}, gen);
+  mha.set_generator(drop);
+  Tensor x = randn({2, 6, 4}, gen);
+  drop.manual_seed(1);
+  MhaResult a = mha(x, x, x, {.average_attn_weights = false});
+  drop.manual_seed(1);
+  MhaResult b = mha(x, x, x, {.average_attn_weights = false});
+  MhaResult c = mha(x, x, x, {.average_attn_weights = false});
+  EXPECT_TRUE(all_close(a.output, b.output, 0));
+  EXPECT_FALSE(all_close(a.output, c.output, 1e-6));
+  int zeros_seen = 0;  // dropped probabilities are zero, kept ones scaled by 2
+  for (double w : a.weights.to_vector<double>()) zeros_seen += w == 0.0;
+  EXPECT_GT(zeros_seen, 0);
+  mha.eval();
+  MhaResult e1 = mha(x, x, x), e2 = mha(x, x, x);
+  EXPECT_TRUE(all_close(e1.output, e2.output, 0));
+  EXPECT_TRUE(all_close(sum(e1.weights, {-1}), ones({2, 6}), 1e-6));
+}
+
+TEST(SeedMultiHeadAttention, MaskShapesAreEquivalentAndBlockedRowsAreFinite) {
+  Generator gen(12);
+  MultiHeadAttention m(2, 6, 3, 4, 0.1, gen);
+  m.eval();
+  Tensor q = randn({2, 4, 6}, gen), kv = randn({2, 4, 6}, gen);
+  Tensor c2 = causal_mask(4);                                      // (Lq, Lk)
+  Tensor c3 = logical_or(c2, zeros({2, 4, 4}, {.dtype = kBool}));  // (B, Lq, Lk), the seed's shape
+  Tensor c4 = reshape(c2, {1, 1, 4, 4});
+  SeedAttentionResult r2 = m(q, kv, kv, c2), r3 = m(q, kv, kv, c3), r4 = m(q, kv, kv, c4);
+  EXPECT_TRUE(all_close(r2.output, r3.output, 0));
+  EXPECT_TRUE(all_close(r2.output, r4.output, 0));
+  EXPECT_EQ(r2.attn.shape(), Shape({2, 2, 4, 4}));
+  EXPECT_EQ(r2.attn.at({1, 1, 0, 1}), 0.0);
+
+  // padding_mask (B, 1, 1, L) from nn/masks.h, with batch 1 entirely padding: its rows are finite (the seed's
+  // -1e9 would give uniform weights; attograd gives zero attention, so the output is layer_norm(q)).
+  Tensor tokens = from_vector<int64_t>({1, 2, 3, 0, 0, 0, 0, 0}, {2, 4});
+  SeedAttentionResult p = m(q, kv, kv, padding_mask(tokens, 0));
+  ASSERT_TRUE(all_finite(p.output));
+  ASSERT_TRUE(all_finite(p.attn));
+  EXPECT_EQ(p.attn.at({1, 0, 2, 3}), 0.0);
+  Tensor ln = m.layer_norm->forward(q);
+  EXPECT_TRUE(all_close(select(p.output, 0, 1), select(ln, 0, 1), 1e-6));
+  EXPECT_FALSE(m(q, kv, kv, Tensor(), false).attn.defined());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gradchecks (float64) over inputs and parameters
+
+TEST(MultiheadAttention, GradcheckSelfAttentionPaddingAndCausal) {
+  Generator gen(20);
+  MultiheadAttention mha({.embed_dim = 4, .num_heads = 2}, gen);
+  mha.to(kFloat64);
+  Tensor x = rand_leaf({2, 4, 4}, gen);
+  Tensor kpm = zeros({2, 4}, {.dtype = kBool});
+  kpm.set({0, 3}, 1);
+  kpm.set({1, 2}, 1);
+  MhaForwardOptions fo{.key_padding_mask = kpm, .is_causal = true};
+  EXPECT_GRADCHECK([&] { return mha(x, x, x, fo).output; }, with_params({x}, mha, gen));
+}
+
+TEST(MultiheadAttention, GradcheckCrossAttentionBiasKvZeroAttnFloatMaskCausal) {
+  Generator gen(21);
+  MultiheadAttention mha(
+      {.embed_dim = 4, .num_heads = 2, .add_bias_kv = true, .add_zero_attn = true, .kdim = 3, .vdim = 5}, gen);
+  mha.to(kFloat64);
+  Tensor q = rand_leaf({2, 3, 4}, gen), k = rand_leaf({2, 4, 3}, gen), v = rand_leaf({2, 4, 5}, gen);
+  Tensor am = rand({3, 4}, gen, {.dtype = kFloat64});
+  am.set({2, 0}, -INFINITY);
+  Tensor kpm = zeros({2, 4}, {.dtype = kBool});
+  kpm.set({1, 0}, 1);
+  MhaForwardOptions fo{.key_padding_mask = kpm, .attn_mask = am, .is_causal = true};
+  EXPECT_GRADCHECK([&] { return mha(q, k, v, fo).output; }, with_params({q, k, v}, mha, gen));
+}
+
+TEST(MultiheadAttention, GradcheckFullyBlockedQueryAnd3dMask) {
+  Generator gen(22);
+  MultiheadAttention mha({.embed_dim = 6, .num_heads = 3}, gen);
+  mha.to(kFloat64);
+  Tensor q = rand_leaf({2, 3, 6}, gen), k = rand_leaf({2, 4, 6}, gen), v = rand_leaf({2, 4, 6}, gen);
+  Tensor am = zeros({6, 3, 4}, {.dtype = kBool});  // (B * H, Lq, Lk)
+  am.set({0, 0, 1}, 1);
+  am.set({4, 2, 3}, 1);
+  for (int64_t j = 0; j < 4; ++j) am.set({2, 1, j}, 1);  // batch 0, head 2, query 1 sees nothing
+  Tensor kpm = zeros({2, 4}, {.dtype = kBool});
+  kpm.set({1, 1}, 1);
+  MhaForwardOptions fo{.key_padding_mask = kpm, .attn_mask = am};
+  EXPECT_GRADCHECK([&] { return mha(q, k, v, fo).output; }, with_params({q, k, v}, mha, gen));
+}
+
+TEST(MultiheadAttention, GradcheckWithDropoutReplayed) {
+  Generator gen(23), drop(0);
+  MultiheadAttention mha({.embed_dim = 4, .num_heads = 2, .dropout = 0.3}, gen);
+  mha.to(kFloat64);
+  mha.set_generator(drop);
+  ASSERT_TRUE(mha.is_training());
+  Tensor q = rand_leaf({2, 3, 4}, gen), kv = rand_leaf({2, 5, 4}, gen);
+  auto f = [&] {
+    drop.manual_seed(77);  // the same masks at every evaluation
+    return mha(q, kv, kv).output;
+  };
+  EXPECT_GRADCHECK(f, with_params({q, kv}, mha, gen));
+}
+
+TEST(SeedMultiHeadAttention, GradcheckMaskWithFullyBlockedQuery) {
+  Generator gen(24);
+  MultiHeadAttention m(2, 5, 3, 2, 0.0, gen);
+  m.to(kFloat64);
+  Tensor q = rand_leaf({2, 4, 5}, gen), k = rand_leaf({2, 4, 5}, gen), v = rand_leaf({2, 4, 5}, gen);
+  Tensor mask = logical_or(causal_mask(4), zeros({2, 1, 4}, {.dtype = kBool}));  // (B, Lq, Lk)
+  mask.set({1, 2, 3}, 1);
+  for (int64_t j = 0; j < 4; ++j) mask.set({0, 2, j}, 1);  // batch 0, query 2 sees nothing
+  EXPECT_GRADCHECK([&] { return m(q, k, v, mask).output; }, with_params({q, k, v}, m, gen));
+}
+
+TEST(SeedMultiHeadAttention, GradcheckWithDropoutReplayed) {
+  Generator gen(25), drop(0);
+  MultiHeadAttention m(2, 4, 3, 3, 0.2, gen);
+  m.to(kFloat64);
+  m.set_generator(drop);
+  Tensor q = rand_leaf({2, 3, 4}, gen), kv = rand_leaf({2, 5, 4}, gen);
+  Tensor pad = zeros({2, 1, 5}, {.dtype = kBool});
+  pad.set({0, 0, 4}, 1);
+  auto f = [&] {
+    drop.manual_seed(5);  // replays both the attention and the output dropout masks
+    return m(q, kv, kv, pad).output;
+  };
+  drop.manual_seed(5);
+  Tensor a = f();
+  Tensor b = f();
+  EXPECT_TRUE(all_close(a, b, 0));
+  EXPECT_GRADCHECK(f, with_params({q, kv}, m, gen));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+TEST(MultiheadAttention, Errors) {
+  EXPECT_ATTO_ERROR(MultiheadAttention({.embed_dim = 6, .num_heads = 4}),
+                    "MultiheadAttention: embed_dim must be divisible by num_heads, got embed_dim=6, num_heads=4");
+  EXPECT_ATTO_ERROR(MultiheadAttention({.embed_dim = 4, .num_heads = 0}), "must be positive");
+  EXPECT_ATTO_ERROR(MultiheadAttention({.embed_dim = 4, .num_heads = 2, .dropout = 1.0}),
+                    "dropout must be in [0, 1), got 1");
+  Generator gen(30);
+  MultiheadAttention mha({.embed_dim = 4, .num_heads = 2}, gen);
+  Tensor q = randn({2, 3, 4}, gen), kv = randn({2, 5, 4}, gen);
+  EXPECT_ATTO_ERROR(mha(randn({2, 3, 5}, gen), kv, kv),
+                    "MultiheadAttention: expected batch-first query (B, Lq, 4), key (B, Lk, 4), value (B, Lk, 4), "
+                    "got query [2, 3, 5], key [2, 5, 4], value [2, 5, 4]");
+  EXPECT_ATTO_ERROR(mha(randn({3, 4}, gen), kv, kv), "got query [3, 4]");
+  EXPECT_ATTO_ERROR(mha(q, randn({3, 5, 4}, gen), randn({3, 5, 4}, gen)),
+                    "batch sizes differ: query [2, 3, 4], key [3, 5, 4], value [3, 5, 4]");
+  EXPECT_ATTO_ERROR(mha(q, kv, randn({2, 6, 4}, gen)), "key and value lengths differ: key [2, 5, 4], value [2, 6, 4]");
+  EXPECT_ATTO_ERROR(mha(q.to(kFloat64), kv.to(kFloat64), kv.to(kFloat64)),
+                    "dtype mismatch: parameters are float32, query float64");
+  EXPECT_ATTO_ERROR(mha(q, kv, kv, {.key_padding_mask = zeros({2, 4}, {.dtype = kBool})}),
+                    "key_padding_mask must have shape (B, Lk) = [2, 5], got [2, 4]");
+  EXPECT_ATTO_ERROR(mha(q, kv, kv, {.key_padding_mask = zeros({2, 5}, {.dtype = kInt64})}),
+                    "key_padding_mask must be bool or float32, got int64");
+  EXPECT_ATTO_ERROR(mha(q, kv, kv, {.attn_mask = zeros({3, 4}, {.dtype = kBool})}),
+                    "attn_mask must have shape (Lq, Lk) = [3, 5] or (B * num_heads, Lq, Lk) = [4, 3, 5], got [3, 4]");
+  EXPECT_ATTO_ERROR(mha(q, kv, kv, {.attn_mask = zeros({2, 3, 5}, {.dtype = kBool})}), "got [2, 3, 5]");
+  EXPECT_ATTO_ERROR(mha(q, kv, kv, {.attn_mask = zeros({3, 5}, {.dtype = kFloat64})}),
+                    "attn_mask must be bool or float32, got float64");
+  EXPECT_ATTO_ERROR(mha(q, kv, kv, {.attn_mask = zeros({3, 5}, {.dtype = kInt64})}),
+                    "attn_mask must be bool or float32, got int64");
+  MultiheadAttention kv_dims({.embed_dim = 4, .num_heads = 2, .kdim = 3, .vdim = 5}, gen);
+  EXPECT_ATTO_ERROR(kv_dims(q, kv, kv), "key (B, Lk, 3), value (B, Lk, 5), got query [2, 3, 4], key [2, 5, 4]");
+}
+
+TEST(SeedMultiHeadAttention, Errors) {
+  EXPECT_ATTO_ERROR(MultiHeadAttention(0, 4, 2, 2),
+                    "MultiHeadAttention: n_head, d_model, d_k and d_v must be positive");
+  Generator gen(31);
+  MultiHeadAttention m(2, 4, 3, 3, 0.1, gen);
+  Tensor q = randn({2, 3, 4}, gen), kv = randn({2, 5, 4}, gen);
+  EXPECT_ATTO_ERROR(m(q, randn({2, 5, 6}, gen), kv),
+                    "expected q (B, Lq, 4), k (B, Lk, 4), v (B, Lk, 4), got q "
+                    "[2, 3, 4], k [2, 5, 6], v [2, 5, 4]");
+  EXPECT_ATTO_ERROR(m(q, kv, randn({2, 4, 4}, gen)), "k and v lengths differ");
+  EXPECT_ATTO_ERROR(m(q, kv, kv, zeros({2, 3, 4}, {.dtype = kBool})),
+                    "mask of shape [2, 3, 4] does not broadcast to the scores (B, H, Lq, Lk) = [2, 2, 3, 5]");
+  EXPECT_ATTO_ERROR(m(q, kv, kv, zeros({5}, {.dtype = kBool})), "mask of shape [5] does not broadcast");
+  EXPECT_ATTO_ERROR(m(q, kv, kv, zeros({2, 1, 5}, {.dtype = kInt64})),
+                    "mask must be bool (true = blocked) or float32, got int64");
+}
