@@ -210,7 +210,14 @@ Tensor operator-(const Tensor& x, double s) { return add(x, -s); }
 Tensor operator-(double s, const Tensor& x) { return add(neg(x), s); }
 Tensor operator*(const Tensor& x, double s) { return mul(x, s); }
 Tensor operator*(double s, const Tensor& x) { return mul(x, s); }
-Tensor operator/(const Tensor& x, double s) { return mul(x, 1.0 / s); }
+Tensor operator/(const Tensor& x, double s) {
+  // True division (not x * (1/s), which overflows for tiny s and is off by an ulp elsewhere).
+  Tensor out = dispatch_float(x.dtype(), "div", [&]<typename T>() {
+    T c = static_cast<T>(s);
+    return map_float(x, "div", [c](auto v) { return v / c; });
+  });
+  return record("div_scalar", out, {x}, [s](const Tensor& g, GradInputs& gi) { gi[0] = g / s; });
+}
 Tensor operator/(double s, const Tensor& x) { return rdiv(s, x); }
 
 // ---------------------------------------------------------------------------------------------
