@@ -1,0 +1,296 @@
+#pragma once
+// Whole models:
+//
+//  - Transformer: the seed's encoder-decoder ("Attention Is All You Need", attention-is-all-you-need-pytorch's
+//    transformer/Models.py and Layers.py), with the seed's module names (so named_parameters() lists the seed's
+//    names in the seed's order): encoder.src_word_emb, encoder.layer_stack.<i>.slf_attn / .pos_ffn,
+//    encoder.layer_norm, decoder.trg_word_emb, decoder.layer_stack.<i>.slf_attn / .enc_attn / .pos_ffn,
+//    decoder.layer_norm, trg_word_prj. Built from the seed's MultiHeadAttention and PositionwiseFeedForward
+//    (residual_norm: post-LN, LayerNorm eps 1e-6). Encoder/decoder input: embedding (times sqrt(d_model) with
+//    scale_embedding), + sinusoidal positions, dropout, LayerNorm, then the layers (the seed's order: its stacks
+//    normalise the input, not the output). xavier_uniform_ on every parameter with more than one dimension
+//    (embeddings included, so that, as in the seed, the padding row is not zero; it gets no gradient through the
+//    lookup). Position table: buffer "position_enc.pe" (the seed's "position_enc.pos_table", same values).
+//
+//  - CausalLM: a decoder-only (GPT-style) pre-LN language model:
+//      x = dropout(embed(tokens) * sqrt(d_model) + pe[:L])
+//      per block: x = x + dropout1(self_attn(norm1(x), causal));  x = x + dropout2(ff(norm2(x)))
+//      logits = norm(x) embed.weight^T                 (output projection tied to the embedding, no bias)
+//    self_attn is torch.nn.MultiheadAttention's formulation (q, k, v, o projections with bias, attention
+//    dropout); ff = linear2(dropout(relu(linear1(x)))); every LayerNorm has eps 1e-6.
+//
+// Masks inside both models follow nn/masks.h (Bool, TRUE = BLOCKED). Attention weights for visualisation: after
+// store_attention(true) every layer keeps its last per-head probabilities (B, H, Lq, Lk); off by default (no
+// cost). Dropout masks come from default_generator() until set_generator() is called.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/attention.h"
+#include "nn/feedforward.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+#include "nn/positional.h"
+
+namespace attograd::nn {
+
+// ---------------------------------------------------------------------------------------------
+// The seed's encoder-decoder Transformer
+
+/// Options of Transformer (plain fields): Transformer({.src_vocab = 100, .tgt_vocab = 100, .d_model = 64}).
+struct TransformerOptions {
+  int64_t src_vocab = 0;          ///< source vocabulary size
+  int64_t tgt_vocab = 0;          ///< target vocabulary size
+  int64_t d_model = 512;          ///< model width (= the seed's d_word_vec)
+  int64_t n_head = 8;             ///< attention heads
+  int64_t d_k = 64;               ///< per-head query/key size
+  int64_t d_v = 64;               ///< per-head value size
+  int64_t d_inner = 2048;         ///< hidden size of the feed-forward blocks
+  int64_t n_layers = 6;           ///< encoder layers and decoder layers (each)
+  double dropout = 0.1;           ///< every dropout (embeddings, attention probabilities, sublayer outputs)
+  int64_t pad_idx = 0;            ///< padding token of both vocabularies (a blocked key, no lookup gradient); < 0: none
+  int64_t n_position = 200;       ///< longest source or target sequence (rows of the position table)
+  bool share_embeddings = false;  ///< one embedding for source and target (needs src_vocab == tgt_vocab)
+  bool tie_output = false;        ///< output projection weight = the target embedding (no separate weight)
+  bool scale_embedding = false;   ///< with tie_output: embeddings times sqrt(d_model) (the seed's 'emb')
+  bool scale_projection = false;  ///< with tie_output: logits times d_model^-0.5 (the seed's 'prj')
+};
+
+/// The seed's EncoderLayer: slf_attn (MultiHeadAttention, post-LN) then pos_ffn (PositionwiseFeedForward with
+/// residual_norm).
+class EncoderLayer : public Module {
+ public:
+  /// Draws initial weights from `gen` (slf_attn, then pos_ffn).
+  EncoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double dropout = 0.1,
+               Generator& gen = default_generator());
+  /// "EncoderLayer".
+  std::string type_name() const override { return "EncoderLayer"; }
+  /// x (B, S, d_model) -> (B, S, d_model), no mask.
+  Tensor forward(const Tensor& x) override;
+  /// x (B, S, d_model) -> (B, S, d_model); mask Bool TRUE = BLOCKED broadcastable to (B, H, S, S) (see
+  /// MultiHeadAttention::forward), or undefined.
+  Tensor forward(const Tensor& x, const Tensor& slf_attn_mask);
+  /// Draws every future dropout mask from `gen` (which must outlive the layer).
+  void set_generator(Generator& gen);
+  /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
+  void set_store_attention(bool on);
+  /// Self-attention probabilities (B, H, S, S) of the last forward; undefined unless stored.
+  const Tensor& last_attention() const { return last_attention_; }
+
+  std::shared_ptr<MultiHeadAttention> slf_attn;      ///< "slf_attn"
+  std::shared_ptr<PositionwiseFeedForward> pos_ffn;  ///< "pos_ffn"
+
+ private:
+  bool store_attention_ = false;
+  Tensor last_attention_;
+};
+
+/// The seed's DecoderLayer: slf_attn, enc_attn (queries from the decoder, keys/values from the encoder output),
+/// pos_ffn; each post-LN.
+class DecoderLayer : public Module {
+ public:
+  /// Draws initial weights from `gen` (slf_attn, enc_attn, pos_ffn).
+  DecoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double dropout = 0.1,
+               Generator& gen = default_generator());
+  /// "DecoderLayer".
+  std::string type_name() const override { return "DecoderLayer"; }
+  /// dec_input (B, T, d_model), enc_output (B, S, d_model) -> (B, T, d_model); masks Bool TRUE = BLOCKED
+  /// broadcastable to (B, H, T, T) and (B, H, T, S), or undefined.
+  Tensor forward(const Tensor& dec_input, const Tensor& enc_output, const Tensor& slf_attn_mask = Tensor(),
+                 const Tensor& dec_enc_attn_mask = Tensor());
+  using Module::forward;
+  /// Draws every future dropout mask from `gen` (which must outlive the layer).
+  void set_generator(Generator& gen);
+  /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
+  void set_store_attention(bool on);
+  /// Self-attention probabilities (B, H, T, T) of the last forward; undefined unless stored.
+  const Tensor& last_self_attention() const { return last_self_attention_; }
+  /// Encoder-decoder attention probabilities (B, H, T, S) of the last forward; undefined unless stored.
+  const Tensor& last_cross_attention() const { return last_cross_attention_; }
+
+  std::shared_ptr<MultiHeadAttention> slf_attn;      ///< "slf_attn"
+  std::shared_ptr<MultiHeadAttention> enc_attn;      ///< "enc_attn"
+  std::shared_ptr<PositionwiseFeedForward> pos_ffn;  ///< "pos_ffn"
+
+ private:
+  bool store_attention_ = false;
+  Tensor last_self_attention_;
+  Tensor last_cross_attention_;
+};
+
+/// The seed's Encoder: src_word_emb, position_enc, layer_stack (EncoderLayer list), layer_norm (eps 1e-6).
+class Encoder : public Module {
+ public:
+  /// Built from options (src_vocab); uses `word_emb` as its embedding when given (shared with the decoder).
+  Encoder(const TransformerOptions& options, Generator& gen = default_generator(),
+          std::shared_ptr<Embedding> word_emb = nullptr);
+  /// "Encoder".
+  std::string type_name() const override { return "Encoder"; }
+  /// src_seq (B, S) Int64, src_mask Bool (B, 1, 1, S) TRUE = BLOCKED (or undefined) -> (B, S, d_model).
+  Tensor forward(const Tensor& src_seq, const Tensor& src_mask);
+  using Module::forward;
+
+  std::shared_ptr<Embedding> src_word_emb;           ///< (src_vocab, d_model), padding_idx = pad_idx
+  std::shared_ptr<PositionalEncoding> position_enc;  ///< sinusoidal table (n_position rows) + dropout
+  std::shared_ptr<ModuleList> layer_stack;           ///< n_layers EncoderLayer
+  std::shared_ptr<LayerNorm> layer_norm;             ///< applied before the layers (the seed's order)
+
+ private:
+  double scale_;  // sqrt(d_model) with scale_embedding and tie_output, else 1
+};
+
+/// The seed's Decoder: trg_word_emb, position_enc, layer_stack (DecoderLayer list), layer_norm (eps 1e-6).
+class Decoder : public Module {
+ public:
+  /// Built from options (tgt_vocab); uses `word_emb` as its embedding when given (shared with the encoder).
+  Decoder(const TransformerOptions& options, Generator& gen = default_generator(),
+          std::shared_ptr<Embedding> word_emb = nullptr);
+  /// "Decoder".
+  std::string type_name() const override { return "Decoder"; }
+  /// trg_seq (B, T) Int64, trg_mask Bool broadcastable to (B, 1, T, T), enc_output (B, S, d_model), src_mask
+  /// Bool (B, 1, 1, S) (masks TRUE = BLOCKED, or undefined) -> (B, T, d_model).
+  Tensor forward(const Tensor& trg_seq, const Tensor& trg_mask, const Tensor& enc_output, const Tensor& src_mask);
+  using Module::forward;
+
+  std::shared_ptr<Embedding> trg_word_emb;           ///< (tgt_vocab, d_model), padding_idx = pad_idx
+  std::shared_ptr<PositionalEncoding> position_enc;  ///< sinusoidal table (n_position rows) + dropout
+  std::shared_ptr<ModuleList> layer_stack;           ///< n_layers DecoderLayer
+  std::shared_ptr<LayerNorm> layer_norm;             ///< applied before the layers (the seed's order)
+
+ private:
+  double scale_;  // sqrt(d_model) with scale_embedding and tie_output, else 1
+};
+
+/// The seed's encoder-decoder Transformer (see the file comment). Padding and causal masks are built inside from
+/// the tokens and pad_idx. A query whose keys are all padding attends to nothing (zeros; the seed's -1e9 fill
+/// gives uniform weights there): only a source of nothing but padding, or a target starting with pad_idx.
+class Transformer : public Module {
+ public:
+  /// The options type.
+  using Options = TransformerOptions;
+  /// Builds the model, drawing every initial weight from `gen`.
+  explicit Transformer(const TransformerOptions& options, Generator& gen = default_generator());
+  /// "Transformer".
+  std::string type_name() const override { return "Transformer"; }
+  /// src (B, S) Int64, tgt_in (B, T) Int64 -> logits (B, T, tgt_vocab) (the seed returns them as (B*T, V)).
+  Tensor forward(const Tensor& src, const Tensor& tgt_in);
+  using Module::forward;
+  /// src (B, S) Int64 -> memory (B, S, d_model), the encoder output.
+  Tensor encode(const Tensor& src);
+  /// tgt_in (B, T) Int64, memory (B, S, d_model) from encode(src), src (B, S) (for its padding mask) -> logits
+  /// (B, T, tgt_vocab). forward(src, tgt) == decode(tgt, encode(src), src).
+  Tensor decode(const Tensor& tgt_in, const Tensor& memory, const Tensor& src);
+  /// The output projection weight (tgt_vocab, d_model): trg_word_prj.weight, or the target embedding when tied.
+  Tensor output_weight() const;
+
+  /// Keeps (true) or stops keeping (false) every layer's last attention weights.
+  void store_attention(bool on);
+  /// Per encoder layer: its last self-attention probabilities (B, H, S, S) (undefined unless stored).
+  std::vector<Tensor> encoder_attention() const;
+  /// Per decoder layer: its last self-attention probabilities (B, H, T, T).
+  std::vector<Tensor> decoder_self_attention() const;
+  /// Per decoder layer: its last encoder-decoder attention probabilities (B, H, T, S).
+  std::vector<Tensor> decoder_cross_attention() const;
+  /// Draws every future dropout mask from `gen` (which must outlive the model).
+  void set_generator(Generator& gen);
+
+  const TransformerOptions options;      ///< the options it was built with
+  std::shared_ptr<Encoder> encoder;      ///< "encoder"
+  std::shared_ptr<Decoder> decoder;      ///< "decoder"
+  std::shared_ptr<Linear> trg_word_prj;  ///< d_model -> tgt_vocab, no bias; null with tie_output
+
+ protected:
+  /// "src_vocab=.., tgt_vocab=.., d_model=.., ...".
+  std::string extra_repr() const override;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Decoder-only causal language model
+
+/// Options of CausalLM (plain fields): CausalLM({.vocab = 256, .d_model = 128}, gen).
+struct CausalLMOptions {
+  int64_t vocab = 0;      ///< vocabulary size
+  int64_t d_model = 128;  ///< model width D
+  int64_t n_head = 4;     ///< attention heads; must divide d_model
+  int64_t d_ff = 512;     ///< feed-forward hidden size F
+  int64_t n_layers = 2;   ///< blocks
+  double dropout = 0.1;   ///< every dropout (embedding, attention probabilities, residual branches, FFN hidden)
+  int64_t max_len = 512;  ///< longest sequence (rows of the position table)
+  int64_t pad_idx = 0;    ///< padding token, masked as a key by forward(tokens, true); < 0: none
+};
+
+/// One pre-LN block of CausalLM: x + dropout1(self_attn(norm1(x))) with a causal mask, then
+/// x + dropout2(ff(norm2(x))). Children: norm1, self_attn (MultiheadAttention), dropout1, norm2, ff
+/// (PositionwiseFeedForward: ff.linear1, ff.dropout, ff.linear2), dropout2.
+class CausalLMBlock : public Module {
+ public:
+  /// Draws initial weights from `gen` (self_attn, then ff).
+  explicit CausalLMBlock(const CausalLMOptions& options, Generator& gen = default_generator());
+  /// "CausalLMBlock".
+  std::string type_name() const override { return "CausalLMBlock"; }
+  /// x (B, L, D) -> (B, L, D), causal.
+  Tensor forward(const Tensor& x) override;
+  /// x (B, L, D) -> (B, L, D), causal, with keys blocked where key_padding_mask (B, L) Bool is TRUE (or undefined).
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask);
+  /// Draws every future dropout mask from `gen` (which must outlive the block).
+  void set_generator(Generator& gen);
+  /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
+  void set_store_attention(bool on);
+  /// Self-attention probabilities (B, H, L, L) of the last forward; undefined unless stored.
+  const Tensor& last_attention() const { return last_attention_; }
+
+  std::shared_ptr<LayerNorm> norm1;               ///< before self-attention (eps 1e-6)
+  std::shared_ptr<MultiheadAttention> self_attn;  ///< causal self-attention with attention dropout
+  std::shared_ptr<Dropout> dropout1;              ///< on the attention branch
+  std::shared_ptr<LayerNorm> norm2;               ///< before the feed-forward block (eps 1e-6)
+  std::shared_ptr<PositionwiseFeedForward> ff;    ///< Linear(D, F), ReLU, Dropout, Linear(F, D)
+  std::shared_ptr<Dropout> dropout2;              ///< on the feed-forward branch
+
+ private:
+  bool store_attention_ = false;
+  Tensor last_attention_;
+};
+
+/// Decoder-only pre-LN language model (see the file comment). Parameters: embed.weight (vocab, D) ~ N(0, 1/D)
+/// (so that the scaled embedding has unit variance and the tied logits start near unit scale), the blocks
+/// (MultiheadAttention and Linear initialised as PyTorch's), norm.weight, norm.bias; buffer "pe" (max_len, D).
+/// Right padding under the causal mask never changes earlier positions (a query only sees keys at or before it),
+/// so padding needs no mask for training with ignore_index on padded targets; forward(tokens, true) also blocks
+/// pad keys, which only changes the outputs at padded positions (and, with left padding, leaves a query that sees
+/// only padding attending to nothing).
+class CausalLM : public Module {
+ public:
+  /// The options type.
+  using Options = CausalLMOptions;
+  /// Builds the model, drawing every initial weight from `gen`.
+  explicit CausalLM(const CausalLMOptions& options, Generator& gen = default_generator());
+  /// "CausalLM".
+  std::string type_name() const override { return "CausalLM"; }
+  /// tokens (B, L) Int64 with L <= max_len and ids in [0, vocab) -> logits (B, L, vocab).
+  Tensor forward(const Tensor& tokens) override;
+  /// Same; with mask_padding, keys equal to pad_idx are also blocked.
+  Tensor forward(const Tensor& tokens, bool mask_padding);
+  /// Keeps (true) or stops keeping (false) every block's last attention weights.
+  void store_attention(bool on);
+  /// Per block: its last self-attention probabilities (B, H, L, L) (undefined unless stored).
+  std::vector<Tensor> attention_weights() const;
+  /// Block i (negative counts from the end).
+  std::shared_ptr<CausalLMBlock> block(int64_t i) const { return blocks->at<CausalLMBlock>(i); }
+  /// Draws every future dropout mask from `gen` (which must outlive the model).
+  void set_generator(Generator& gen);
+
+  const CausalLMOptions options;       ///< the options it was built with
+  std::shared_ptr<Embedding> embed;    ///< "embed" (vocab, D), also the output projection
+  Tensor pe;                           ///< "pe" buffer (max_len, D), the sinusoidal table
+  std::shared_ptr<Dropout> dropout;    ///< on the embedded input
+  std::shared_ptr<ModuleList> blocks;  ///< "blocks": n_layers CausalLMBlock
+  std::shared_ptr<LayerNorm> norm;     ///< final LayerNorm (eps 1e-6)
+
+ protected:
+  /// "vocab=.., d_model=.., ...".
+  std::string extra_repr() const override;
+};
+
+}  // namespace attograd::nn

@@ -1,0 +1,269 @@
+#include "nn/transformer.h"
+
+#include "autograd/activation.h"
+
+namespace attograd::nn {
+
+namespace {
+
+void check_options(const TransformerLayerOptions& o, const char* me) {
+  ATTO_CHECK(o.d_model > 0 && o.nhead > 0 && o.dim_feedforward > 0, me,
+             "d_model, nhead and dim_feedforward must be positive, got d_model=", o.d_model, ", nhead=", o.nhead,
+             ", dim_feedforward=", o.dim_feedforward);
+  ATTO_CHECK(o.d_model % o.nhead == 0, me, "d_model must be divisible by nhead, got d_model=", o.d_model,
+             ", nhead=", o.nhead);
+  ATTO_CHECK(o.activation == "relu" || o.activation == "gelu", me, "activation must be 'relu' or 'gelu', got '",
+             o.activation, "'");
+  ATTO_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, me, "dropout must be in [0, 1), got ", o.dropout);
+  ATTO_CHECK(o.layer_norm_eps > 0.0, me, "layer_norm_eps must be positive, got ", o.layer_norm_eps);
+}
+
+// x must be (B, L, d_model).
+void check_input(const Tensor& x, int64_t d_model, const char* me, const char* what) {
+  ATTO_CHECK(x.defined(), me, what, " is undefined");
+  ATTO_CHECK(x.dim() == 3 && x.size(2) == d_model, me, "expected batch-first ", what,
+             " of shape (B, L, d_model=", d_model, "), got shape ", x.shape());
+}
+
+Tensor activate(const Tensor& h, const std::string& activation) { return activation == "gelu" ? gelu(h) : relu(h); }
+
+std::string layer_repr(const TransformerLayerOptions& o) {
+  return cat("d_model=", o.d_model, ", nhead=", o.nhead, ", dim_feedforward=", o.dim_feedforward,
+             ", norm_first=", o.norm_first ? "True" : "False", ", activation=", o.activation);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// TransformerEncoderLayer
+
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOptions& opts, Generator& gen)
+    : options(opts) {
+  check_options(options, "TransformerEncoderLayer");
+  const int64_t D = options.d_model, F = options.dim_feedforward;
+  const double p = options.dropout, eps = options.layer_norm_eps;
+  self_attn = register_module(
+      "self_attn", std::make_shared<MultiheadAttention>(
+                       MultiheadAttentionOptions{.embed_dim = D, .num_heads = options.nhead, .dropout = p}, gen));
+  linear1 = register_module("linear1", std::make_shared<Linear>(D, F, true, gen));
+  dropout = register_module("dropout", std::make_shared<Dropout>(p));
+  linear2 = register_module("linear2", std::make_shared<Linear>(F, D, true, gen));
+  norm1 = register_module("norm1", std::make_shared<LayerNorm>(D, eps));
+  norm2 = register_module("norm2", std::make_shared<LayerNorm>(D, eps));
+  dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
+  dropout2 = register_module("dropout2", std::make_shared<Dropout>(p));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src) { return forward(src, Tensor(), Tensor(), false); }
+
+// The self-attention block without its residual: dropout1(self_attn(x, x, x)).
+Tensor TransformerEncoderLayer::sa_block(const Tensor& x, const Tensor& attn_mask, const Tensor& key_padding_mask,
+                                         bool is_causal) {
+  MhaResult r = self_attn->forward(x, x, x,
+                                   {.key_padding_mask = key_padding_mask,
+                                    .attn_mask = attn_mask,
+                                    .need_weights = store_attention_,
+                                    .average_attn_weights = false,
+                                    .is_causal = is_causal});
+  if (store_attention_) last_attention_ = r.weights;  // (B, H, L, L)
+  return dropout1->forward(r.output);
+}
+
+// The feed-forward block without its residual: dropout2(linear2(dropout(activation(linear1(x))))).
+Tensor TransformerEncoderLayer::ff_block(const Tensor& x) {
+  Tensor h = activate(linear1->forward(x), options.activation);  // (B, L, F)
+  return dropout2->forward(linear2->forward(dropout->forward(h)));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask,
+                                        bool is_causal) {
+  check_input(src, options.d_model, "TransformerEncoderLayer", "src");
+  Tensor x = src;  // (B, L, D)
+  if (options.norm_first) {
+    x = x + sa_block(norm1->forward(x), src_mask, src_key_padding_mask, is_causal);
+    x = x + ff_block(norm2->forward(x));
+  } else {
+    x = norm1->forward(x + sa_block(x, src_mask, src_key_padding_mask, is_causal));
+    x = norm2->forward(x + ff_block(x));
+  }
+  return x;
+}
+
+void TransformerEncoderLayer::set_generator(Generator& gen) {
+  self_attn->set_generator(gen);
+  for (Dropout* d : {dropout.get(), dropout1.get(), dropout2.get()}) d->set_generator(gen);
+}
+
+void TransformerEncoderLayer::set_store_attention(bool on) {
+  store_attention_ = on;
+  if (!on) last_attention_ = Tensor();
+}
+
+std::string TransformerEncoderLayer::extra_repr() const { return layer_repr(options); }
+
+// ---------------------------------------------------------------------------------------------
+// TransformerDecoderLayer
+
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerDecoderLayerOptions& opts, Generator& gen)
+    : options(opts) {
+  check_options(options, "TransformerDecoderLayer");
+  const int64_t D = options.d_model, F = options.dim_feedforward;
+  const double p = options.dropout, eps = options.layer_norm_eps;
+  const MultiheadAttentionOptions mha{.embed_dim = D, .num_heads = options.nhead, .dropout = p};
+  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(mha, gen));
+  multihead_attn = register_module("multihead_attn", std::make_shared<MultiheadAttention>(mha, gen));
+  linear1 = register_module("linear1", std::make_shared<Linear>(D, F, true, gen));
+  dropout = register_module("dropout", std::make_shared<Dropout>(p));
+  linear2 = register_module("linear2", std::make_shared<Linear>(F, D, true, gen));
+  norm1 = register_module("norm1", std::make_shared<LayerNorm>(D, eps));
+  norm2 = register_module("norm2", std::make_shared<LayerNorm>(D, eps));
+  norm3 = register_module("norm3", std::make_shared<LayerNorm>(D, eps));
+  dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
+  dropout2 = register_module("dropout2", std::make_shared<Dropout>(p));
+  dropout3 = register_module("dropout3", std::make_shared<Dropout>(p));
+}
+
+// The feed-forward block without its residual: dropout3(linear2(dropout(activation(linear1(x))))).
+Tensor TransformerDecoderLayer::ff_block(const Tensor& x) {
+  Tensor h = activate(linear1->forward(x), options.activation);  // (B, T, F)
+  return dropout3->forward(linear2->forward(dropout->forward(h)));
+}
+
+Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                        const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
+                                        const Tensor& memory_key_padding_mask, bool tgt_is_causal) {
+  const char* me = "TransformerDecoderLayer";
+  check_input(tgt, options.d_model, me, "tgt");
+  check_input(memory, options.d_model, me, "memory");
+  ATTO_CHECK(tgt.size(0) == memory.size(0), me, "batch sizes differ: tgt ", tgt.shape(), ", memory ", memory.shape());
+  const bool store = store_attention_;
+  // Self-attention block: dropout1(self_attn(x, x, x)).
+  auto sa_block = [&](const Tensor& x) {
+    MhaResult r = self_attn->forward(x, x, x,
+                                     {.key_padding_mask = tgt_key_padding_mask,
+                                      .attn_mask = tgt_mask,
+                                      .need_weights = store,
+                                      .average_attn_weights = false,
+                                      .is_causal = tgt_is_causal});
+    if (store) last_self_attention_ = r.weights;  // (B, H, T, T)
+    return dropout1->forward(r.output);
+  };
+  // Cross-attention block: dropout2(multihead_attn(x, memory, memory)).
+  auto mha_block = [&](const Tensor& x) {
+    MhaResult r = multihead_attn->forward(x, memory, memory,
+                                          {.key_padding_mask = memory_key_padding_mask,
+                                           .attn_mask = memory_mask,
+                                           .need_weights = store,
+                                           .average_attn_weights = false});
+    if (store) last_cross_attention_ = r.weights;  // (B, H, T, S)
+    return dropout2->forward(r.output);
+  };
+  Tensor x = tgt;  // (B, T, D)
+  if (options.norm_first) {
+    x = x + sa_block(norm1->forward(x));
+    x = x + mha_block(norm2->forward(x));
+    x = x + ff_block(norm3->forward(x));
+  } else {
+    x = norm1->forward(x + sa_block(x));
+    x = norm2->forward(x + mha_block(x));
+    x = norm3->forward(x + ff_block(x));
+  }
+  return x;
+}
+
+void TransformerDecoderLayer::set_generator(Generator& gen) {
+  self_attn->set_generator(gen);
+  multihead_attn->set_generator(gen);
+  for (Dropout* d : {dropout.get(), dropout1.get(), dropout2.get(), dropout3.get()}) d->set_generator(gen);
+}
+
+void TransformerDecoderLayer::set_store_attention(bool on) {
+  store_attention_ = on;
+  if (!on) {
+    last_self_attention_ = Tensor();
+    last_cross_attention_ = Tensor();
+  }
+}
+
+std::string TransformerDecoderLayer::extra_repr() const { return layer_repr(options); }
+
+// ---------------------------------------------------------------------------------------------
+// TransformerEncoder / TransformerDecoder
+
+TransformerEncoder::TransformerEncoder(const TransformerEncoderLayerOptions& layer_options, int64_t n, bool final_norm,
+                                       Generator& gen) {
+  ATTO_CHECK(n >= 0, "TransformerEncoder", "num_layers must be non-negative, got ", n);
+  check_options(layer_options, "TransformerEncoder");
+  layers = register_module("layers", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < n; ++i) layers->push_back(std::make_shared<TransformerEncoderLayer>(layer_options, gen));
+  if (final_norm)
+    norm = register_module("norm", std::make_shared<LayerNorm>(layer_options.d_model, layer_options.layer_norm_eps));
+}
+
+Tensor TransformerEncoder::forward(const Tensor& src) { return forward(src, Tensor(), Tensor(), false); }
+
+Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask,
+                                   bool is_causal) {
+  ATTO_CHECK(src.defined(), type_name(), "src is undefined");
+  Tensor x = src;  // (B, L, D)
+  for (const auto& m : *layers)
+    x = static_cast<TransformerEncoderLayer&>(*m).forward(x, mask, src_key_padding_mask, is_causal);
+  return norm ? norm->forward(x) : x;
+}
+
+void TransformerEncoder::set_generator(Generator& gen) {
+  for (const auto& m : *layers) static_cast<TransformerEncoderLayer&>(*m).set_generator(gen);
+}
+
+void TransformerEncoder::set_store_attention(bool on) {
+  for (const auto& m : *layers) static_cast<TransformerEncoderLayer&>(*m).set_store_attention(on);
+}
+
+std::vector<Tensor> TransformerEncoder::attention_weights() const {
+  std::vector<Tensor> out;
+  for (const auto& m : *layers) out.push_back(static_cast<TransformerEncoderLayer&>(*m).last_attention());
+  return out;
+}
+
+TransformerDecoder::TransformerDecoder(const TransformerDecoderLayerOptions& layer_options, int64_t n, bool final_norm,
+                                       Generator& gen) {
+  ATTO_CHECK(n >= 0, "TransformerDecoder", "num_layers must be non-negative, got ", n);
+  check_options(layer_options, "TransformerDecoder");
+  layers = register_module("layers", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < n; ++i) layers->push_back(std::make_shared<TransformerDecoderLayer>(layer_options, gen));
+  if (final_norm)
+    norm = register_module("norm", std::make_shared<LayerNorm>(layer_options.d_model, layer_options.layer_norm_eps));
+}
+
+Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                   const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
+                                   const Tensor& memory_key_padding_mask, bool tgt_is_causal) {
+  ATTO_CHECK(tgt.defined() && memory.defined(), type_name(), "tgt and memory must be defined");
+  Tensor x = tgt;  // (B, T, D)
+  for (const auto& m : *layers)
+    x = static_cast<TransformerDecoderLayer&>(*m).forward(x, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                                                          memory_key_padding_mask, tgt_is_causal);
+  return norm ? norm->forward(x) : x;
+}
+
+void TransformerDecoder::set_generator(Generator& gen) {
+  for (const auto& m : *layers) static_cast<TransformerDecoderLayer&>(*m).set_generator(gen);
+}
+
+void TransformerDecoder::set_store_attention(bool on) {
+  for (const auto& m : *layers) static_cast<TransformerDecoderLayer&>(*m).set_store_attention(on);
+}
+
+std::vector<Tensor> TransformerDecoder::self_attention_weights() const {
+  std::vector<Tensor> out;
+  for (const auto& m : *layers) out.push_back(static_cast<TransformerDecoderLayer&>(*m).last_self_attention());
+  return out;
+}
+
+std::vector<Tensor> TransformerDecoder::cross_attention_weights() const {
+  std::vector<Tensor> out;
+  for (const auto& m : *layers) out.push_back(static_cast<TransformerDecoderLayer&>(*m).last_cross_attention());
+  return out;
+}
+
+}  // namespace attograd::nn

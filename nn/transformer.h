@@ -1,0 +1,204 @@
+#pragma once
+// Transformer encoder and decoder layers and their stacks, as PyTorch 1.13's nn.TransformerEncoderLayer,
+// nn.TransformerDecoderLayer, nn.TransformerEncoder and nn.TransformerDecoder with batch_first=True:
+// the same submodule names and registration order (so named_parameters() is PyTorch's list, in order), the
+// same post-LN (norm_first = false) and pre-LN (norm_first = true) residual structure:
+//
+//   post-LN: x = norm1(x + dropout1(self_attn(x)))            pre-LN: x = x + dropout1(self_attn(norm1(x)))
+//            [x = norm2(x + dropout2(multihead_attn(x, mem)))]        [x = x + dropout2(multihead_attn(norm2(x), mem))]
+//            x = normN(x + dropoutN(ff(x)))                           x = x + dropoutN(ff(normN(x)))
+//   ff(x) = linear2(dropout(activation(linear1(x))))
+//
+// Masks: Bool TRUE = BLOCKED (PyTorch's nn.Transformer* convention) or float additive; attn masks (Lq, Lk) or
+// (B * nhead, Lq, Lk), key padding masks (B, Lk). `is_causal` additionally blocks key j > query i (PyTorch 1.13
+// has no such argument: pass the causal mask there). A query whose keys are all blocked attends to nothing (see
+// nn/attention.h: zeros where PyTorch 1.13 gives NaN).
+//
+// Attention weights for visualisation: after set_store_attention(true) a layer keeps the per-head probabilities
+// (B, H, Lq, Lk) of its last forward (after attention dropout in training mode, no history); off by default, at
+// no cost. Dropout masks come from default_generator() until set_generator() is called; re-seeding that
+// generator replays every mask of the layer (dropout modules and attention dropout).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/attention.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+
+namespace attograd::nn {
+
+/// Constructor options of the encoder and decoder layers (PyTorch's keyword arguments; batch_first is always on):
+/// TransformerEncoderLayer({.d_model = 64, .nhead = 4, .dim_feedforward = 256, .norm_first = true}, gen).
+struct TransformerLayerOptions {
+  int64_t d_model = 0;              ///< model width E
+  int64_t nhead = 0;                ///< attention heads; must divide d_model
+  int64_t dim_feedforward = 2048;   ///< hidden size of the feed-forward block
+  double dropout = 0.1;             ///< every dropout of the layer, attention probabilities included
+  std::string activation = "relu";  ///< "relu" or "gelu" (exact)
+  double layer_norm_eps = 1e-5;     ///< eps of every LayerNorm
+  bool norm_first = false;          ///< pre-LN (true) or post-LN (false, PyTorch's default)
+};
+/// Options of TransformerEncoderLayer.
+using TransformerEncoderLayerOptions = TransformerLayerOptions;
+/// Options of TransformerDecoderLayer.
+using TransformerDecoderLayerOptions = TransformerLayerOptions;
+
+/// torch.nn.TransformerEncoderLayer (batch_first=True). Children, in PyTorch's order: self_attn, linear1,
+/// dropout, linear2, norm1, norm2, dropout1, dropout2. Initialisation as PyTorch's modules (drawn from `gen`).
+class TransformerEncoderLayer : public Module {
+ public:
+  /// Builds the layer, drawing initial weights from `gen` (self_attn, linear1, linear2 in that order).
+  explicit TransformerEncoderLayer(const TransformerEncoderLayerOptions& options, Generator& gen = default_generator());
+  /// "TransformerEncoderLayer".
+  std::string type_name() const override { return "TransformerEncoderLayer"; }
+  /// src (B, L, d_model) -> (B, L, d_model), no masks.
+  Tensor forward(const Tensor& src) override;
+  /// src (B, L, d_model) -> (B, L, d_model). src_mask (L, L) or (B * nhead, L, L), src_key_padding_mask (B, L);
+  /// either may be undefined.
+  Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = Tensor(),
+                 bool is_causal = false);
+  /// Draws every future dropout mask of the layer from `gen` (which must outlive the layer).
+  void set_generator(Generator& gen);
+  /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
+  void set_store_attention(bool on);
+  /// Whether attention weights are kept.
+  bool store_attention() const { return store_attention_; }
+  /// Self-attention probabilities (B, nhead, L, L) of the last forward; undefined unless stored.
+  const Tensor& last_attention() const { return last_attention_; }
+
+  const TransformerEncoderLayerOptions options;   ///< the options it was built with
+  std::shared_ptr<MultiheadAttention> self_attn;  ///< "self_attn"
+  std::shared_ptr<Linear> linear1;                ///< d_model -> dim_feedforward
+  std::shared_ptr<Dropout> dropout;               ///< inside the feed-forward block
+  std::shared_ptr<Linear> linear2;                ///< dim_feedforward -> d_model
+  std::shared_ptr<LayerNorm> norm1;               ///< around the self-attention block
+  std::shared_ptr<LayerNorm> norm2;               ///< around the feed-forward block
+  std::shared_ptr<Dropout> dropout1;              ///< on the self-attention output
+  std::shared_ptr<Dropout> dropout2;              ///< on the feed-forward output
+
+ protected:
+  /// "norm_first=False, activation=relu".
+  std::string extra_repr() const override;
+
+ private:
+  Tensor sa_block(const Tensor& x, const Tensor& attn_mask, const Tensor& key_padding_mask, bool is_causal);
+  Tensor ff_block(const Tensor& x);
+  bool store_attention_ = false;
+  Tensor last_attention_;
+};
+
+/// torch.nn.TransformerDecoderLayer (batch_first=True). Children, in PyTorch's order: self_attn, multihead_attn,
+/// linear1, dropout, linear2, norm1, norm2, norm3, dropout1, dropout2, dropout3.
+class TransformerDecoderLayer : public Module {
+ public:
+  /// Builds the layer, drawing initial weights from `gen` (self_attn, multihead_attn, linear1, linear2).
+  explicit TransformerDecoderLayer(const TransformerDecoderLayerOptions& options, Generator& gen = default_generator());
+  /// "TransformerDecoderLayer".
+  std::string type_name() const override { return "TransformerDecoderLayer"; }
+  /// tgt (B, T, d_model), memory (B, S, d_model) -> (B, T, d_model). tgt_mask (T, T) or (B * nhead, T, T),
+  /// memory_mask (T, S) or (B * nhead, T, S), tgt_key_padding_mask (B, T), memory_key_padding_mask (B, S); any may
+  /// be undefined. tgt_is_causal also blocks key j > query i in the self-attention.
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
+                 const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
+                 const Tensor& memory_key_padding_mask = Tensor(), bool tgt_is_causal = false);
+  using Module::forward;
+  /// Draws every future dropout mask of the layer from `gen` (which must outlive the layer).
+  void set_generator(Generator& gen);
+  /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
+  void set_store_attention(bool on);
+  /// Whether attention weights are kept.
+  bool store_attention() const { return store_attention_; }
+  /// Self-attention probabilities (B, nhead, T, T) of the last forward; undefined unless stored.
+  const Tensor& last_self_attention() const { return last_self_attention_; }
+  /// Cross-attention probabilities (B, nhead, T, S) of the last forward; undefined unless stored.
+  const Tensor& last_cross_attention() const { return last_cross_attention_; }
+
+  const TransformerDecoderLayerOptions options;        ///< the options it was built with
+  std::shared_ptr<MultiheadAttention> self_attn;       ///< "self_attn"
+  std::shared_ptr<MultiheadAttention> multihead_attn;  ///< "multihead_attn" (queries tgt, keys/values memory)
+  std::shared_ptr<Linear> linear1;                     ///< d_model -> dim_feedforward
+  std::shared_ptr<Dropout> dropout;                    ///< inside the feed-forward block
+  std::shared_ptr<Linear> linear2;                     ///< dim_feedforward -> d_model
+  std::shared_ptr<LayerNorm> norm1;                    ///< around the self-attention block
+  std::shared_ptr<LayerNorm> norm2;                    ///< around the cross-attention block
+  std::shared_ptr<LayerNorm> norm3;                    ///< around the feed-forward block
+  std::shared_ptr<Dropout> dropout1;                   ///< on the self-attention output
+  std::shared_ptr<Dropout> dropout2;                   ///< on the cross-attention output
+  std::shared_ptr<Dropout> dropout3;                   ///< on the feed-forward output
+
+ protected:
+  /// "norm_first=False, activation=relu".
+  std::string extra_repr() const override;
+
+ private:
+  Tensor ff_block(const Tensor& x);
+  bool store_attention_ = false;
+  Tensor last_self_attention_;
+  Tensor last_cross_attention_;
+};
+
+/// torch.nn.TransformerEncoder: num_layers encoder layers ("layers.0", "layers.1", ... in the ModuleList
+/// "layers") and an optional final LayerNorm "norm". Unlike PyTorch (which deep-copies one layer, so that all
+/// start equal), each layer draws its own initial weights from `gen`.
+class TransformerEncoder : public Module {
+ public:
+  /// num_layers layers built from `layer`; final_norm adds LayerNorm(d_model, layer.layer_norm_eps) as "norm".
+  TransformerEncoder(const TransformerEncoderLayerOptions& layer, int64_t num_layers, bool final_norm = false,
+                     Generator& gen = default_generator());
+  /// "TransformerEncoder".
+  std::string type_name() const override { return "TransformerEncoder"; }
+  /// src (B, L, d_model) -> (B, L, d_model), no masks.
+  Tensor forward(const Tensor& src) override;
+  /// Every layer with the same masks (as TransformerEncoderLayer::forward), then the final norm if any.
+  Tensor forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask = Tensor(),
+                 bool is_causal = false);
+  /// Number of layers.
+  int64_t num_layers() const { return static_cast<int64_t>(layers->size()); }
+  /// Layer i (negative counts from the end).
+  std::shared_ptr<TransformerEncoderLayer> layer(int64_t i) const { return layers->at<TransformerEncoderLayer>(i); }
+  /// Draws every future dropout mask from `gen` (which must outlive the module).
+  void set_generator(Generator& gen);
+  /// set_store_attention(on) on every layer.
+  void set_store_attention(bool on);
+  /// Each layer's last self-attention probabilities (B, nhead, L, L) (undefined unless stored).
+  std::vector<Tensor> attention_weights() const;
+
+  std::shared_ptr<ModuleList> layers;  ///< "layers"
+  std::shared_ptr<LayerNorm> norm;     ///< "norm", or null
+};
+
+/// torch.nn.TransformerDecoder: num_layers decoder layers ("layers.0", ...) and an optional final LayerNorm
+/// "norm". Each layer draws its own initial weights from `gen`.
+class TransformerDecoder : public Module {
+ public:
+  /// num_layers layers built from `layer`; final_norm adds LayerNorm(d_model, layer.layer_norm_eps) as "norm".
+  TransformerDecoder(const TransformerDecoderLayerOptions& layer, int64_t num_layers, bool final_norm = false,
+                     Generator& gen = default_generator());
+  /// "TransformerDecoder".
+  std::string type_name() const override { return "TransformerDecoder"; }
+  /// Every layer with the same memory and masks (as TransformerDecoderLayer::forward), then the final norm.
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
+                 const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
+                 const Tensor& memory_key_padding_mask = Tensor(), bool tgt_is_causal = false);
+  using Module::forward;
+  /// Number of layers.
+  int64_t num_layers() const { return static_cast<int64_t>(layers->size()); }
+  /// Layer i (negative counts from the end).
+  std::shared_ptr<TransformerDecoderLayer> layer(int64_t i) const { return layers->at<TransformerDecoderLayer>(i); }
+  /// Draws every future dropout mask from `gen` (which must outlive the module).
+  void set_generator(Generator& gen);
+  /// set_store_attention(on) on every layer.
+  void set_store_attention(bool on);
+  /// Each layer's last self-attention probabilities (B, nhead, T, T) (undefined unless stored).
+  std::vector<Tensor> self_attention_weights() const;
+  /// Each layer's last cross-attention probabilities (B, nhead, T, S) (undefined unless stored).
+  std::vector<Tensor> cross_attention_weights() const;
+
+  std::shared_ptr<ModuleList> layers;  ///< "layers"
+  std::shared_ptr<LayerNorm> norm;     ///< "norm", or null
+};
+
+}  // namespace attograd::nn
