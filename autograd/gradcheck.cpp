@@ -92,7 +92,9 @@ GradcheckResult gradcheck(const std::function<Tensor()>& f, const std::vector<Te
   if (opt.check_reentrant) {
     auto again = analytic_jacobian(f, xs, fast ? &v : nullptr);
     for (size_t j = 0; j < rows.size() && r.reentrant; ++j)
-      if (std::memcmp(rows[j].data(), again[j].data(), rows[j].size() * sizeof(double)) != 0) r.reentrant = false;
+      if (!rows[j].empty() &&
+          std::memcmp(rows[j].data(), again[j].data(), rows[j].size() * sizeof(double)) != 0)
+        r.reentrant = false;
   }
 
   double worst_ratio = -1;
