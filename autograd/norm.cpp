@@ -1,0 +1,438 @@
+#include "autograd/norm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "autograd/elementwise.h"
+
+namespace attograd {
+
+// ---------------------------------------------------------------------------------------------
+// Row kernels. Written as plain loops that GCC vectorises at -O3 (checked with -fopt-info-vec):
+// no std::function, no per-element branches that cannot become selects, reductions split over
+// independent lanes so that no -ffast-math reassociation is needed.
+
+namespace detail {
+namespace {
+
+constexpr int kLanes = 8;  // independent double accumulators (one 512-bit register)
+
+// sum_{i<n} f(i) over kLanes independent double accumulators, folded pairwise.
+template <class F>
+inline double lane_sum(int64_t n, F f) {
+  double acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) acc[k] += f(i + k);
+  for (int k = 0; k < kLanes && i + k < n; ++k) acc[k] += f(i + k);
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
+  return acc[0];
+}
+
+}  // namespace
+
+template <class T>
+T row_max(const T* x, int64_t n) {
+  constexpr int L = 64 / sizeof(T);
+  T acc[L];
+  for (int k = 0; k < L; ++k) acc[k] = -std::numeric_limits<T>::infinity();
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int k = 0; k < L; ++k) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+  for (int k = 0; k < L && i + k < n; ++k) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+  for (int w = L / 2; w > 0; w /= 2)
+    for (int k = 0; k < w; ++k) acc[k] = acc[k + w] > acc[k] ? acc[k + w] : acc[k];
+  return acc[0];
+}
+
+template <class T>
+double row_sum(const T* x, int64_t n) {
+  return lane_sum(n, [x](int64_t i) { return static_cast<double>(x[i]); });
+}
+
+template <class T>
+double exp_shifted_sum(const T* x, T shift, T* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = exp_le0(x[i] - shift);
+  return row_sum(out, n);
+}
+
+template <class T>
+double sum_exp_shifted(const T* x, T shift, int64_t n) {
+  // In blocks through a stack buffer: GCC vectorises exp and the double sum as separate loops only.
+  constexpr int64_t B = 256;
+  T buf[B];
+  double s = 0;
+  for (int64_t i = 0; i < n; i += B) s += exp_shifted_sum(x + i, shift, buf, std::min(B, n - i));
+  return s;
+}
+
+template float row_max<float>(const float*, int64_t);
+template double row_max<double>(const double*, int64_t);
+template double row_sum<float>(const float*, int64_t);
+template double row_sum<double>(const double*, int64_t);
+template double exp_shifted_sum<float>(const float*, float, float*, int64_t);
+template double exp_shifted_sum<double>(const double*, double, double*, int64_t);
+template double sum_exp_shifted<float>(const float*, float, int64_t);
+template double sum_exp_shifted<double>(const double*, double, int64_t);
+
+}  // namespace detail
+
+namespace {
+
+using detail::exp_le0;
+
+// x viewed as (outer, n, inner), reducing over n: softmax along one dim.
+struct Slices {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+// Normalises a possibly negative dim of x (a 0-d tensor accepts -1 and 0, as in PyTorch).
+int64_t wrap_dim(int64_t dim, const Shape& shape, const char* op) {
+  const int64_t r = std::max<int64_t>(static_cast<int64_t>(shape.size()), 1);
+  ATTO_CHECK(dim >= -r && dim < r, op, "dim ", dim, " is out of range for a tensor of shape ", shape,
+             " (expected a dim in [", -r, ", ", r - 1, "])");
+  return dim < 0 ? dim + r : dim;
+}
+
+Slices slices_of(const Shape& shape, int64_t d) {
+  Slices s;
+  if (shape.empty()) return s;
+  for (int64_t i = 0; i < d; ++i) s.outer *= shape[static_cast<size_t>(i)];
+  s.n = shape[static_cast<size_t>(d)];
+  for (size_t i = static_cast<size_t>(d) + 1; i < shape.size(); ++i) s.inner *= shape[i];
+  return s;
+}
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Forward of softmax (Log = false) and log_softmax (Log = true). The shift is the slice max, or 0
+// for an all -inf slice, so that x - shift is never -inf - -inf; such a slice then has sum 0 and
+// gives y = 0 (softmax) or y = x - 0 = -inf (log_softmax).
+template <class T, bool Log>
+void softmax_forward(const T* x, T* y, const Slices s) {
+  const T ninf = static_cast<T>(kNegInf);
+  if (s.inner == 1) {  // the last dim: contiguous rows
+    for (int64_t o = 0; o < s.outer; ++o) {
+      const T* xr = x + o * s.n;
+      T* yr = y + o * s.n;
+      const T m = detail::row_max(xr, s.n);
+      const T shift = m == ninf ? T(0) : m;
+      if constexpr (Log) {
+        const double sum = detail::sum_exp_shifted(xr, shift, s.n);
+        const T lse = sum > 0 ? static_cast<T>(shift + std::log(sum)) : T(0);
+        for (int64_t i = 0; i < s.n; ++i) yr[i] = xr[i] - lse;
+      } else {
+        const double sum = detail::exp_shifted_sum(xr, shift, yr, s.n);
+        const T inv = sum > 0 ? static_cast<T>(1.0 / sum) : T(0);
+        for (int64_t i = 0; i < s.n; ++i) yr[i] *= inv;
+      }
+    }
+    return;
+  }
+  // Any other dim: loop over the reduced dim outside, over the contiguous inner positions inside.
+  std::vector<T> shift(static_cast<size_t>(s.inner)), tmp(Log ? static_cast<size_t>(s.inner) : 0);
+  std::vector<double> sum(static_cast<size_t>(s.inner));
+  T* sh = shift.data();
+  double* sm = sum.data();
+  for (int64_t o = 0; o < s.outer; ++o) {
+    const T* xo = x + o * s.n * s.inner;
+    T* yo = y + o * s.n * s.inner;
+    for (int64_t j = 0; j < s.inner; ++j) sh[j] = ninf;
+    for (int64_t c = 0; c < s.n; ++c) {
+      const T* xc = xo + c * s.inner;
+      for (int64_t j = 0; j < s.inner; ++j) sh[j] = xc[j] > sh[j] ? xc[j] : sh[j];
+    }
+    for (int64_t j = 0; j < s.inner; ++j) {
+      sh[j] = sh[j] == ninf ? T(0) : sh[j];
+      sm[j] = 0;
+    }
+    for (int64_t c = 0; c < s.n; ++c) {
+      const T* xc = xo + c * s.inner;
+      T* e = Log ? tmp.data() : yo + c * s.inner;  // exp and the double sum in separate loops (vectorised)
+      for (int64_t j = 0; j < s.inner; ++j) e[j] = exp_le0(xc[j] - sh[j]);
+      for (int64_t j = 0; j < s.inner; ++j) sm[j] += static_cast<double>(e[j]);
+    }
+    if constexpr (Log) {
+      for (int64_t j = 0; j < s.inner; ++j) sh[j] = sm[j] > 0 ? static_cast<T>(sh[j] + std::log(sm[j])) : T(0);
+      for (int64_t c = 0; c < s.n; ++c) {
+        const T* xc = xo + c * s.inner;
+        T* yc = yo + c * s.inner;
+        for (int64_t j = 0; j < s.inner; ++j) yc[j] = xc[j] - sh[j];
+      }
+    } else {
+      for (int64_t j = 0; j < s.inner; ++j) sh[j] = sm[j] > 0 ? static_cast<T>(1.0 / sm[j]) : T(0);
+      for (int64_t c = 0; c < s.n; ++c) {
+        T* yc = yo + c * s.inner;
+        for (int64_t j = 0; j < s.inner; ++j) yc[j] *= sh[j];
+      }
+    }
+  }
+}
+
+// Backward of softmax: dx = y * (g - sum(g * y)). A zero slice (all -inf input) gets dx = 0.
+template <class T>
+void softmax_backward(const T* y, const T* g, T* dx, const Slices s) {
+  if (s.inner == 1) {
+    for (int64_t o = 0; o < s.outer; ++o) {
+      const T* yr = y + o * s.n;
+      const T* gr = g + o * s.n;
+      T* dr = dx + o * s.n;
+      const T dot = static_cast<T>(detail::lane_sum(
+          s.n, [&](int64_t i) { return static_cast<double>(gr[i]) * static_cast<double>(yr[i]); }));
+      for (int64_t i = 0; i < s.n; ++i) dr[i] = yr[i] * (gr[i] - dot);
+    }
+    return;
+  }
+  std::vector<double> dot(static_cast<size_t>(s.inner));
+  std::vector<T> dotT(static_cast<size_t>(s.inner));
+  double* dp = dot.data();
+  T* dt = dotT.data();
+  for (int64_t o = 0; o < s.outer; ++o) {
+    const T* yo = y + o * s.n * s.inner;
+    const T* go = g + o * s.n * s.inner;
+    T* dxo = dx + o * s.n * s.inner;
+    for (int64_t j = 0; j < s.inner; ++j) dp[j] = 0;
+    for (int64_t c = 0; c < s.n; ++c) {
+      const T* yc = yo + c * s.inner;
+      const T* gc = go + c * s.inner;
+      for (int64_t j = 0; j < s.inner; ++j) dp[j] += static_cast<double>(gc[j]) * static_cast<double>(yc[j]);
+    }
+    for (int64_t j = 0; j < s.inner; ++j) dt[j] = static_cast<T>(dp[j]);
+    for (int64_t c = 0; c < s.n; ++c) {
+      const T* yc = yo + c * s.inner;
+      const T* gc = go + c * s.inner;
+      T* dc = dxo + c * s.inner;
+      for (int64_t j = 0; j < s.inner; ++j) dc[j] = yc[j] * (gc[j] - dt[j]);
+    }
+  }
+}
+
+// Backward of log_softmax: dx = g - exp(y) * sum(g). A slice whose outputs are all -inf (all -inf
+// input) gets dx = 0 by definition.
+template <class T>
+void log_softmax_backward(const T* y, const T* g, T* dx, const Slices s) {
+  const T ninf = static_cast<T>(kNegInf);
+  if (s.inner == 1) {
+    for (int64_t o = 0; o < s.outer; ++o) {
+      const T* yr = y + o * s.n;
+      const T* gr = g + o * s.n;
+      T* dr = dx + o * s.n;
+      if (detail::row_max(yr, s.n) == ninf) {
+        std::fill(dr, dr + s.n, T(0));
+        continue;
+      }
+      const T sg = static_cast<T>(detail::row_sum(gr, s.n));
+      for (int64_t i = 0; i < s.n; ++i) dr[i] = gr[i] - exp_le0(yr[i]) * sg;
+    }
+    return;
+  }
+  std::vector<T> ymax(static_cast<size_t>(s.inner));
+  std::vector<double> sum(static_cast<size_t>(s.inner));
+  std::vector<T> sumT(static_cast<size_t>(s.inner));
+  T* ym = ymax.data();
+  double* sm = sum.data();
+  T* st = sumT.data();
+  for (int64_t o = 0; o < s.outer; ++o) {
+    const T* yo = y + o * s.n * s.inner;
+    const T* go = g + o * s.n * s.inner;
+    T* dxo = dx + o * s.n * s.inner;
+    for (int64_t j = 0; j < s.inner; ++j) {
+      ym[j] = ninf;
+      sm[j] = 0;
+    }
+    for (int64_t c = 0; c < s.n; ++c) {
+      const T* yc = yo + c * s.inner;
+      const T* gc = go + c * s.inner;
+      for (int64_t j = 0; j < s.inner; ++j) {
+        ym[j] = yc[j] > ym[j] ? yc[j] : ym[j];
+        sm[j] += static_cast<double>(gc[j]);
+      }
+    }
+    for (int64_t j = 0; j < s.inner; ++j) st[j] = static_cast<T>(sm[j]);
+    for (int64_t c = 0; c < s.n; ++c) {
+      const T* yc = yo + c * s.inner;
+      const T* gc = go + c * s.inner;
+      T* dc = dxo + c * s.inner;
+      for (int64_t j = 0; j < s.inner; ++j) {
+        const T v = gc[j] - exp_le0(yc[j]) * st[j];
+        dc[j] = ym[j] == ninf ? T(0) : v;
+      }
+    }
+  }
+}
+
+template <bool Log>
+Tensor softmax_op(const Tensor& x, int64_t dim, const char* name) {
+  ATTO_CHECK(x.defined(), name, "called with an undefined tensor");
+  const Slices s = slices_of(x.shape(), wrap_dim(dim, x.shape(), name));
+  Tensor out = empty(x.shape(), {.dtype = x.dtype()});
+  dispatch_float(x.dtype(), name, [&]<typename T>() { softmax_forward<T, Log>(x.data<T>(), out.data<T>(), s); });
+  if (!any_requires_grad({x})) return out;
+  Tensor y = out.detach();  // the backward needs only the output
+  return record(name, out, {x}, [y, s](const Tensor& g, GradInputs& gi) {
+    Tensor dx = empty(y.shape(), {.dtype = y.dtype()});
+    dispatch_float(y.dtype(), Log ? "log_softmax_backward" : "softmax_backward", [&]<typename T>() {
+      if constexpr (Log) log_softmax_backward<T>(y.data<T>(), g.data<T>(), dx.data<T>(), s);
+      else softmax_backward<T>(y.data<T>(), g.data<T>(), dx.data<T>(), s);
+    });
+    gi[0] = dx;
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm kernels over `rows` rows of N contiguous elements.
+
+// y = (x - mean) * rstd * w + b, with mean and the biased variance accumulated in double over two
+// passes (never E[x^2] - E[x]^2). Writes mean and rstd per row when `mean_out` is non-null.
+template <class T>
+void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean_out, double* rstd_out,
+                        int64_t rows, int64_t N, double eps) {
+  if (N == 0) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * N;
+    T* yr = y + r * N;
+    const double mean = detail::row_sum(xr, N) / static_cast<double>(N);
+    const double var = detail::lane_sum(N, [&](int64_t i) {
+                         const double d = static_cast<double>(xr[i]) - mean;
+                         return d * d;
+                       }) /
+                       static_cast<double>(N);
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    if (mean_out) {
+      mean_out[r] = mean;
+      rstd_out[r] = rstd;
+    }
+    // The mean as a float pair m + ml: x - m is exact near the mean, so xhat keeps the double mean's
+    // accuracy (a lone float mean would shift every row by up to half an ulp of the mean).
+    const T m = static_cast<T>(mean), ml = static_cast<T>(mean - static_cast<double>(m)), rs = static_cast<T>(rstd);
+    if (w && b) {
+      for (int64_t i = 0; i < N; ++i) yr[i] = ((xr[i] - m) - ml) * rs * w[i] + b[i];
+    } else if (w) {
+      for (int64_t i = 0; i < N; ++i) yr[i] = ((xr[i] - m) - ml) * rs * w[i];
+    } else if (b) {
+      for (int64_t i = 0; i < N; ++i) yr[i] = ((xr[i] - m) - ml) * rs + b[i];
+    } else {
+      for (int64_t i = 0; i < N; ++i) yr[i] = ((xr[i] - m) - ml) * rs;
+    }
+  }
+}
+
+// Backward of layer_norm (llm.c's layernorm_backward), xhat = (x - mean) * rstd recomputed per row:
+//   dbias_i   += g_i                 (bias is added to every row)
+//   dweight_i += g_i * xhat_i        (weight scales xhat)
+//   dnorm_i    = g_i * w_i           (gradient reaching xhat)
+//   dx_i       = rstd * (dnorm_i - mean(dnorm) - xhat_i * mean(dnorm * xhat))   (through mean and rstd)
+// dx, dw, db may each be null when not needed; dw and db accumulate in double.
+template <class T, bool HasW>
+void layer_norm_backward(const T* x, const T* w, const T* g, const double* mean, const double* rstd, T* dx,
+                         double* dw, double* db, int64_t rows, int64_t N) {
+  if (N == 0) return;
+  const double invN = 1.0 / static_cast<double>(N);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * N;
+    const T* gr = g + r * N;
+    const T m = static_cast<T>(mean[r]), ml = static_cast<T>(mean[r] - static_cast<double>(m));  // as in forward
+    const T rs = static_cast<T>(rstd[r]);
+    if (db)
+      for (int64_t i = 0; i < N; ++i) db[i] += static_cast<double>(gr[i]);
+    if (dw)
+      for (int64_t i = 0; i < N; ++i) dw[i] += static_cast<double>(gr[i] * (((xr[i] - m) - ml) * rs));
+    if (!dx) continue;
+    // two separate lane sums: GCC vectorises each (a fused two-sum loop came out scalar)
+    const double sum_dn = detail::lane_sum(N, [&](int64_t i) {
+      const T dn = HasW ? gr[i] * w[i] : gr[i];
+      return static_cast<double>(dn);
+    });
+    const double sum_dnx = detail::lane_sum(N, [&](int64_t i) {
+      const T dn = HasW ? gr[i] * w[i] : gr[i];
+      return static_cast<double>(dn * (((xr[i] - m) - ml) * rs));
+    });
+    const T mean_dn = static_cast<T>(sum_dn * invN), mean_dnx = static_cast<T>(sum_dnx * invN);
+    T* dr = dx + r * N;
+    for (int64_t i = 0; i < N; ++i) {
+      const T dn = HasW ? gr[i] * w[i] : gr[i];
+      const T xh = ((xr[i] - m) - ml) * rs;
+      dr[i] = rs * (dn - mean_dn - xh * mean_dnx);
+    }
+  }
+}
+
+// Converts a double accumulator into a new tensor of dtype T and the given shape.
+template <class T>
+Tensor from_accumulator(const std::vector<double>& acc, const Shape& shape) {
+  Tensor t = empty(shape, {.dtype = dtype_of<T>()});
+  T* p = t.data<T>();
+  for (size_t i = 0; i < acc.size(); ++i) p[i] = static_cast<T>(acc[i]);
+  return t;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_op<false>(x, dim, "softmax"); }
+
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_op<true>(x, dim, "log_softmax"); }
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  const char* op = "layer_norm";
+  ATTO_CHECK(x.defined(), op, "called with an undefined input");
+  const Shape& xs = x.shape();
+  const Shape& ns = normalized_shape;
+  ATTO_CHECK(!ns.empty(), op, "normalized_shape must have at least one dimension, got [] for input shape ", xs);
+  const bool trailing = xs.size() >= ns.size() && std::equal(ns.begin(), ns.end(), xs.end() - ns.size());
+  ATTO_CHECK(trailing, op, "normalized_shape ", ns, " does not match the trailing dimensions of input shape ", xs);
+  if (weight.defined()) {
+    ATTO_CHECK(weight.shape() == ns, op, "weight shape ", weight.shape(), " does not match normalized_shape ", ns);
+    check_same_dtype(x, weight, op);
+  }
+  if (bias.defined()) {
+    ATTO_CHECK(bias.shape() == ns, op, "bias shape ", bias.shape(), " does not match normalized_shape ", ns);
+    check_same_dtype(x, bias, op);
+  }
+  ATTO_CHECK(eps >= 0, op, "eps must be non-negative, got ", eps);
+
+  const int64_t N = shape_numel(ns);
+  int64_t rows = 1;
+  for (size_t i = 0; i + ns.size() < xs.size(); ++i) rows *= xs[i];
+  const bool save = any_requires_grad({x, weight, bias});
+  Tensor stats;  // (2, rows): mean, then rstd
+  if (save) stats = empty({2, rows}, {.dtype = kFloat64});
+  double* mean = save ? stats.data<double>() : nullptr;
+  double* rstd = save ? mean + rows : nullptr;
+
+  Tensor out = empty(xs, {.dtype = x.dtype()});
+  dispatch_float(x.dtype(), op, [&]<typename T>() {
+    layer_norm_forward<T>(x.data<T>(), weight.defined() ? weight.data<T>() : nullptr,
+                          bias.defined() ? bias.data<T>() : nullptr, out.data<T>(), mean, rstd, rows, N, eps);
+  });
+  if (!save) return out;
+
+  Tensor xd = x.detach();
+  Tensor wd = weight.defined() ? weight.detach() : Tensor();
+  return record(op, out, {x, weight, bias}, [xd, wd, stats, rows, N, ns](const Tensor& g, GradInputs& gi) {
+    dispatch_float(xd.dtype(), "layer_norm_backward", [&]<typename T>() {
+      Tensor dx;
+      if (gi.needs(0)) dx = empty(xd.shape(), {.dtype = xd.dtype()});
+      std::vector<double> dw, db;
+      if (gi.needs(1)) dw.assign(static_cast<size_t>(N), 0.0);
+      if (gi.needs(2)) db.assign(static_cast<size_t>(N), 0.0);
+      const double* mean = stats.data<double>();
+      const double* rstd = mean + rows;
+      T* dxp = dx.defined() ? dx.data<T>() : nullptr;
+      double* dwp = gi.needs(1) ? dw.data() : nullptr;
+      double* dbp = gi.needs(2) ? db.data() : nullptr;
+      if (wd.defined())
+        layer_norm_backward<T, true>(xd.data<T>(), wd.data<T>(), g.data<T>(), mean, rstd, dxp, dwp, dbp, rows, N);
+      else
+        layer_norm_backward<T, false>(xd.data<T>(), nullptr, g.data<T>(), mean, rstd, dxp, dwp, dbp, rows, N);
+      if (gi.needs(0)) gi[0] = dx;
+      if (gi.needs(1)) gi[1] = from_accumulator<T>(dw, ns);
+      if (gi.needs(2)) gi[2] = from_accumulator<T>(db, ns);
+    });
+  });
+}
+
+}  // namespace attograd
