@@ -1,0 +1,941 @@
+#include "train/serialize.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cereal/archives/portable_binary.hpp>
+#include <cereal/types/string.hpp>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <istream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <streambuf>
+#include <system_error>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/elementwise.h"
+#include "nn/module.h"
+#include "train/optim.h"
+#include "train/safetensors.h"
+
+namespace attograd::io {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+
+std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+std::string hex64(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, v);
+  return buf;
+}
+
+// A name from an untrusted file, safe to print: control and non-ASCII bytes escaped, long names cut.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < 200; ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (s.size() > 200) out += cat("... (", s.size(), " bytes)");
+  return out;
+}
+
+uint64_t load_le64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
+  return v;
+}
+
+uint32_t load_le32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap32(v);
+  return v;
+}
+
+// The file's dtype codes (fixed by the format, independent of the Dtype enum's values).
+bool dtype_from_code(uint8_t code, Dtype* out) {
+  switch (code) {
+    case 0:
+      *out = kFloat32;
+      return true;
+    case 1:
+      *out = kFloat64;
+      return true;
+    case 2:
+      *out = kInt64;
+      return true;
+    case 3:
+      *out = kBool;
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint8_t dtype_code(Dtype d) {
+  switch (d) {
+    case Dtype::Float32:
+      return 0;
+    case Dtype::Float64:
+      return 1;
+    case Dtype::Int64:
+      return 2;
+    case Dtype::Bool:
+      return 3;
+  }
+  return 255;
+}
+
+// ---------------------------------------------------------------------------------------------
+// XXH64 (Yann Collet's xxHash, 64-bit), streaming.
+
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ULL;
+constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4FULL;
+constexpr uint64_t kP3 = 0x165667B19E3779F9ULL;
+constexpr uint64_t kP4 = 0x85EBCA77C2B2AE63ULL;
+constexpr uint64_t kP5 = 0x27D4EB2F165667C5ULL;
+
+inline uint64_t xxh_round(uint64_t acc, uint64_t input) { return std::rotl(acc + input * kP2, 31) * kP1; }
+inline uint64_t xxh_merge(uint64_t h, uint64_t v) { return (h ^ xxh_round(0, v)) * kP1 + kP4; }
+
+class Xxh64 {
+ public:
+  explicit Xxh64(uint64_t seed = 0) : seed_(seed), v_{seed + kP1 + kP2, seed + kP2, seed, seed - kP1} {}
+
+  void update(const void* data, size_t n) {
+    const uint8_t* p = static_cast<const uint8_t*>(data);
+    total_ += n;
+    if (buf_len_ + n < 32) {
+      if (n) std::memcpy(buf_ + buf_len_, p, n);
+      buf_len_ += n;
+      return;
+    }
+    if (buf_len_) {
+      const size_t take = 32 - buf_len_;
+      std::memcpy(buf_ + buf_len_, p, take);
+      stripe(buf_);
+      p += take;
+      n -= take;
+      buf_len_ = 0;
+    }
+    for (; n >= 32; p += 32, n -= 32) stripe(p);
+    if (n) std::memcpy(buf_, p, n);
+    buf_len_ = n;
+  }
+
+  uint64_t digest() const {
+    uint64_t h;
+    if (total_ >= 32) {
+      h = std::rotl(v_[0], 1) + std::rotl(v_[1], 7) + std::rotl(v_[2], 12) + std::rotl(v_[3], 18);
+      for (uint64_t v : v_) h = xxh_merge(h, v);
+    } else {
+      h = seed_ + kP5;
+    }
+    h += total_;
+    const uint8_t* p = buf_;
+    size_t n = buf_len_;
+    for (; n >= 8; p += 8, n -= 8) h = std::rotl(h ^ xxh_round(0, load_le64(p)), 27) * kP1 + kP4;
+    if (n >= 4) {
+      h = std::rotl(h ^ (uint64_t{load_le32(p)} * kP1), 23) * kP2 + kP3;
+      p += 4;
+      n -= 4;
+    }
+    for (; n > 0; ++p, --n) h = std::rotl(h ^ (uint64_t{*p} * kP5), 11) * kP1;
+    h ^= h >> 33;
+    h *= kP2;
+    h ^= h >> 29;
+    h *= kP3;
+    h ^= h >> 32;
+    return h;
+  }
+
+ private:
+  void stripe(const uint8_t* p) {
+    for (int i = 0; i < 4; ++i) v_[i] = xxh_round(v_[i], load_le64(p + 8 * i));
+  }
+  uint64_t seed_;
+  uint64_t v_[4];
+  uint64_t total_ = 0;
+  uint8_t buf_[32] = {};
+  size_t buf_len_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Parse statistics and fault injection
+
+thread_local detail::ParseStats t_stats;
+std::atomic<int> g_fault{0};
+
+const char* fault_name(int stage) {
+  switch (stage) {
+    case detail::kFaultAfterOpen:
+      return "after open";
+    case detail::kFaultMidWrite:
+      return "mid-write";
+    case detail::kFaultBeforeFsync:
+      return "before fsync";
+    case detail::kFaultBeforeRename:
+      return "before rename";
+    default:
+      return "none";
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output: a buffered file sink that hashes every byte it writes.
+
+class FileSink : public std::streambuf {
+ public:
+  FileSink(int fd, const std::string& path, const std::string& op) : fd_(fd), path_(path), op_(op) {
+    setp(buf_.data(), buf_.data() + buf_.size());
+  }
+
+  /// Hashes and writes the buffered bytes.
+  void flush() {
+    push(pbase(), static_cast<size_t>(pptr() - pbase()));
+    setp(buf_.data(), buf_.data() + buf_.size());
+  }
+  uint64_t digest() {
+    flush();
+    return hash_.digest();
+  }
+
+ protected:
+  int_type overflow(int_type ch) override {
+    flush();
+    if (!traits_type::eq_int_type(ch, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(ch);
+      pbump(1);
+    }
+    return traits_type::not_eof(ch);
+  }
+  int sync() override {
+    flush();
+    return 0;
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    if (n <= epptr() - pptr()) {
+      std::memcpy(pptr(), s, static_cast<size_t>(n));
+      pbump(static_cast<int>(n));
+      return n;
+    }
+    flush();
+    if (n >= static_cast<std::streamsize>(buf_.size())) {
+      push(s, static_cast<size_t>(n));
+    } else {
+      std::memcpy(pptr(), s, static_cast<size_t>(n));
+      pbump(static_cast<int>(n));
+    }
+    return n;
+  }
+
+ private:
+  void push(const char* p, size_t n) {
+    hash_.update(p, n);
+    while (n > 0) {
+      ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) throw Error(op_, cat("'", path_, "': write failed: ", errno_text(w < 0 ? errno : EIO)));
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+
+  int fd_;
+  const std::string& path_;
+  const std::string& op_;
+  Xxh64 hash_;
+  std::array<char, 1 << 16> buf_;
+};
+
+std::string parent_dir(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// The mode of a new file: the existing target's mode, else 0666 minus the process umask.
+mode_t new_file_mode(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return st.st_mode & 07777;
+  mode_t mask = 022;
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("Umask:", 0) == 0) mask = static_cast<mode_t>(std::strtol(line.c_str() + 6, nullptr, 8));
+  return 0666 & ~mask;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// detail
+
+namespace detail {
+
+void set_fault_point(int stage) { g_fault.store(stage); }
+
+ParseStats last_parse_stats() { return t_stats; }
+
+void reset_parse_stats(uint64_t input_bytes) { t_stats = ParseStats{input_bytes, 0, 0}; }
+
+void note_allocation(uint64_t bytes) {
+  t_stats.max_allocation = std::max(t_stats.max_allocation, bytes);
+  t_stats.total_allocated += bytes;
+}
+
+uint64_t xxh64(const void* data, size_t size, uint64_t seed) {
+  Xxh64 h(seed);
+  h.update(data, size);
+  return h.digest();
+}
+
+std::vector<uint8_t> read_file(const std::string& path, const char* op, uint64_t cap) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(op, cat("'", path, "': cannot open: ", errno_text(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) throw Error(op, cat("'", path, "': cannot stat: ", errno_text(errno)));
+  if (S_ISDIR(st.st_mode)) throw Error(op, cat("'", path, "': is a directory"));
+  if (!S_ISREG(st.st_mode)) throw Error(op, cat("'", path, "': not a regular file"));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > cap) throw Error(op, cat("'", path, "': file is ", size, " bytes, more than the cap of ", cap, " bytes"));
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  size_t got = 0;
+  while (got < size) {
+    ssize_t r = ::read(fd, bytes.data() + got, std::min<size_t>(size - got, size_t{1} << 30));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw Error(op, cat("'", path, "': read failed: ", errno_text(errno)));
+    if (r == 0) throw Error(op, cat("'", path, "': file shrank while being read (", got, " of ", size, " bytes)"));
+    got += static_cast<size_t>(r);
+  }
+  return bytes;
+}
+
+struct AtomicFile::Impl {
+  Impl(std::string path_, std::string op_, std::string tmp_, int fd_)
+      : path(std::move(path_)), op(std::move(op_)), tmp(std::move(tmp_)), fd(fd_), sink(fd, path, op), os(&sink) {}
+
+  void fault(int stage) {
+    int expected = stage;
+    if (g_fault.compare_exchange_strong(expected, kNoFault))
+      throw Error(op, cat("'", path, "': injected fault (", fault_name(stage), ")"));
+  }
+  [[noreturn]] void fail(const std::string& what, int err) {
+    throw Error(op, cat("'", path, "': ", what, ": ", errno_text(err)));
+  }
+
+  std::string path, op, tmp;
+  int fd;
+  FileSink sink;
+  std::ostream os;
+  bool committed = false;
+};
+
+AtomicFile::AtomicFile(const std::string& path, const char* op) {
+  ATTO_CHECK(!path.empty(), op, "empty file path");
+  std::string templ = path + ".tmp-XXXXXX";
+  std::vector<char> name(templ.begin(), templ.end());
+  name.push_back('\0');
+  int fd = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd < 0) throw Error(op, cat("'", path, "': cannot create a temporary file next to it: ", errno_text(errno)));
+  impl_ = std::make_unique<Impl>(path, op, std::string(name.data()), fd);
+  try {
+    impl_->fault(kFaultAfterOpen);
+  } catch (...) {
+    ::close(fd);  // a throwing constructor runs no destructor: clean up here
+    ::unlink(impl_->tmp.c_str());
+    throw;
+  }
+}
+
+AtomicFile::~AtomicFile() {
+  if (!impl_ || impl_->committed) return;
+  if (impl_->fd >= 0) ::close(impl_->fd);
+  ::unlink(impl_->tmp.c_str());
+}
+
+std::ostream& AtomicFile::stream() { return impl_->os; }
+
+void AtomicFile::flush_midway() {
+  impl_->sink.flush();
+  impl_->fault(kFaultMidWrite);
+}
+
+uint64_t AtomicFile::digest() { return impl_->sink.digest(); }
+
+const std::string& AtomicFile::temp_path() const { return impl_->tmp; }
+
+void AtomicFile::commit() {
+  Impl& f = *impl_;
+  f.sink.flush();
+  f.fault(kFaultBeforeFsync);
+  if (::fchmod(f.fd, new_file_mode(f.path)) != 0) f.fail("cannot set the file mode", errno);
+  if (::fsync(f.fd) != 0) f.fail("fsync failed", errno);
+  const int fd = f.fd;
+  f.fd = -1;
+  if (::close(fd) != 0) f.fail("close failed", errno);
+  f.fault(kFaultBeforeRename);
+  if (::rename(f.tmp.c_str(), f.path.c_str()) != 0) f.fail(cat("cannot rename '", f.tmp, "' over it"), errno);
+  f.committed = true;
+  // Make the rename itself durable. Best effort: the new file is in place whatever happens here.
+  int dfd = ::open(parent_dir(f.path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+enum class Kind : uint32_t { Weights = 0, Checkpoint = 1 };
+
+bool valid_json(const std::string& text) {
+  try {
+    return nlohmann::json::accept(text);
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
+// Checks a section's names before anything is written: non-empty, within the cap, unique.
+template <class V>
+void check_names(const char* op, const std::string& path, const char* what,
+                 const std::vector<std::pair<std::string, V>>& items) {
+  std::unordered_set<std::string> seen;
+  for (const auto& [name, _] : items) {
+    ATTO_CHECK(!name.empty(), op, "'", path, "': a ", what, " has an empty name");
+    ATTO_CHECK(name.size() <= kMaxNameBytes, op, "'", path, "': ", what, " name of ", name.size(),
+               " bytes exceeds the cap of ", kMaxNameBytes);
+    ATTO_CHECK(seen.insert(name).second, op, "'", path, "': ", what, " name '", name, "' appears more than once");
+  }
+}
+
+void write_native(const std::string& path, const char* op, Kind kind, const std::string& metadata,
+                  const NamedTensors& tensors, const Checkpoint* ck) {
+  ATTO_CHECK(valid_json(metadata), op, "'", path, "': metadata is not valid JSON: ", printable(metadata.substr(0, 80)));
+  check_names(op, path, "tensor", tensors);
+  for (const auto& [name, t] : tensors) {
+    ATTO_CHECK(t.defined(), op, "'", path, "': tensor '", name, "' is undefined");
+    ATTO_CHECK(t.dim() <= kMaxRank, op, "'", path, "': tensor '", name, "' has rank ", t.dim(), " > ", kMaxRank);
+  }
+  if (ck) {
+    check_names(op, path, "generator", ck->generators);
+    check_names(op, path, "counter", ck->counters);
+    check_names(op, path, "scalar", ck->scalars);
+  }
+
+  detail::AtomicFile file(path, op);
+  std::ostream& os = file.stream();
+  os.rdbuf()->sputn(kMagic, 8);
+  {
+    cereal::PortableBinaryOutputArchive ar(os, cereal::PortableBinaryOutputArchive::Options::LittleEndian());
+    ar(kFormatVersion, static_cast<uint32_t>(kind), metadata, static_cast<uint64_t>(tensors.size()));
+    file.flush_midway();
+    for (const auto& entry : tensors) {
+      const Tensor& t = entry.second;  // (not a structured binding: clang 14 cannot capture those in the lambda)
+      ar(entry.first, dtype_code(t.dtype()), static_cast<uint8_t>(t.dim()));
+      for (int64_t d : t.shape()) ar(d);
+      if (t.nbytes() == 0) continue;
+      dispatch_all(t.dtype(), [&]<typename T>() { ar(cereal::binary_data(t.data<T>(), t.nbytes())); });
+    }
+    if (ck) {
+      ar(static_cast<uint64_t>(ck->generators.size()));
+      for (const auto& [name, g] : ck->generators) ar(name, g.state, g.inc);
+      ar(static_cast<uint64_t>(ck->counters.size()));
+      for (const auto& [name, v] : ck->counters) ar(name, v);
+      ar(static_cast<uint64_t>(ck->scalars.size()));
+      for (const auto& [name, v] : ck->scalars) ar(name, v);
+      ar(ck->metrics_csv);
+    }
+    const uint64_t checksum = file.digest();
+    ar(checksum);
+  }
+  file.commit();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+// A read-only stream buffer over bytes in memory (cereal reads from a std::istream).
+class MemBuf : public std::streambuf {
+ public:
+  MemBuf(const uint8_t* p, size_t n) {
+    char* b = const_cast<char*>(reinterpret_cast<const char*>(p));  // never written through
+    setg(b, b, b + n);
+  }
+  size_t pos() const { return static_cast<size_t>(gptr() - eback()); }
+  size_t left() const { return static_cast<size_t>(egptr() - gptr()); }
+  const uint8_t* cur() const { return reinterpret_cast<const uint8_t*>(gptr()); }
+  void skip(size_t n) { setg(eback(), gptr() + n, egptr()); }
+};
+
+// Reads the body of a native file (between the magic and the checksum). Fixed-size fields and raw data go
+// through cereal; every length and count is read and checked here before anything is allocated.
+class Parser {
+ public:
+  Parser(const uint8_t* body, size_t size, size_t base, const std::string& origin, const char* op)
+      : buf_(body, size), in_(&buf_), ar_(in_), base_(base), origin_(origin), op_(op) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(op_, cat("'", origin_, "': ", where_, what, " (at byte ", base_ + buf_.pos(), ")"));
+  }
+  void context(std::string where) { where_ = std::move(where); }
+  size_t left() const { return buf_.left(); }
+  uint64_t offset() const { return base_ + buf_.pos(); }
+  const uint8_t* cur() const { return buf_.cur(); }
+  void skip(uint64_t n) { buf_.skip(static_cast<size_t>(n)); }
+  cereal::PortableBinaryInputArchive& ar() { return ar_; }
+
+  void need(uint64_t n, const char* what) {
+    if (n > left()) fail(cat(what, " needs ", n, " bytes but only ", left(), " are left (truncated file?)"));
+  }
+  template <class T>
+  T pod(const char* what) {
+    need(sizeof(T), what);
+    T v{};
+    ar_(v);
+    return v;
+  }
+  std::string str(const char* what, uint64_t cap) {
+    const uint64_t n = pod<uint64_t>(what);
+    if (n > cap) fail(cat(what, " length ", n, " exceeds the cap of ", cap, " bytes"));
+    if (n > left()) fail(cat(what, " length ", n, " exceeds the ", left(), " bytes left"));
+    detail::note_allocation(n);
+    std::string s(static_cast<size_t>(n), '\0');
+    if (n) ar_(cereal::binary_data(s.data(), static_cast<size_t>(n)));
+    return s;
+  }
+  uint64_t count(const char* what, uint64_t min_record) {
+    const uint64_t n = pod<uint64_t>(what);
+    if (n > left() / min_record)
+      fail(cat(what, " ", n, " cannot fit in the ", left(), " bytes left (each entry takes at least ", min_record,
+               " bytes)"));
+    return n;
+  }
+
+ private:
+  MemBuf buf_;
+  std::istream in_;
+  cereal::PortableBinaryInputArchive ar_;
+  size_t base_;
+  const std::string& origin_;
+  const char* op_;
+  std::string where_;
+};
+
+constexpr size_t kHeaderBytes = 8 + 1 + 4 + 4 + 8 + 8;  // magic, byte order, version, kind, metadata length, count
+constexpr size_t kMinFileBytes = kHeaderBytes + 8;      // + checksum
+constexpr uint64_t kMinTensorRecord = 8 + 1 + 1;        // name length, dtype, rank
+constexpr uint64_t kMinGeneratorRecord = 8 + 8 + 8;     // name length, state, inc
+constexpr uint64_t kMinValueRecord = 8 + 8;             // name length, value
+
+struct Parsed {
+  Kind kind = Kind::Weights;
+  uint32_t version = 0;
+  std::string metadata;
+  NamedTensors tensors;  // when loading data
+  std::vector<TensorInfo> infos;
+  std::vector<std::pair<std::string, GeneratorState>> generators;
+  std::vector<std::pair<std::string, int64_t>> counters;
+  std::vector<std::pair<std::string, double>> scalars;
+  std::string metrics_csv;  // when loading data
+  uint64_t metrics_bytes = 0;
+  bool checksum_ok = false;
+  uint64_t stored = 0, computed = 0;
+};
+
+const char* kind_name(Kind k) { return k == Kind::Weights ? "weights" : "checkpoint"; }
+
+// Parses a native file held in memory. load_data: allocate and fill the tensors (else only list them).
+// verify_checksum: throw on a mismatch (else only report it). expect: the required kind, or null for any.
+Parsed parse_native(const uint8_t* data, size_t size, const std::string& origin, const char* op, bool load_data,
+                    bool verify_checksum, const Kind* expect) {
+  detail::reset_parse_stats(size);
+  auto fail = [&](const std::string& what) { throw Error(op, cat("'", origin, "': ", what)); };
+  if (size < 8) fail(cat("file is ", size, " bytes, too short for an attograd file (truncated?)"));
+  if (std::memcmp(data, kMagic, 8) != 0) fail("not an attograd weights or checkpoint file (bad magic)");
+  if (size < kMinFileBytes)
+    fail(cat("file is ", size, " bytes, shorter than the smallest valid file (", kMinFileBytes, " bytes): truncated?"));
+
+  Parsed out;
+  out.stored = load_le64(data + size - 8);
+  out.computed = detail::xxh64(data, size - 8);
+  out.checksum_ok = out.stored == out.computed;
+  if (verify_checksum && !out.checksum_ok)
+    fail(cat("checksum mismatch (stored ", hex64(out.stored), ", computed ", hex64(out.computed),
+             "): the file is corrupt or truncated"));
+  if (data[8] != 1) fail(cat("unsupported byte-order flag ", int{data[8]}, " (expected 1, little-endian)"));
+
+  try {
+    Parser p(data + 8, size - 16, 8, origin, op);  // cereal's constructor consumes the byte-order flag
+    out.version = p.pod<uint32_t>("format version");
+    if (out.version == 0 || out.version > kFormatVersion)
+      p.fail(cat("unsupported format version ", out.version, " (this reader knows 1 to ", kFormatVersion, ")"));
+    const uint32_t kind = p.pod<uint32_t>("kind");
+    if (kind > 1) p.fail(cat("unknown file kind ", kind, " (0 = weights, 1 = checkpoint)"));
+    out.kind = static_cast<Kind>(kind);
+    if (expect && out.kind != *expect)
+      p.fail(cat("is a ", kind_name(out.kind), " file, not a ", kind_name(*expect), " file",
+                 out.kind == Kind::Checkpoint ? " (use load_checkpoint)" : " (use read_tensors or load)"));
+    out.metadata = p.str("metadata", std::numeric_limits<uint64_t>::max());
+    if (!valid_json(out.metadata)) p.fail("metadata is not valid JSON");
+
+    const uint64_t n = p.count("tensor count", kMinTensorRecord);
+    std::unordered_set<std::string> seen;
+    for (uint64_t i = 0; i < n; ++i) {
+      p.context(cat("tensor ", i, ": "));
+      std::string name = p.str("tensor name", kMaxNameBytes);
+      if (name.empty()) p.fail("empty tensor name");
+      p.context(cat("tensor '", printable(name), "': "));
+      if (!seen.insert(name).second) p.fail("duplicate name");
+      const uint8_t code = p.pod<uint8_t>("dtype");
+      Dtype dtype;
+      if (!dtype_from_code(code, &dtype)) p.fail(cat("unknown dtype code ", int{code}, " (0 to 3 are known)"));
+      const uint8_t rank = p.pod<uint8_t>("rank");
+      if (rank > kMaxRank) p.fail(cat("rank ", int{rank}, " exceeds the maximum of ", kMaxRank));
+      p.need(uint64_t{rank} * 8, "shape");
+      Shape shape(rank);
+      for (auto& d : shape) d = p.pod<int64_t>("dim");
+      uint64_t nbytes = dtype_size(dtype);
+      for (int64_t d : shape) {
+        if (d < 0) p.fail(cat("negative dim in shape ", shape));
+        if (__builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes))
+          p.fail(cat("shape ", shape, " overflows 64 bits in bytes"));
+      }
+      if (nbytes > p.left())
+        p.fail(cat("shape ", shape, " ", dtype_name(dtype), " needs ", nbytes, " bytes of data but only ", p.left(),
+                   " are left (truncated or forged size)"));
+      out.infos.push_back({name, dtype, shape, nbytes, p.offset()});
+      if (load_data) {
+        if (dtype == kBool)
+          for (uint64_t j = 0; j < nbytes; ++j)
+            if (p.cur()[j] > 1)
+              p.fail(cat("bool element ", j, " has byte value ", int{p.cur()[j]}, " (must be 0 or 1)"));
+        detail::note_allocation(nbytes);
+        Tensor t = empty(shape, {.dtype = dtype});
+        if (nbytes)
+          dispatch_all(dtype,
+                       [&]<typename T>() { p.ar()(cereal::binary_data(t.data<T>(), static_cast<size_t>(nbytes))); });
+        out.tensors.emplace_back(std::move(name), std::move(t));
+      } else {
+        p.skip(nbytes);
+      }
+    }
+    p.context("");
+
+    if (out.kind == Kind::Checkpoint) {
+      auto unique = [&](std::unordered_set<std::string>& names, const std::string& name, const char* what) {
+        if (name.empty()) p.fail(cat("empty ", what, " name"));
+        if (!names.insert(name).second) p.fail(cat("duplicate ", what, " name '", printable(name), "'"));
+      };
+      std::unordered_set<std::string> names;
+      const uint64_t ng = p.count("generator count", kMinGeneratorRecord);
+      for (uint64_t i = 0; i < ng; ++i) {
+        std::string name = p.str("generator name", kMaxNameBytes);
+        unique(names, name, "generator");
+        GeneratorState g;
+        g.state = p.pod<uint64_t>("generator state");
+        g.inc = p.pod<uint64_t>("generator increment");
+        out.generators.emplace_back(std::move(name), g);
+      }
+      names.clear();
+      const uint64_t nc = p.count("counter count", kMinValueRecord);
+      for (uint64_t i = 0; i < nc; ++i) {
+        std::string name = p.str("counter name", kMaxNameBytes);
+        unique(names, name, "counter");
+        out.counters.emplace_back(std::move(name), p.pod<int64_t>("counter value"));
+      }
+      names.clear();
+      const uint64_t ns = p.count("scalar count", kMinValueRecord);
+      for (uint64_t i = 0; i < ns; ++i) {
+        std::string name = p.str("scalar name", kMaxNameBytes);
+        unique(names, name, "scalar");
+        out.scalars.emplace_back(std::move(name), p.pod<double>("scalar value"));
+      }
+      if (load_data) {
+        out.metrics_csv = p.str("metrics_csv", std::numeric_limits<uint64_t>::max());
+        out.metrics_bytes = out.metrics_csv.size();
+      } else {
+        const uint64_t m = p.pod<uint64_t>("metrics_csv length");
+        if (m > p.left()) p.fail(cat("metrics_csv length ", m, " exceeds the ", p.left(), " bytes left"));
+        out.metrics_bytes = m;
+        p.skip(m);
+      }
+    }
+    if (p.left() != 0) p.fail(cat(p.left(), " trailing bytes after the last record"));
+  } catch (const cereal::Exception& e) {
+    fail(cat("malformed file: ", e.what()));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading into a module
+
+std::string join(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
+  return s;
+}
+
+}  // namespace
+
+LoadReport detail::load_into(nn::Module& m, const NamedTensors& tensors, bool strict, const std::string& origin,
+                             const char* op) {
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    ATTO_CHECK(tensors[i].second.defined(), op, origin, ": tensor '", tensors[i].first, "' is undefined");
+    ATTO_CHECK(index.emplace(tensors[i].first, i).second, op, origin, ": tensor '", tensors[i].first,
+               "' appears more than once");
+  }
+  LoadReport report;
+  std::vector<std::string> mismatch_detail;
+  std::vector<std::pair<Tensor, size_t>> copies;  // (model tensor, index in `tensors`)
+  std::vector<bool> used(tensors.size(), false);
+  for (const auto& [name, dst] : state_dict(m)) {
+    auto it = index.find(name);
+    if (it == index.end()) {
+      report.missing.push_back(name);
+      continue;
+    }
+    used[it->second] = true;
+    const Tensor& src = tensors[it->second].second;
+    const bool dtype_ok = src.dtype() == dst.dtype() || (is_floating(src.dtype()) && is_floating(dst.dtype()));
+    if (!dtype_ok || src.shape() != dst.shape()) {
+      report.mismatched.push_back(name);
+      mismatch_detail.push_back(cat(name, " (file ", src.shape(), " ", dtype_name(src.dtype()), ", model ", dst.shape(),
+                                    " ", dtype_name(dst.dtype()), ")"));
+      continue;
+    }
+    copies.emplace_back(dst, it->second);
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!used[i]) report.unexpected.push_back(tensors[i].first);
+  if (strict && !report.ok()) {
+    std::string msg = cat(origin, ": strict load failed:");
+    if (!report.missing.empty())
+      msg += cat(" ", report.missing.size(), " missing (in the model, not in the file): ", join(report.missing), ";");
+    if (!report.unexpected.empty())
+      msg += cat(" ", report.unexpected.size(),
+                 " unexpected (in the file, not in the model): ", join(report.unexpected), ";");
+    if (!report.mismatched.empty())
+      msg += cat(" ", report.mismatched.size(), " mismatched: ", join(mismatch_detail), ";");
+    msg += " nothing was loaded (pass strict = false to load the tensors that match)";
+    throw Error(op, msg);
+  }
+  NoGradGuard no_grad;
+  for (auto& [dst, i] : copies) copy_(dst, tensors[i].second);
+  return report;
+}
+
+namespace {
+
+FileInfo to_info(Parsed&& p, uint64_t size) {
+  FileInfo info;
+  info.kind = kind_name(p.kind);
+  info.format_version = p.version;
+  info.metadata = std::move(p.metadata);
+  info.tensors = std::move(p.infos);
+  info.generators = std::move(p.generators);
+  info.counters = std::move(p.counters);
+  info.scalars = std::move(p.scalars);
+  info.metrics_csv_bytes = p.metrics_bytes;
+  info.file_size = size;
+  info.has_checksum = true;
+  info.checksum_ok = p.checksum_ok;
+  info.stored_checksum = p.stored;
+  info.computed_checksum = p.computed;
+  return info;
+}
+
+template <class V>
+const V& find_entry(const std::vector<std::pair<std::string, V>>& items, const std::string& name, const char* what) {
+  for (const auto& [n, v] : items)
+    if (n == name) return v;
+  throw Error("Checkpoint",
+              cat("no ", what, " named '", name, "' (the checkpoint has ", items.size(), " ", what, "s)"));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+
+NamedTensors state_dict(const nn::Module& m) {
+  NamedTensors out = m.named_parameters();
+  for (auto& b : m.named_buffers()) out.push_back(std::move(b));
+  return out;
+}
+
+LoadReport load_state_dict(nn::Module& m, const NamedTensors& tensors, bool strict, const std::string& origin) {
+  return detail::load_into(m, tensors, strict, origin, "load_state_dict");
+}
+
+void write_tensors(const std::string& path, const NamedTensors& tensors, const std::string& metadata_json) {
+  write_native(path, "write_tensors", Kind::Weights, metadata_json, tensors, nullptr);
+}
+
+NamedTensors parse_tensors_from_memory(const uint8_t* data, size_t size, std::string* metadata,
+                                       const std::string& origin) {
+  const Kind expect = Kind::Weights;
+  Parsed p = parse_native(data, size, origin, "read_tensors", true, true, &expect);
+  if (metadata) *metadata = std::move(p.metadata);
+  return std::move(p.tensors);
+}
+
+NamedTensors read_tensors(const std::string& path, std::string* metadata) {
+  std::vector<uint8_t> bytes = detail::read_file(path, "read_tensors");
+  return parse_tensors_from_memory(bytes.data(), bytes.size(), metadata, path);
+}
+
+void save(const nn::Module& m, const std::string& path, const std::string& metadata_json) {
+  write_native(path, "save", Kind::Weights, metadata_json, state_dict(m), nullptr);
+}
+
+LoadReport load(nn::Module& m, const std::string& path, bool strict) {
+  std::vector<uint8_t> bytes = detail::read_file(path, "load");
+  const Kind expect = Kind::Weights;
+  Parsed p = parse_native(bytes.data(), bytes.size(), path, "load", true, true, &expect);
+  bytes = {};
+  return detail::load_into(m, p.tensors, strict, "'" + path + "'", "load");
+}
+
+const Tensor& Checkpoint::tensor(const std::string& name) const { return find_entry(tensors, name, "tensor"); }
+const GeneratorState& Checkpoint::generator(const std::string& name) const {
+  return find_entry(generators, name, "generator");
+}
+int64_t Checkpoint::counter(const std::string& name) const { return find_entry(counters, name, "counter"); }
+double Checkpoint::scalar(const std::string& name) const { return find_entry(scalars, name, "scalar"); }
+
+void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
+  write_native(path, "save_checkpoint", Kind::Checkpoint, checkpoint.metadata_json, checkpoint.tensors, &checkpoint);
+}
+
+Checkpoint parse_checkpoint_from_memory(const uint8_t* data, size_t size, const std::string& origin) {
+  const Kind expect = Kind::Checkpoint;
+  Parsed p = parse_native(data, size, origin, "load_checkpoint", true, true, &expect);
+  Checkpoint c;
+  c.metadata_json = std::move(p.metadata);
+  c.tensors = std::move(p.tensors);
+  c.generators = std::move(p.generators);
+  c.counters = std::move(p.counters);
+  c.scalars = std::move(p.scalars);
+  c.metrics_csv = std::move(p.metrics_csv);
+  return c;
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  std::vector<uint8_t> bytes = detail::read_file(path, "load_checkpoint");
+  return parse_checkpoint_from_memory(bytes.data(), bytes.size(), path);
+}
+
+void add_module_state(Checkpoint& checkpoint, const nn::Module& m, const std::string& prefix) {
+  for (auto& [name, t] : state_dict(m)) checkpoint.tensors.emplace_back(prefix + name, t);
+}
+
+LoadReport load_module_state(const Checkpoint& checkpoint, nn::Module& m, const std::string& prefix, bool strict) {
+  NamedTensors sub;
+  for (const auto& [name, t] : checkpoint.tensors)
+    if (name.compare(0, prefix.size(), prefix) == 0) sub.emplace_back(name.substr(prefix.size()), t);
+  return detail::load_into(m, sub, strict, cat("checkpoint tensors '", prefix, "*'"), "load_module_state");
+}
+
+void add_optimizer_state(Checkpoint& checkpoint, const optim::Optimizer& opt, const std::string& prefix) {
+  for (auto& [name, t] : opt.state_tensors()) checkpoint.tensors.emplace_back(prefix + name, t);
+  checkpoint.counters.emplace_back(prefix + "step_count", opt.step_count());
+}
+
+void load_optimizer_state(const Checkpoint& checkpoint, optim::Optimizer& opt, const std::string& prefix) {
+  NamedTensors sub;
+  for (const auto& [name, t] : checkpoint.tensors)
+    if (name.compare(0, prefix.size(), prefix) == 0) sub.emplace_back(name.substr(prefix.size()), t);
+  opt.load_state(sub, checkpoint.counter(prefix + "step_count"));
+}
+
+int64_t FileInfo::num_elements() const {
+  int64_t n = 0;
+  for (const auto& t : tensors) n += shape_numel(t.shape);
+  return n;
+}
+
+std::string FileInfo::to_string() const {
+  std::ostringstream os;
+  os << "kind: " << kind;
+  if (kind != "safetensors") os << " (format version " << format_version << ")";
+  os << "\nfile: " << file_size << " bytes";
+  if (has_checksum) {
+    os << ", checksum " << hex64(stored_checksum);
+    if (checksum_ok)
+      os << " OK";
+    else
+      os << " MISMATCH (computed " << hex64(computed_checksum) << "): the file is corrupt";
+  } else {
+    os << ", no checksum";
+  }
+  os << "\nmetadata: " << metadata << "\n";
+  os << "tensors: " << tensors.size() << " (" << num_elements() << " elements)\n";
+  for (const auto& t : tensors)
+    os << "  " << t.name << "  " << dtype_name(t.dtype) << "  " << shape_str(t.shape) << "  " << t.nbytes << " bytes\n";
+  if (kind == "checkpoint") {
+    os << "generators: " << generators.size() << "\n";
+    for (const auto& [n, g] : generators)
+      os << "  " << n << "  state=" << hex64(g.state) << " inc=" << hex64(g.inc) << "\n";
+    os << "counters: " << counters.size() << "\n";
+    for (const auto& [n, v] : counters) os << "  " << n << " = " << v << "\n";
+    os << "scalars: " << scalars.size() << "\n";
+    char buf[64];
+    for (const auto& [n, v] : scalars) {
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+      os << "  " << n << " = " << buf << "\n";
+    }
+    os << "metrics_csv: " << metrics_csv_bytes << " bytes\n";
+  }
+  return os.str();
+}
+
+FileInfo inspect_memory(const uint8_t* data, size_t size, const std::string& origin) {
+  if (size >= 8 && std::memcmp(data, kMagic, 8) == 0)
+    return to_info(parse_native(data, size, origin, "inspect", false, false, nullptr), size);
+  if (size >= 9 && data[8] == '{') return detail::inspect_safetensors_memory(data, size, origin);
+  throw Error("inspect", cat("'", origin, "': neither an attograd weights or checkpoint file nor a safetensors file"));
+}
+
+FileInfo inspect(const std::string& path) {
+  std::vector<uint8_t> bytes = detail::read_file(path, "inspect");
+  return inspect_memory(bytes.data(), bytes.size(), path);
+}
+
+}  // namespace attograd::io

@@ -1,0 +1,240 @@
+#pragma once
+// Saved weights and training checkpoints (attograd::io): one defensive, checksummed binary format.
+//
+// File layout (format version 1; every integer little-endian; written through cereal's portable binary
+// archive, whose first byte is its own byte-order flag):
+//
+//   "ATTOGRAD"                      8-byte magic
+//   u8   byte order               1 (cereal's flag: little-endian)
+//   u32  format version            1
+//   u32  kind                      0 = weights, 1 = checkpoint
+//   str  metadata                  JSON text (e.g. the model configuration); "{}" when none
+//   u64  tensor count, then per tensor:
+//          str  name               dotted name ("blocks.0.self_attn.in_proj_weight"), unique, non-empty
+//          u8   dtype              0 float32, 1 float64, 2 int64, 3 bool (one byte, 0 or 1)
+//          u8   rank               0..8
+//          i64  dims[rank]         each >= 0
+//          raw  data               product(dims) * dtype size bytes, row-major
+//   checkpoint only:
+//     u64 generator count,  per generator: str name, u64 state, u64 inc     (GeneratorState)
+//     u64 counter count,    per counter:   str name, i64 value
+//     u64 scalar count,     per scalar:    str name, f64 value
+//     str  metrics_csv
+//   u64  checksum                  XXH64 (seed 0) of every byte before it
+//
+// where `str` is u64 length + bytes (cereal's own std::string layout). Module weights are the module's
+// named_parameters() followed by its named_buffers(), under their dotted names in one namespace (as in a
+// PyTorch state_dict: a buffer such as PositionalEncoding's "pe" sits beside the parameters).
+//
+// The loader never trusts a length. It reads the whole file (at most kMaxFileBytes), verifies the checksum,
+// then parses from memory, checking every count, string length and product(shape) * dtype size
+// (overflow-checked) against its cap and the bytes left before allocating anything; it rejects unknown dtypes,
+// ranks > 8, negative dims, duplicate names, bool bytes other than 0/1 and trailing bytes. cereal reads the
+// fixed-size fields and the raw data (and would swap bytes on a big-endian host), but never a length-prefixed
+// field: cereal would allocate a hostile length before reading it, so lengths are read and checked here first.
+// Every failure is an attograd::Error naming the file, the tensor (if any) and what was wrong.
+//
+// Saves are atomic: the bytes go to a unique temporary file next to the target (mkstemp), which is flushed,
+// fsync'ed and renamed over the target, then the directory is fsync'ed. On any failure the temporary file is
+// removed and a previous file at the target is left intact.
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/random.h"
+#include "autograd/tensor.h"
+
+namespace attograd::nn {
+class Module;
+}
+namespace attograd::optim {
+class Optimizer;
+}
+
+namespace attograd::io {
+
+/// Tensors with names, in order (a state dict).
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+/// The magic at the start of every native file.
+inline constexpr char kMagic[9] = "ATTOGRAD";
+/// The format version this code writes (and the newest it reads).
+inline constexpr uint32_t kFormatVersion = 1;
+/// Largest file the loaders read (4 GiB).
+inline constexpr uint64_t kMaxFileBytes = uint64_t{1} << 32;
+/// Longest tensor, generator, counter or scalar name accepted.
+inline constexpr uint64_t kMaxNameBytes = 1 << 16;
+/// Highest tensor rank accepted.
+inline constexpr int kMaxRank = 8;
+
+/// What load() or load_state_dict() did not load, by name.
+struct LoadReport {
+  std::vector<std::string> missing;     ///< in the model, absent from the file
+  std::vector<std::string> unexpected;  ///< in the file, absent from the model
+  std::vector<std::string> mismatched;  ///< in both, but the shape (or a non-float dtype) differs
+  /// True when everything matched.
+  bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
+};
+
+/// The module's parameters (named_parameters()) followed by its buffers (named_buffers()); shares data.
+NamedTensors state_dict(const nn::Module& m);
+/// Copies `tensors` into m's parameters and buffers in place (copy_), converting float32 <-> float64.
+/// Strict: any missing, unexpected or mismatched tensor throws ONE Error naming each, and nothing is copied.
+/// Non-strict: copies what matches and reports the rest. `origin` names the source in messages.
+LoadReport load_state_dict(nn::Module& m, const NamedTensors& tensors, bool strict = true,
+                           const std::string& origin = "state dict");
+
+/// Saves m's state_dict() with `metadata_json` (must be valid JSON) to `path`, atomically.
+void save(const nn::Module& m, const std::string& path, const std::string& metadata_json = "{}");
+/// Loads a file written by save() into m in place (see load_state_dict for strict and non-strict).
+LoadReport load(nn::Module& m, const std::string& path, bool strict = true);
+
+/// Writes named tensors (any dtype, unique non-empty names) and JSON metadata as a weights file, atomically.
+void write_tensors(const std::string& path, const NamedTensors& tensors, const std::string& metadata_json = "{}");
+/// Reads every tensor of a weights file, in file order; stores the metadata JSON in *metadata if given.
+NamedTensors read_tensors(const std::string& path, std::string* metadata = nullptr);
+/// Parses a weights file held in memory (as read_tensors; `origin` names it in errors).
+NamedTensors parse_tensors_from_memory(const uint8_t* data, size_t size, std::string* metadata = nullptr,
+                                       const std::string& origin = "<memory>");
+
+/// Everything a training run needs to resume: model weights ("model.<name>"), optimizer state
+/// ("optim.<name>"), step counts, generator states (init, dropout, data), schedule position and metrics.
+struct Checkpoint {
+  std::string metadata_json = "{}";                                ///< configuration, as JSON
+  NamedTensors tensors;                                            ///< weights and optimizer state
+  std::vector<std::pair<std::string, GeneratorState>> generators;  ///< e.g. "init", "dropout", "data"
+  std::vector<std::pair<std::string, int64_t>> counters;           ///< e.g. "step", "epoch", "optim.step_count"
+  std::vector<std::pair<std::string, double>> scalars;             ///< e.g. "lr", "best_val_loss"
+  std::string metrics_csv;                                         ///< the metrics log so far
+
+  /// The tensor with this name; throws an Error naming it if absent.
+  const Tensor& tensor(const std::string& name) const;
+  /// The generator state with this name; throws if absent.
+  const GeneratorState& generator(const std::string& name) const;
+  /// The counter with this name; throws if absent.
+  int64_t counter(const std::string& name) const;
+  /// The scalar with this name; throws if absent.
+  double scalar(const std::string& name) const;
+};
+
+/// Writes a checkpoint to `path` in the native format (kind 1), atomically.
+void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
+/// Reads a checkpoint written by save_checkpoint().
+Checkpoint load_checkpoint(const std::string& path);
+/// Parses a checkpoint held in memory (as load_checkpoint).
+Checkpoint parse_checkpoint_from_memory(const uint8_t* data, size_t size, const std::string& origin = "<memory>");
+
+/// Appends m's state_dict() to the checkpoint's tensors as "<prefix><name>" (the tensors share m's data).
+void add_module_state(Checkpoint& checkpoint, const nn::Module& m, const std::string& prefix = "model.");
+/// Loads the checkpoint's "<prefix>*" tensors into m (as load_state_dict, names without the prefix).
+LoadReport load_module_state(const Checkpoint& checkpoint, nn::Module& m, const std::string& prefix = "model.",
+                             bool strict = true);
+/// Appends the optimizer's state_tensors() as "<prefix><name>" and its step_count() as counter
+/// "<prefix>step_count".
+void add_optimizer_state(Checkpoint& checkpoint, const optim::Optimizer& opt, const std::string& prefix = "optim.");
+/// Restores the optimizer from "<prefix>*" tensors and the "<prefix>step_count" counter (Optimizer::load_state).
+void load_optimizer_state(const Checkpoint& checkpoint, optim::Optimizer& opt, const std::string& prefix = "optim.");
+
+/// One tensor's entry as listed by inspect().
+struct TensorInfo {
+  std::string name;     ///< dotted name
+  Dtype dtype;          ///< element type
+  Shape shape;          ///< sizes
+  uint64_t nbytes = 0;  ///< data size in bytes
+  uint64_t offset = 0;  ///< byte offset of the data in the file
+};
+
+/// What a file holds, read without a model (for `attograd inspect`).
+struct FileInfo {
+  std::string kind;                 ///< "weights", "checkpoint" or "safetensors"
+  uint32_t format_version = 0;      ///< native format version (0 for safetensors)
+  std::string metadata;             ///< metadata JSON (safetensors: its "__metadata__" object)
+  std::vector<TensorInfo> tensors;  ///< every tensor, in file order
+  std::vector<std::pair<std::string, GeneratorState>> generators;  ///< checkpoint generators
+  std::vector<std::pair<std::string, int64_t>> counters;           ///< checkpoint counters
+  std::vector<std::pair<std::string, double>> scalars;             ///< checkpoint scalars
+  uint64_t metrics_csv_bytes = 0;                                  ///< size of the checkpoint's metrics log
+  uint64_t file_size = 0;                                          ///< bytes in the file
+  bool has_checksum = false;                                       ///< native files carry one; safetensors files do not
+  bool checksum_ok = false;        ///< the stored checksum matches the bytes (native files)
+  uint64_t stored_checksum = 0;    ///< as stored in the file
+  uint64_t computed_checksum = 0;  ///< as computed from the bytes
+  /// Total elements over all tensors.
+  int64_t num_elements() const;
+  /// A multi-line human-readable listing.
+  std::string to_string() const;
+};
+
+/// Describes a native weights or checkpoint file, or a safetensors file, without loading it into a model.
+/// A checksum mismatch is reported (checksum_ok = false), not thrown; a malformed structure throws.
+FileInfo inspect(const std::string& path);
+/// As inspect(), on bytes in memory.
+FileInfo inspect_memory(const uint8_t* data, size_t size, const std::string& origin = "<memory>");
+
+namespace detail {
+
+/// Points at which a save can be made to fail, for tests (set_fault_point).
+enum FaultPoint : int {
+  kNoFault = 0,           ///< normal operation
+  kFaultAfterOpen = 1,    ///< right after the temporary file is created
+  kFaultMidWrite = 2,     ///< after the header has reached the temporary file, before the tensors
+  kFaultBeforeFsync = 3,  ///< after every byte is written, before fsync
+  kFaultBeforeRename = 4  ///< after fsync and close, before the rename over the target
+};
+/// Makes the next save on any thread throw at `stage` (a FaultPoint), once; kNoFault clears it. Test-only.
+void set_fault_point(int stage);
+
+/// Allocation statistics of the last parse on this thread (the corruption tests bound memory with them).
+struct ParseStats {
+  uint64_t input_bytes = 0;      ///< size of the parsed input
+  uint64_t max_allocation = 0;   ///< largest single allocation sized by a value read from the input
+  uint64_t total_allocated = 0;  ///< sum of those allocations
+};
+/// The statistics of the last parse (read_tensors, load_checkpoint, inspect, read_safetensors, ...) on this thread.
+ParseStats last_parse_stats();
+/// Starts a new statistics record for an input of `input_bytes`.
+void reset_parse_stats(uint64_t input_bytes);
+/// Records an allocation of `bytes` sized by input data.
+void note_allocation(uint64_t bytes);
+
+/// load_state_dict with `op` naming the operation in errors (load, import_safetensors, ...).
+LoadReport load_into(nn::Module& m, const NamedTensors& tensors, bool strict, const std::string& origin,
+                     const char* op);
+
+/// XXH64 of `size` bytes with `seed` (the format's checksum).
+uint64_t xxh64(const void* data, size_t size, uint64_t seed = 0);
+
+/// Reads a whole regular file of at most `cap` bytes; errors name `op` and the path.
+std::vector<uint8_t> read_file(const std::string& path, const char* op, uint64_t cap = kMaxFileBytes);
+
+/// A file written atomically: bytes go to a unique temporary file next to `path`; commit() flushes, fsyncs and
+/// renames it over `path`. Destroyed without commit() (an exception), it removes the temporary file.
+class AtomicFile {
+ public:
+  /// Creates the temporary file; `op` names the operation in errors.
+  AtomicFile(const std::string& path, const char* op);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  /// A binary stream into the temporary file (errors throw attograd::Error).
+  std::ostream& stream();
+  /// Pushes buffered bytes to the file (the kFaultMidWrite point).
+  void flush_midway();
+  /// XXH64 of every byte written so far.
+  uint64_t digest();
+  /// Flushes, fsyncs, closes and renames over the target, then fsyncs the directory.
+  void commit();
+  /// The temporary file's path.
+  const std::string& temp_path() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace detail
+}  // namespace attograd::io
