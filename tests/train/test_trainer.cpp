@@ -1,0 +1,358 @@
+// The training loop: config JSON and validation, bit-identical determinism, bit-identical resume from a
+// checkpoint, metrics log, and short training runs that must actually learn (both models).
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "testing.h"
+#include "train/trainer.h"
+
+namespace attograd::train {
+namespace {
+
+// A temporary file removed at the end of the test.
+struct TempFile {
+  std::string path;
+  explicit TempFile(const std::string& name)
+      : path(::testing::TempDir() + "attograd_trainer_" + std::to_string(::getpid()) + "_" + name) {}
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+// A small, fast config (copy, lengths 1..4). Dropout on, so the dropout generator matters for determinism.
+TrainConfig tiny(const std::string& model, double dropout = 0.1) {
+  TrainConfig c;
+  c.task = "copy";
+  c.model = model;
+  c.layers = 1;
+  c.d_model = 32;
+  c.heads = 2;
+  c.d_ff = 64;
+  c.dropout = dropout;
+  c.min_len = 1;
+  c.max_len = 4;
+  c.batch = 16;
+  c.steps = 12;
+  c.lr = 3e-3;
+  c.warmup = 4;
+  c.eval_every = 0;
+  c.eval_size = 50;
+  c.seed = 7;
+  return c;
+}
+
+// True when both modules hold bitwise the same parameters and buffers.
+::testing::AssertionResult same_weights(nn::Module& a, nn::Module& b) {
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  if (pa.size() != pb.size()) return ::testing::AssertionFailure() << pa.size() << " vs " << pb.size() << " params";
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const Tensor &x = pa[i].second, &y = pb[i].second;
+    if (pa[i].first != pb[i].first || x.shape() != y.shape() || x.nbytes() != y.nbytes() ||
+        std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0)
+      return ::testing::AssertionFailure() << "parameter " << pa[i].first << " differs";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// True when both optimizers hold bitwise the same state.
+::testing::AssertionResult same_optimizer_state(const optim::Optimizer& a, const optim::Optimizer& b) {
+  if (a.step_count() != b.step_count())
+    return ::testing::AssertionFailure() << "step_count " << a.step_count() << " vs " << b.step_count();
+  auto sa = a.state_tensors(), sb = b.state_tensors();
+  if (sa.size() != sb.size()) return ::testing::AssertionFailure() << sa.size() << " vs " << sb.size() << " states";
+  for (size_t i = 0; i < sa.size(); ++i) {
+    const Tensor &x = sa[i].second, &y = sb[i].second;
+    if (sa[i].first != sb[i].first || x.nbytes() != y.nbytes() ||
+        std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0)
+      return ::testing::AssertionFailure() << "optimizer state " << sa[i].first << " differs";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The deterministic columns of two histories agree exactly (everything but the wall time).
+::testing::AssertionResult same_history(const std::vector<StepMetrics>& a, const std::vector<StepMetrics>& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << a.size() << " vs " << b.size() << " records";
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].step != b[i].step || a[i].loss != b[i].loss || a[i].lr != b[i].lr || a[i].grad_norm != b[i].grad_norm ||
+        a[i].tokens != b[i].tokens || a[i].evaluated != b[i].evaluated)
+      return ::testing::AssertionFailure() << "record " << i << " differs: loss " << a[i].loss << " vs " << b[i].loss;
+  return ::testing::AssertionSuccess();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config
+
+TEST(TrainConfig, JsonRoundTripKeepsEveryField) {
+  TrainConfig c = tiny("seq2seq", 0.25);
+  c.optimizer = "sgd";
+  c.schedule = "step";
+  c.lr = 0.1 + 1e-17;  // not exactly representable in short decimal: needs full precision
+  c.weight_decay = 1.0 / 3.0;
+  c.momentum = 0.5;
+  c.label_smoothing = 0.1;
+  c.seed = 18446744073709551615ull;  // uint64 max survives
+  c.threads = 2;
+  const std::string text = c.to_json();
+  EXPECT_NE(text.find("\"model\": \"seq2seq\""), std::string::npos) << text;
+  EXPECT_EQ(TrainConfig::from_json(text), c);
+  EXPECT_EQ(TrainConfig::from_json(c.to_json(-1)), c);
+  EXPECT_EQ(TrainConfig::from_json(TrainConfig{}.to_json()), TrainConfig{});
+}
+
+TEST(TrainConfig, MissingFieldsKeepDefaults) {
+  const TrainConfig c = TrainConfig::from_json(R"({"task": "sort", "steps": 5})");
+  TrainConfig want;
+  want.task = "sort";
+  want.steps = 5;
+  EXPECT_EQ(c, want);
+  EXPECT_EQ(TrainConfig::from_json("{}"), TrainConfig{});
+}
+
+TEST(TrainConfig, JsonErrorsNameTheField) {
+  EXPECT_ATTO_ERROR(TrainConfig::from_json(R"({"stpes": 5})"), "unknown field \"stpes\"");
+  EXPECT_ATTO_ERROR(TrainConfig::from_json(R"({"steps": "5"})"), "field \"steps\" must be an integer, got \"5\"");
+  EXPECT_ATTO_ERROR(TrainConfig::from_json(R"({"steps": 2.5})"), "field \"steps\" must be an integer");
+  EXPECT_ATTO_ERROR(TrainConfig::from_json(R"({"lr": "fast"})"), "field \"lr\" must be a number");
+  EXPECT_ATTO_ERROR(TrainConfig::from_json(R"({"task": 3})"), "field \"task\" must be a string, got 3");
+  EXPECT_ATTO_ERROR(TrainConfig::from_json(R"({"seed": -1})"), "field \"seed\" must be a non-negative integer");
+  EXPECT_ATTO_ERROR(TrainConfig::from_json("{\"steps\": "), "invalid JSON");
+  EXPECT_ATTO_ERROR(TrainConfig::from_json("[1, 2]"), "JSON must be an object");
+}
+
+TEST(TrainConfig, ValidateNamesFieldAndValue) {
+  auto with = [](auto edit) {
+    TrainConfig c;
+    edit(c);
+    return c;
+  };
+  EXPECT_NO_THROW(TrainConfig{}.validate());
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.task = "rot13"; }).validate(),
+                    "task must be copy, reverse, sort or add, got \"rot13\"");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.model = "rnn"; }).validate(), "model must be lm or seq2seq, got \"rnn\"");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.optimizer = "lion"; }).validate(),
+                    "optimizer must be adam, adamw or sgd, got \"lion\"");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.schedule = "linear"; }).validate(),
+                    "schedule must be noam, cosine, constant or step, got \"linear\"");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.d_model = 0; }).validate(), "d_model must be positive, got 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.layers = -2; }).validate(), "layers must be positive, got -2");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.heads = 0; }).validate(), "heads must be positive, got 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.d_ff = 0; }).validate(), "d_ff must be positive, got 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.batch = 0; }).validate(), "batch must be positive, got 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.steps = 0; }).validate(), "steps must be positive, got 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.min_len = 0; }).validate(), "min_len must be positive, got 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.eval_size = -1; }).validate(), "eval_size must be positive, got -1");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.threads = 0; }).validate(), "threads must be positive, got 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.heads = 3; }).validate(), "heads (3) must divide d_model (64)");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.max_len = 0; }).validate(), "max_len must be positive, got 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.min_len = 5, c.max_len = 3; }).validate(),
+                    "max_len (3) must be >= min_len (5)");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.num_symbols = 1; }).validate(), "num_symbols must be >= 2, got 1");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.dropout = 1.0; }).validate(), "dropout must be in [0, 1), got 1");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.lr = 0; }).validate(), "lr must be positive, got 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.weight_decay = -1; }).validate(), "weight_decay must be >= 0, got -1");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.momentum = 1; }).validate(), "momentum must be in [0, 1), got 1");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.warmup = -1; }).validate(), "warmup must be >= 0, got -1");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.schedule = "noam", c.warmup = 0; }).validate(),
+                    "warmup must be >= 1 for the noam schedule, got 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.steps = 10, c.warmup = 20; }).validate(),
+                    "warmup (20) must not exceed steps (10)");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.clip = -1; }).validate(), "clip must be >= 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.label_smoothing = 1; }).validate(),
+                    "label_smoothing must be in [0, 1), got 1");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.eval_every = -5; }).validate(), "eval_every must be >= 0");
+  // The Trainer validates before building anything.
+  EXPECT_ATTO_ERROR(Trainer bad(with([](TrainConfig& c) { c.model = "gpt"; })), "model must be lm or seq2seq");
+}
+
+TEST(TrainConfig, DerivedSeedsDifferPerStreamAndSeed) {
+  EXPECT_NE(derive_seed(1, Stream::Data), derive_seed(1, Stream::Heldout));
+  EXPECT_NE(derive_seed(1, Stream::Init), derive_seed(1, Stream::Dropout));
+  EXPECT_NE(derive_seed(1, Stream::Data), derive_seed(2, Stream::Data));
+  EXPECT_EQ(derive_seed(1, Stream::Data), derive_seed(1, Stream::Data));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Determinism and resume
+
+class TrainerBothModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TrainerBothModels, SameSeedGivesBitIdenticalRuns) {
+  const TrainConfig c = tiny(GetParam());
+  Trainer a(c), b(c);
+  ASSERT_TRUE(same_weights(a.model(), b.model()));
+  for (int i = 0; i < 8; ++i) {
+    const StepMetrics ma = a.step(), mb = b.step();
+    EXPECT_EQ(ma.loss, mb.loss) << "step " << i + 1;
+    EXPECT_EQ(ma.grad_norm, mb.grad_norm) << "step " << i + 1;
+  }
+  EXPECT_TRUE(same_weights(a.model(), b.model()));
+  EXPECT_TRUE(same_optimizer_state(a.optimizer(), b.optimizer()));
+  EXPECT_TRUE(same_history(a.history(), b.history()));
+  // Evaluating does not disturb training.
+  a.evaluate(20);
+  EXPECT_EQ(a.step().loss, b.step().loss);
+  EXPECT_TRUE(same_weights(a.model(), b.model()));
+
+  TrainConfig other = c;
+  other.seed = c.seed + 1;
+  Trainer d(other);
+  EXPECT_FALSE(same_weights(a.model(), d.model()));
+}
+
+TEST_P(TrainerBothModels, ResumeFromCheckpointIsBitIdentical) {
+  const TrainConfig c = tiny(GetParam());
+  const int64_t N = c.steps;
+  Trainer straight(c);
+  for (int64_t i = 0; i < N; ++i) straight.step();
+
+  for (int64_t k : {int64_t{1}, N / 2, N - 1}) {
+    SCOPED_TRACE("k = " + std::to_string(k));
+    TempFile file("resume_" + GetParam() + "_" + std::to_string(k) + ".ckpt");
+    {
+      Trainer first(c);
+      for (int64_t i = 0; i < k; ++i) first.step();
+      first.save_checkpoint(file.path);
+    }
+    Trainer resumed(c);  // fresh weights, optimizer, generators: everything must come from the file
+    resumed.load_checkpoint(file.path);
+    EXPECT_EQ(resumed.step_count(), k);
+    EXPECT_EQ(resumed.scheduler().step_count(), k);
+    for (int64_t i = k; i < N; ++i) resumed.step();
+    EXPECT_TRUE(same_weights(straight.model(), resumed.model()));
+    EXPECT_TRUE(same_optimizer_state(straight.optimizer(), resumed.optimizer()));
+    EXPECT_TRUE(same_history(straight.history(), resumed.history()));
+    EXPECT_EQ(straight.optimizer().lr(), resumed.optimizer().lr());
+    EXPECT_EQ(straight.dropout_generator().get_state(), resumed.dropout_generator().get_state());
+    EXPECT_EQ(straight.train_data().generator().get_state(), resumed.train_data().generator().get_state());
+  }
+}
+
+TEST_P(TrainerBothModels, FromCheckpointRebuildsTheRun) {
+  TrainConfig c = tiny(GetParam());
+  c.schedule = "noam";
+  c.optimizer = "adam";
+  TempFile file("from_" + GetParam() + ".ckpt");
+  Trainer straight(c);
+  for (int i = 0; i < 6; ++i) straight.step();
+  {
+    Trainer first(c);
+    for (int i = 0; i < 3; ++i) first.step();
+    first.save_checkpoint(file.path);
+  }
+  std::unique_ptr<Trainer> resumed = Trainer::from_checkpoint(file.path);
+  EXPECT_EQ(resumed->config(), c);
+  for (int i = 0; i < 3; ++i) resumed->step();
+  EXPECT_TRUE(same_weights(straight.model(), resumed->model()));
+  EXPECT_TRUE(same_history(straight.history(), resumed->history()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, TrainerBothModels, ::testing::Values("lm", "seq2seq"));
+
+TEST(Trainer, LoadCheckpointRejectsADifferentModel) {
+  TempFile file("mismatch.ckpt");
+  Trainer a(tiny("lm"));
+  a.step();
+  a.save_checkpoint(file.path);
+  TrainConfig wider = tiny("lm");
+  wider.d_model = 64;
+  Trainer b(wider);
+  EXPECT_ATTO_ERROR(b.load_checkpoint(file.path), "saved with d_model = 32, this trainer has d_model = 64");
+  Trainer s(tiny("seq2seq"));
+  EXPECT_ATTO_ERROR(s.load_checkpoint(file.path), "saved with model = lm, this trainer has model = seq2seq");
+  EXPECT_ATTO_ERROR(s.load_checkpoint(file.path + ".missing"), "load_checkpoint");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics
+
+TEST(Trainer, StepMetricsAndCsvRoundTrip) {
+  TrainConfig c = tiny("lm");
+  c.steps = 5;
+  c.eval_every = 2;
+  Trainer t(c);
+  std::vector<StepMetrics> seen;
+  t.train([&](const StepMetrics& m) { seen.push_back(m); });
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(t.step_count(), 5);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(seen[i].step, i + 1);
+    EXPECT_GT(seen[i].loss, 0);
+    EXPECT_GT(seen[i].tokens, 0);
+    EXPECT_GT(seen[i].grad_norm, 0);
+    EXPECT_GE(seen[i].seconds, 0);
+    // Evaluated after steps 2 and 4 (eval_every) and 5 (the last).
+    EXPECT_EQ(seen[i].evaluated, i == 1 || i == 3 || i == 4) << i;
+  }
+  EXPECT_EQ(seen[4].eval.n, c.eval_size);
+  // The lr of the t-th step is the schedule's lr_at(t - 1): 0 at the start of the linear warm-up.
+  EXPECT_EQ(seen[0].lr, 0.0);
+  EXPECT_DOUBLE_EQ(seen[1].lr, c.lr * 1 / c.warmup);
+  EXPECT_TRUE(same_history(t.history(), seen));
+
+  const std::vector<StepMetrics> parsed = parse_metrics_csv(t.metrics_csv());
+  ASSERT_EQ(parsed.size(), 5u);
+  EXPECT_TRUE(same_history(parsed, seen));
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    EXPECT_EQ(parsed[i].seconds, seen[i].seconds);
+    EXPECT_EQ(parsed[i].eval.sequence_accuracy, seen[i].eval.sequence_accuracy);
+    EXPECT_EQ(parsed[i].eval.token_accuracy, seen[i].eval.token_accuracy);
+    EXPECT_EQ(parsed[i].eval.loss, seen[i].eval.loss);
+    EXPECT_EQ(parsed[i].eval.n, seen[i].eval.n);
+  }
+  EXPECT_ATTO_ERROR(parse_metrics_csv("step,loss\n1,2\n"), "line 1 must be the header");
+  std::string bad = t.metrics_csv();
+  bad.insert(bad.find('\n') + 3, "x");
+  EXPECT_ATTO_ERROR(parse_metrics_csv(bad), "line 2");
+
+  // train() is done at steps; calling it again does nothing.
+  t.train([&](const StepMetrics&) { ADD_FAILURE() << "no step expected"; });
+  EXPECT_EQ(t.step_count(), 5);
+}
+
+TEST(Trainer, HeldOutSetIsFixedAndDiffersFromTraining) {
+  Trainer t(tiny("lm"));
+  const auto a = t.heldout_examples(30), b = t.heldout_examples(30);
+  ASSERT_EQ(a.size(), 30u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].src, b[i].src);
+  data::TaskDataset train_copy(t.task_options(), derive_seed(7, Stream::Data));
+  int same = 0;
+  for (size_t i = 0; i < a.size(); ++i) same += train_copy.next_example().src == a[i].src;
+  EXPECT_LT(same, 10);  // different streams (a few short sequences coincide by chance)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Learning
+
+// Copy with lengths 1..4 for 300 steps: the loss must fall and greedy decoding must be (nearly) always right.
+// Measured (Release, this seed): lm first loss 4.84, last-20 mean 0.0316, token accuracy 0.986, sequence
+// accuracy 0.980; seq2seq first loss 3.39, last-20 mean 0.0004, token and sequence accuracy 1.000.
+TEST_P(TrainerBothModels, TinyCopyRunLearns) {
+  TrainConfig c = tiny(GetParam(), 0.0);
+  c.layers = 2;
+  c.lr = 1e-2;
+  c.steps = 300;
+  c.batch = 32;
+  c.warmup = 25;
+  c.eval_size = 200;
+  Trainer t(c);
+  t.train();
+  double tail = 0;
+  for (int64_t i = c.steps - 20; i < c.steps; ++i) tail += t.history()[static_cast<size_t>(i)].loss;
+  tail /= 20;
+  ASSERT_TRUE(t.history().back().evaluated);
+  const EvalResult r = t.history().back().eval;
+  std::printf("%s: first loss %.4f, last-20 mean loss %.4f, token acc %.4f, sequence acc %.4f, eval loss %.4f\n",
+              GetParam().c_str(), t.history().front().loss, tail, r.token_accuracy, r.sequence_accuracy, r.loss);
+  EXPECT_EQ(r.n, 200);
+  EXPECT_GT(t.history().front().loss, 2.0) << "an untrained model is not already right";
+  const bool lm = GetParam() == "lm";
+  EXPECT_LT(tail, lm ? 0.08 : 0.01) << "mean loss over the last 20 steps";
+  EXPECT_GE(r.sequence_accuracy, lm ? 0.95 : 0.99);
+  EXPECT_GE(r.token_accuracy, lm ? 0.97 : 0.995);
+}
+
+}  // namespace
+}  // namespace attograd::train

@@ -1,0 +1,479 @@
+// The toy-task training loop: config validation and JSON, the Trainer's step/train/evaluate, and bit-exact
+// checkpoints through train/serialize.h.
+
+#include "train/trainer.h"
+
+#include <Eigen/Core>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <type_traits>
+
+#include "autograd/loss.h"
+#include "autograd/shape.h"
+#include "nn/models.h"
+#include "train/serialize.h"
+
+namespace attograd::train {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+constexpr const char* kConfig = "TrainConfig";
+
+// Calls f(name, field) for every TrainConfig field, in declaration order (the JSON order).
+template <class C, class F>
+void for_each_field(C& c, F&& f) {
+  f("task", c.task);
+  f("model", c.model);
+  f("layers", c.layers);
+  f("d_model", c.d_model);
+  f("heads", c.heads);
+  f("d_ff", c.d_ff);
+  f("dropout", c.dropout);
+  f("min_len", c.min_len);
+  f("max_len", c.max_len);
+  f("num_symbols", c.num_symbols);
+  f("batch", c.batch);
+  f("steps", c.steps);
+  f("optimizer", c.optimizer);
+  f("lr", c.lr);
+  f("weight_decay", c.weight_decay);
+  f("momentum", c.momentum);
+  f("schedule", c.schedule);
+  f("warmup", c.warmup);
+  f("clip", c.clip);
+  f("label_smoothing", c.label_smoothing);
+  f("seed", c.seed);
+  f("eval_every", c.eval_every);
+  f("eval_size", c.eval_size);
+  f("threads", c.threads);
+}
+
+// Stores JSON value v into a field, checking its type; errors name the field.
+template <class T>
+void read_field(const json& v, const std::string& name, T& out) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    ATTO_CHECK(v.is_string(), kConfig, "field \"", name, "\" must be a string, got ", v.dump());
+    out = v.get<std::string>();
+  } else if constexpr (std::is_same_v<T, double>) {
+    ATTO_CHECK(v.is_number(), kConfig, "field \"", name, "\" must be a number, got ", v.dump());
+    out = v.get<double>();
+  } else if constexpr (std::is_same_v<T, uint64_t>) {
+    ATTO_CHECK(v.is_number_unsigned(), kConfig, "field \"", name, "\" must be a non-negative integer, got ", v.dump());
+    out = v.get<uint64_t>();
+  } else {
+    static_assert(std::is_same_v<T, int64_t>);
+    ATTO_CHECK(v.is_number_integer() &&
+                   (!v.is_number_unsigned() ||
+                    v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())),
+               kConfig, "field \"", name, "\" must be an integer, got ", v.dump());
+    out = v.get<int64_t>();
+  }
+}
+
+bool one_of(const std::string& v, std::initializer_list<const char*> options) {
+  for (const char* o : options)
+    if (v == o) return true;
+  return false;
+}
+
+// A number printed so that strtod reads back the same double.
+std::string exact(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+constexpr const char* kCsvHeader =
+    "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss";
+
+}  // namespace
+
+uint64_t derive_seed(uint64_t seed, Stream stream) {
+  // SplitMix64 (Steele, Lea and Flood) of seed advanced by (stream + 1) golden-ratio increments.
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(stream) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// ---------------------------------------------------------------------------------------------
+// TrainConfig
+
+std::string TrainConfig::to_json(int indent) const {
+  json j = json::object();
+  for_each_field(*this, [&](const char* name, const auto& v) { j[name] = v; });
+  return j.dump(indent);
+}
+
+TrainConfig TrainConfig::from_json(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(kConfig, cat("invalid JSON: ", e.what()));
+  }
+  ATTO_CHECK(j.is_object(), kConfig, "JSON must be an object, got ", j.dump());
+  TrainConfig c;
+  for (const auto& item : j.items()) {
+    // No structured bindings here: clang before 16 cannot capture them in the lambda below.
+    const std::string& key = item.key();
+    const json& value = item.value();
+    bool known = false;
+    for_each_field(c, [&](const char* name, auto& field) {
+      if (key != name) return;
+      read_field(value, key, field);
+      known = true;
+    });
+    ATTO_CHECK(known, kConfig, "unknown field \"", key, "\"");
+  }
+  return c;
+}
+
+void TrainConfig::validate() const {
+  ATTO_CHECK(one_of(task, {"copy", "reverse", "sort", "add"}), kConfig,
+             "task must be copy, reverse, sort or add, got \"", task, "\"");
+  ATTO_CHECK(one_of(model, {"lm", "seq2seq"}), kConfig, "model must be lm or seq2seq, got \"", model, "\"");
+  ATTO_CHECK(one_of(optimizer, {"adam", "adamw", "sgd"}), kConfig, "optimizer must be adam, adamw or sgd, got \"",
+             optimizer, "\"");
+  ATTO_CHECK(one_of(schedule, {"noam", "cosine", "constant", "step"}), kConfig,
+             "schedule must be noam, cosine, constant or step, got \"", schedule, "\"");
+  auto positive = [](int64_t v, const char* name) {
+    ATTO_CHECK(v > 0, kConfig, name, " must be positive, got ", v);
+  };
+  positive(layers, "layers");
+  positive(d_model, "d_model");
+  positive(heads, "heads");
+  positive(d_ff, "d_ff");
+  positive(min_len, "min_len");
+  positive(max_len, "max_len");
+  positive(batch, "batch");
+  positive(steps, "steps");
+  positive(eval_size, "eval_size");
+  positive(threads, "threads");
+  ATTO_CHECK(d_model % heads == 0, kConfig, "heads (", heads, ") must divide d_model (", d_model, ")");
+  ATTO_CHECK(max_len >= min_len, kConfig, "max_len (", max_len, ") must be >= min_len (", min_len, ")");
+  ATTO_CHECK(num_symbols >= 2, kConfig, "num_symbols must be >= 2, got ", num_symbols);
+  ATTO_CHECK(dropout >= 0 && dropout < 1, kConfig, "dropout must be in [0, 1), got ", dropout);
+  ATTO_CHECK(std::isfinite(lr) && lr > 0, kConfig, "lr must be positive, got ", lr);
+  ATTO_CHECK(std::isfinite(weight_decay) && weight_decay >= 0, kConfig, "weight_decay must be >= 0, got ",
+             weight_decay);
+  ATTO_CHECK(momentum >= 0 && momentum < 1, kConfig, "momentum must be in [0, 1), got ", momentum);
+  ATTO_CHECK(warmup >= 0, kConfig, "warmup must be >= 0, got ", warmup);
+  ATTO_CHECK(schedule != "noam" || warmup >= 1, kConfig, "warmup must be >= 1 for the noam schedule, got ", warmup);
+  ATTO_CHECK(schedule != "cosine" || warmup <= steps, kConfig, "warmup (", warmup,
+             ") must not exceed steps (", steps, ") for the cosine schedule");
+  ATTO_CHECK(std::isfinite(clip) && clip >= 0, kConfig, "clip must be >= 0 (0 disables), got ", clip);
+  ATTO_CHECK(label_smoothing >= 0 && label_smoothing < 1, kConfig, "label_smoothing must be in [0, 1), got ",
+             label_smoothing);
+  ATTO_CHECK(eval_every >= 0, kConfig, "eval_every must be >= 0 (0: only at the end), got ", eval_every);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trainer: construction
+
+namespace {
+
+const TrainConfig& validated(const TrainConfig& c) {
+  c.validate();
+  return c;
+}
+
+data::TaskOptions task_options_of(const TrainConfig& c) {
+  return {.task = data::parse_task(c.task), .min_len = c.min_len, .max_len = c.max_len, .num_symbols = c.num_symbols};
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainConfig& config)
+    : config_(validated(config)),
+      task_(task_options_of(config_)),
+      init_gen_(derive_seed(config_.seed, Stream::Init)),
+      dropout_gen_(derive_seed(config_.seed, Stream::Dropout)),
+      train_data_(task_, derive_seed(config_.seed, Stream::Data)),
+      heldout_seed_(derive_seed(config_.seed, Stream::Heldout)) {
+  const TrainConfig& c = config_;
+  Eigen::setNbThreads(static_cast<int>(c.threads));
+  const int64_t vocab = data::vocab_size(task_);
+  if (c.model == "lm") {
+    // A sequence is src SEP tgt EOS; the model reads all but its last token.
+    causal_lm_ = std::make_shared<nn::CausalLM>(
+        nn::CausalLMOptions{.vocab = vocab,
+                            .d_model = c.d_model,
+                            .n_head = c.heads,
+                            .d_ff = c.d_ff,
+                            .n_layers = c.layers,
+                            .dropout = c.dropout,
+                            .max_len = data::max_src_len(task_) + data::max_tgt_len(task_) + 1,
+                            .pad_idx = data::kPad},
+        init_gen_);
+    causal_lm_->set_generator(dropout_gen_);
+  } else {
+    transformer_ = std::make_shared<nn::Transformer>(
+        nn::TransformerOptions{.src_vocab = vocab,
+                               .tgt_vocab = vocab,
+                               .d_model = c.d_model,
+                               .n_head = c.heads,
+                               .d_k = c.d_model / c.heads,
+                               .d_v = c.d_model / c.heads,
+                               .d_inner = c.d_ff,
+                               .n_layers = c.layers,
+                               .dropout = c.dropout,
+                               .pad_idx = data::kPad,
+                               .n_position = std::max(data::max_src_len(task_), data::max_tgt_len(task_) + 1)},
+        init_gen_);
+    transformer_->set_generator(dropout_gen_);
+  }
+
+  optim::NamedTensors params = model().named_parameters();
+  const std::pair<double, double> betas{0.9, 0.98};
+  if (c.optimizer == "adam")
+    optimizer_ = std::make_unique<optim::Adam>(
+        params, optim::AdamOptions{.lr = c.lr, .betas = betas, .eps = 1e-9, .weight_decay = c.weight_decay});
+  else if (c.optimizer == "adamw")
+    optimizer_ = std::make_unique<optim::AdamW>(
+        params, optim::AdamWOptions{.lr = c.lr, .betas = betas, .eps = 1e-9, .weight_decay = c.weight_decay});
+  else
+    optimizer_ = std::make_unique<optim::SGD>(
+        params, optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
+
+  if (c.schedule == "noam")
+    scheduler_ = std::make_unique<optim::NoamLR>(*optimizer_, c.lr, c.d_model, c.warmup);
+  else if (c.schedule == "cosine")
+    scheduler_ = std::make_unique<optim::WarmupCosine>(*optimizer_, c.warmup, c.steps);
+  else if (c.schedule == "constant")
+    scheduler_ = std::make_unique<optim::ConstantLR>(*optimizer_);
+  else
+    scheduler_ = std::make_unique<optim::StepLR>(*optimizer_, std::max<int64_t>(1, c.steps / 3), 0.1);
+}
+
+Trainer::~Trainer() = default;
+
+nn::Module& Trainer::model() {
+  if (transformer_) return *transformer_;
+  return *causal_lm_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trainer: the loop
+
+StepMetrics Trainer::step() {
+  const auto start = std::chrono::steady_clock::now();
+  model().train();
+  optimizer_->zero_grad();
+
+  Tensor logits, target;  // (B, T, V), (B, T)
+  if (transformer_) {
+    const data::Seq2SeqBatch b = train_data_.next_seq2seq(config_.batch);
+    logits = transformer_->forward(b.src, b.tgt_in);
+    target = b.tgt_out;
+  } else {
+    const data::LMBatch b = train_data_.next_lm(config_.batch);
+    logits = causal_lm_->forward(b.input);
+    target = b.target;
+  }
+  const Tensor loss = cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(target, {-1}),
+                                    {.ignore_index = data::kIgnore, .label_smoothing = config_.label_smoothing});
+
+  StepMetrics m;
+  m.step = step_ + 1;
+  m.loss = loss.item();
+  m.lr = optimizer_->lr();
+  ATTO_CHECK(std::isfinite(m.loss), "Trainer", "loss is not finite (", m.loss, ") at step ", m.step);
+  loss.backward();
+  const double max_norm = config_.clip > 0 ? config_.clip : std::numeric_limits<double>::infinity();
+  m.grad_norm = optim::clip_grad_norm_(optimizer_->params(), max_norm);
+  optimizer_->step();
+  scheduler_->step();
+  ++step_;
+
+  const int64_t* t = target.data<int64_t>();
+  for (int64_t i = 0; i < target.numel(); ++i) m.tokens += t[i] != data::kIgnore;
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  history_.push_back(m);
+  return m;
+}
+
+void Trainer::train(const StepCallback& on_step) {
+  while (step_ < config_.steps) {
+    StepMetrics m = step();
+    const bool last = step_ == config_.steps;
+    if (last || (config_.eval_every > 0 && step_ % config_.eval_every == 0)) {
+      m.eval = evaluate();
+      m.evaluated = true;
+      history_.back() = m;
+    }
+    if (on_step) on_step(m);
+  }
+}
+
+std::vector<data::Example> Trainer::heldout_examples(int64_t n) const {
+  ATTO_CHECK(n >= 1, "Trainer", "held-out example count must be >= 1, got ", n);
+  data::TaskDataset heldout(task_, heldout_seed_);
+  std::vector<data::Example> ex;
+  ex.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ex.push_back(heldout.next_example());
+  return ex;
+}
+
+EvalResult Trainer::evaluate(int64_t n) {
+  const std::vector<data::Example> ex = heldout_examples(n > 0 ? n : config_.eval_size);
+  constexpr int64_t kEvalBatch = 250;
+  if (transformer_) return train::evaluate(*transformer_, ex, kEvalBatch);
+  return train::evaluate(*causal_lm_, ex, kEvalBatch);
+}
+
+std::vector<int64_t> Trainer::predict(const std::vector<int64_t>& src) {
+  const char* me = "predict";
+  const int64_t longest = data::max_src_len(task_);
+  ATTO_CHECK(!src.empty() && static_cast<int64_t>(src.size()) <= longest, me, "source length must be in [1, ",
+             longest, "], got ", src.size());
+  const int64_t vocab = data::vocab_size(task_);
+  for (int64_t t : src) ATTO_CHECK(t >= 0 && t < vocab, me, "token ", t, " outside [0, ", vocab, ")");
+  const int64_t budget = data::max_tgt_len(task_) + 1;
+  if (transformer_) {
+    const Tensor s = from_vector(src, {1, static_cast<int64_t>(src.size())});  // (1, S)
+    return strip_eos(greedy_decode(*transformer_, s, budget)[0]);
+  }
+  std::vector<int64_t> prompt = src;
+  prompt.push_back(data::kSep);
+  return strip_eos(greedy_decode(*causal_lm_, {prompt}, budget)[0]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics log
+
+std::string Trainer::metrics_csv() const {
+  std::string s = std::string(kCsvHeader) + "\n";
+  for (const StepMetrics& m : history_) {
+    s += cat(m.step, ",", exact(m.loss), ",", exact(m.lr), ",", exact(m.grad_norm), ",", m.tokens, ",",
+             exact(m.seconds));
+    if (m.evaluated)
+      s += cat(",", m.eval.n, ",", exact(m.eval.token_accuracy), ",", exact(m.eval.sequence_accuracy), ",",
+               exact(m.eval.loss));
+    else
+      s += ",,,,";
+    s += "\n";
+  }
+  return s;
+}
+
+void Trainer::write_metrics_csv(const std::string& path) const {
+  std::ofstream f(path, std::ios::binary);
+  ATTO_CHECK(f.good(), "write_metrics_csv", "cannot open '", path, "' for writing");
+  f << metrics_csv();
+  f.flush();
+  ATTO_CHECK(f.good(), "write_metrics_csv", "failed writing '", path, "'");
+}
+
+std::vector<StepMetrics> parse_metrics_csv(const std::string& csv) {
+  const char* me = "parse_metrics_csv";
+  std::istringstream in(csv);
+  std::string line;
+  ATTO_CHECK(std::getline(in, line) && line == kCsvHeader, me, "line 1 must be the header \"", kCsvHeader,
+             "\", got \"", line, "\"");
+  std::vector<StepMetrics> out;
+  for (int64_t line_no = 2; std::getline(in, line); ++line_no) {
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream ls(line);
+    for (std::string cell; std::getline(ls, cell, ',');) f.push_back(cell);
+    if (!line.empty() && line.back() == ',') f.emplace_back();
+    ATTO_CHECK(f.size() == 10, me, "line ", line_no, " has ", f.size(), " fields, expected 10");
+    auto num = [&](size_t i) {
+      char* end = nullptr;
+      const double v = std::strtod(f[i].c_str(), &end);
+      ATTO_CHECK(!f[i].empty() && end && *end == '\0', me, "line ", line_no, " field ", i + 1, ": '", f[i],
+                 "' is not a number");
+      return v;
+    };
+    auto integer = [&](size_t i) {
+      char* end = nullptr;
+      const long long v = std::strtoll(f[i].c_str(), &end, 10);
+      ATTO_CHECK(!f[i].empty() && end && *end == '\0', me, "line ", line_no, " field ", i + 1, ": '", f[i],
+                 "' is not an integer");
+      return static_cast<int64_t>(v);
+    };
+    StepMetrics m;
+    m.step = integer(0);
+    m.loss = num(1);
+    m.lr = num(2);
+    m.grad_norm = num(3);
+    m.tokens = integer(4);
+    m.seconds = num(5);
+    m.evaluated = !f[6].empty();
+    if (m.evaluated) m.eval = {.token_accuracy = num(7), .sequence_accuracy = num(8), .loss = num(9), .n = integer(6)};
+    out.push_back(m);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints
+
+void Trainer::save_checkpoint(const std::string& path) {
+  io::Checkpoint ck;
+  ck.metadata_json = config_.to_json();
+  io::add_module_state(ck, model(), "model.");
+  io::add_optimizer_state(ck, *optimizer_, "optim.");
+  ck.generators.emplace_back("init", init_gen_.get_state());
+  ck.generators.emplace_back("dropout", dropout_gen_.get_state());
+  ck.generators.emplace_back("data", train_data_.generator().get_state());
+  ck.counters.emplace_back("step", step_);
+  ck.counters.emplace_back("schedule.step_count", scheduler_->step_count());
+  ck.scalars.emplace_back("lr", optimizer_->lr());
+  ck.metrics_csv = metrics_csv();
+  io::save_checkpoint(ck, path);
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  const char* me = "load_checkpoint";
+  const io::Checkpoint ck = io::load_checkpoint(path);
+  const TrainConfig saved = TrainConfig::from_json(ck.metadata_json);
+  // Fields that fix the shapes of the weights, the optimizer state and the data must agree.
+  auto same = [&](const char* name, const auto& mine, const auto& theirs) {
+    ATTO_CHECK(mine == theirs, me, "'", path, "' was saved with ", name, " = ", theirs, ", this trainer has ", name,
+               " = ", mine);
+  };
+  same("task", config_.task, saved.task);
+  same("model", config_.model, saved.model);
+  same("layers", config_.layers, saved.layers);
+  same("d_model", config_.d_model, saved.d_model);
+  same("heads", config_.heads, saved.heads);
+  same("d_ff", config_.d_ff, saved.d_ff);
+  same("min_len", config_.min_len, saved.min_len);
+  same("max_len", config_.max_len, saved.max_len);
+  same("num_symbols", config_.num_symbols, saved.num_symbols);
+  same("optimizer", config_.optimizer, saved.optimizer);
+
+  // Read everything before changing anything.
+  std::vector<StepMetrics> history = parse_metrics_csv(ck.metrics_csv);
+  const GeneratorState init = ck.generator("init"), dropout = ck.generator("dropout"), data = ck.generator("data");
+  const int64_t step = ck.counter("step"), schedule_steps = ck.counter("schedule.step_count");
+  ATTO_CHECK(step >= 0 && schedule_steps >= 0, me, "'", path, "' has negative step counts (step ", step,
+             ", schedule.step_count ", schedule_steps, ")");
+
+  io::load_module_state(ck, model(), "model.", true);
+  io::load_optimizer_state(ck, *optimizer_, "optim.");
+  scheduler_->set_step_count(schedule_steps);
+  init_gen_.set_state(init);
+  dropout_gen_.set_state(dropout);
+  train_data_.generator().set_state(data);
+  step_ = step;
+  history_ = std::move(history);
+}
+
+std::unique_ptr<Trainer> Trainer::from_checkpoint(const std::string& path) {
+  const io::Checkpoint ck = io::load_checkpoint(path);
+  auto t = std::make_unique<Trainer>(TrainConfig::from_json(ck.metadata_json));
+  t->load_checkpoint(path);
+  return t;
+}
+
+}  // namespace attograd::train
