@@ -1,0 +1,246 @@
+#!/usr/bin/python3
+"""PyTorch side of the issue-7 benchmark: exactly `attograd bench` (train/bench.h) in PyTorch 1.13.
+
+Same model (decoder-only pre-LN causal LM: token embedding * sqrt(D) + sinusoidal positions, dropout 0.1; N blocks
+x + Dropout(MHA(LN(x))) with causal mask and q, k, v, o projections with bias, attention-probability dropout,
+x + Dropout(FFN(LN(x))) with FFN = Linear(D, F), ReLU, Dropout, Linear(F, D); LayerNorm eps 1e-6; final LayerNorm;
+output projection tied to the embedding), same data (src(L/2) SEP reversed-src, payload tokens uniform over
+[5, V), loss only on the L/2 target positions), same step (zero_grad + forward + cross_entropy + backward +
+Adam(lr 1e-3) step + loss.item()), same flags and the same JSON on the last line of stdout.
+
+Run with /usr/bin/python3 (Debian's python3-torch). The thread count goes into OMP_NUM_THREADS,
+OPENBLAS_NUM_THREADS and MKL_NUM_THREADS before torch is imported, and into torch.set_num_threads.
+OMP_WAIT_POLICY is set to PASSIVE unless --omp-wait-policy says otherwise (idle OpenMP workers spinning on a
+2-core machine make 2 threads far slower than 1). OPENBLAS_CORETYPE is left to the caller: bench/compare unsets
+it for this process (an AVX2 core type halves OpenBLAS's sgemm speed on this machine). Torch must be on OpenBLAS
+(Debian: apt-get install libopenblas0-pthread); on the reference libblas3 every matmul is ~30x slower.
+
+    /usr/bin/python3 bench/torch_reference.py --preset small --threads 1
+    /usr/bin/python3 bench/torch_reference.py --probe-sgemm 1024     # single-thread sgemm GFLOP/s (the ceiling)
+"""
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+
+PRESETS = {  # (V, D, H, F, N, L, B), as train/bench.cpp
+    "small": (16, 64, 4, 256, 2, 32, 32),
+    "medium": (64, 128, 4, 512, 2, 64, 32),
+    "large": (256, 256, 8, 1024, 4, 128, 16),
+    "long": (64, 128, 4, 512, 2, 1024, 4),
+}
+FIRST_SYMBOL = 5  # specials: pad 0, bos 1, eos 2, sep 3, plus 4 (train/tasks.h)
+SEP = 3
+IGNORE = -100
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--preset", default="small", help="small|medium|large|long (explicit sizes override it)")
+    for flag, name in [("-V", "vocab"), ("-D", "d_model"), ("-H", "heads"), ("-F", "d_ff"), ("-N", "layers"),
+                       ("-L", "seq_len"), ("-B", "batch")]:
+        p.add_argument(flag, "--" + name.replace("_", "-"), dest=flag[1], type=int, default=None)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--foreach", choices=["auto", "on", "off"], default="on",
+                   help="Adam's multi-tensor (foreach) implementation; on is the faster here")
+    p.add_argument("--omp-wait-policy", choices=["passive", "active", "inherit"], default="passive",
+                   help="OMP_WAIT_POLICY for libgomp (inherit: leave the environment's); passive stops idle OpenMP "
+                        "workers spinning, which otherwise makes 2 threads many times slower on a busy 2-core machine")
+    p.add_argument("--probe-sgemm", type=int, default=0, metavar="N",
+                   help="instead: time an N x N x N fp32 torch.mm on --threads threads and print its GFLOP/s")
+    a = p.parse_args(argv)
+    if a.preset not in PRESETS:
+        p.error(f"unknown preset '{a.preset}' (valid: {', '.join(PRESETS)})")
+    return a
+
+
+def model_flops_per_step(V, D, H, F, N, L, B):
+    """As train/bench.cpp: 3 x the forward's matmul FLOPs, attention over the L(L+1)/2 causal pairs."""
+    T = B * L
+    projections = 2 * T * D * (4 * D)
+    ffn = 2 * T * D * F * 2
+    attention = 2 * (2 * B * D * L * (L + 1) / 2)
+    output = 2 * T * D * V
+    return 3 * (N * (projections + ffn + attention) + output)
+
+
+def loaded_blas():
+    """The BLAS library this process has mapped (Debian's libblas.so.3 alternative: OpenBLAS or reference BLAS)."""
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if ".so" in line}
+    except OSError:
+        return None
+    found = sorted(os.path.realpath(lib) for lib in libs if "blas" in os.path.basename(lib))
+    return ",".join(sorted(set(found))) or None
+
+
+def main(argv):
+    a = parse_args(argv)
+    threads = str(a.threads)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = threads
+    if a.omp_wait_policy != "inherit":
+        os.environ["OMP_WAIT_POLICY"] = a.omp_wait_policy.upper()
+    import torch  # after the thread variables, so OpenMP and OpenBLAS read them
+    import torch.nn as nn
+    import torch.nn.functional as Fn
+
+    torch.set_num_threads(a.threads)
+
+    if a.probe_sgemm:
+        n = a.probe_sgemm
+        x, y, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+        for _ in range(3):
+            torch.mm(x, y, out=out)
+        best = math.inf
+        for _ in range(10):
+            t0 = time.perf_counter()
+            torch.mm(x, y, out=out)
+            best = min(best, time.perf_counter() - t0)
+        print(json.dumps({"impl": "torch.mm", "n": n, "threads": a.threads, "best_ms": round(best * 1e3, 4),
+                          "gflops": round(2 * n ** 3 / best / 1e9, 3),
+                          "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "blas": loaded_blas()}))
+        return 0
+
+    V, D, H, F, N, L, B = PRESETS[a.preset]
+    explicit = {"V": a.V, "D": a.D, "H": a.H, "F": a.F, "N": a.N, "L": a.L, "B": a.B}
+    sizes = dict(V=V, D=D, H=H, F=F, N=N, L=L, B=B)
+    name = a.preset
+    for k, v in explicit.items():
+        if v is not None and v != sizes[k]:
+            sizes[k] = v
+            name = "custom"
+    V, D, H, F, N, L, B = (sizes[k] for k in "VDHFNLB")
+    checks = [(V > FIRST_SYMBOL + 1, f"V must be at least {FIRST_SYMBOL + 2}, got V={V}"),
+              (D > 0 and H > 0 and D % H == 0, f"D must be a positive multiple of H, got D={D}, H={H}"),
+              (F > 0 and N >= 0 and B > 0, f"F, B must be positive and N non-negative, got F={F}, N={N}, B={B}"),
+              (L >= 2 and L % 2 == 0, f"L must be even and at least 2, got L={L}"),
+              (a.steps >= 1 and a.warmup >= 0 and a.threads >= 1, "steps >= 1, warmup >= 0, threads >= 1")]
+    for ok, msg in checks:
+        if not ok:
+            print(f"torch_reference: error: {msg}", file=sys.stderr)
+            return 2
+
+    p_drop = 0.1
+    dk = D // H
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1 = nn.LayerNorm(D, eps=1e-6)
+            self.qkv = nn.Linear(D, 3 * D)  # q, k and v projections with bias, as one matrix (same parameters)
+            self.out = nn.Linear(D, D)
+            self.norm2 = nn.LayerNorm(D, eps=1e-6)
+            self.linear1 = nn.Linear(D, F)
+            self.linear2 = nn.Linear(F, D)
+            nn.init.xavier_uniform_(self.qkv.weight)  # nn.MultiheadAttention's initialisation
+            nn.init.zeros_(self.qkv.bias)
+            nn.init.zeros_(self.out.bias)
+
+        def forward(self, x, mask):  # x (B, L, D), mask (L, L) additive -inf above the diagonal
+            h = self.norm1(x)
+            qkv = self.qkv(h).view(B, L, 3, H, dk).permute(2, 0, 3, 1, 4).reshape(3, B * H, L, dk)
+            q, k, v = qkv[0], qkv[1], qkv[2]  # (B*H, L, dk)
+            # nn.MultiheadAttention's training path (F.multi_head_attention_forward): baddbmm, softmax, dropout, bmm
+            scores = torch.baddbmm(mask, q, k.transpose(1, 2), alpha=1.0 / math.sqrt(dk))  # (B*H, L, L)
+            attn = Fn.dropout(torch.softmax(scores, dim=-1), p_drop, True)
+            ctx = torch.bmm(attn, v).view(B, H, L, dk).transpose(1, 2).reshape(B, L, D)
+            x = x + Fn.dropout(self.out(ctx), p_drop, True)
+            f = self.linear2(Fn.dropout(torch.relu(self.linear1(self.norm2(x))), p_drop, True))
+            return x + Fn.dropout(f, p_drop, True)
+
+    class CausalLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(V, D)
+            nn.init.normal_(self.embed.weight, 0.0, 1.0 / math.sqrt(D))
+            pos = torch.arange(L, dtype=torch.float64).unsqueeze(1)
+            j = torch.arange(D)
+            angle = pos / torch.pow(10000.0, 2.0 * (j // 2).to(torch.float64) / D)
+            pe = torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle)).to(torch.float32)
+            self.register_buffer("pe", pe)  # (L, D)
+            self.register_buffer("mask", torch.full((L, L), -math.inf).triu(1))  # (L, L)
+            self.blocks = nn.ModuleList(Block() for _ in range(N))
+            self.norm = nn.LayerNorm(D, eps=1e-6)
+            self.scale = math.sqrt(D)
+
+        def forward(self, tokens):  # (B, L) int64 -> (B, L, V)
+            x = Fn.dropout(self.embed(tokens) * self.scale + self.pe, p_drop, True)
+            for blk in self.blocks:
+                x = blk(x, self.mask)
+            return Fn.linear(self.norm(x), self.embed.weight)  # tied output projection
+
+    torch.manual_seed(a.seed)
+    model = CausalLM()
+    model.train()
+    params = sum(p.numel() for p in model.parameters())
+    foreach = {"auto": None, "on": True, "off": False}[a.foreach]
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=foreach)
+
+    gen = torch.Generator().manual_seed(a.seed + 2)
+    total = a.warmup + a.steps
+    batches = []
+    half = L // 2
+    for _ in range(total):
+        src = torch.randint(FIRST_SYMBOL, V, (B, half), generator=gen)
+        seq = torch.cat([src, torch.full((B, 1), SEP, dtype=torch.int64), src.flip(1)], dim=1)  # (B, L + 1)
+        target = seq[:, 1:].clone()
+        target[:, :half] = IGNORE  # only the L/2 positions whose next token is a target token count
+        batches.append((seq[:, :L].contiguous(), target.reshape(-1)))
+
+    def step(inp, tgt):
+        opt.zero_grad(set_to_none=True)
+        logits = model(inp)  # (B, L, V)
+        loss = Fn.cross_entropy(logits.view(B * L, V), tgt, ignore_index=IGNORE)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    step_ms = []
+    first_loss = final_loss = None
+    for i, (inp, tgt) in enumerate(batches):
+        t0 = time.perf_counter()
+        loss = step(inp, tgt)
+        t1 = time.perf_counter()
+        if i == 0:
+            first_loss = loss
+        if i >= a.warmup:
+            step_ms.append((t1 - t0) * 1e3)
+        final_loss = loss
+
+    med = statistics.median(step_ms)
+    flops = model_flops_per_step(V, D, H, F, N, L, B)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    result = {
+        "impl": "pytorch", "preset": name, "V": V, "D": D, "H": H, "F": F, "N": N, "L": L, "B": B,
+        "steps": a.steps, "warmup": a.warmup, "threads": a.threads, "seed": a.seed, "params": params,
+        "median_step_ms": round(med, 4), "min_step_ms": round(min(step_ms), 4),
+        "tokens_per_s": round(B * L / (med / 1e3), 1), "peak_rss_mb": round(rss_mb, 1),
+        "first_loss": round(first_loss, 6), "final_loss": round(final_loss, 6),
+        "flops_per_step": round(flops), "gflops": round(flops / (med / 1e3) / 1e9, 3),
+        "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "blas": loaded_blas(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "adam_foreach": a.foreach,
+    }
+    print(f"pytorch bench: {name} (V={V} D={D} H={H} F={F} N={N} L={L} B={B}), {a.threads} thread(s), "
+          f"{a.steps} steps after {a.warmup} warm-up")
+    print(f"  parameters  {params:,}")
+    print(f"  step        {med:.3f} ms median (min {min(step_ms):.3f} ms)")
+    print(f"  throughput  {B * L / (med / 1e3):,.0f} tokens/s, {result['gflops']:.2f} model GFLOP/s")
+    print(f"  peak RSS    {rss_mb:.1f} MB")
+    print(f"  loss        {first_loss:.4f} (first step) -> {final_loss:.4f} (last step)")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

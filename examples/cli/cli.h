@@ -1,0 +1,59 @@
+#pragma once
+// Pieces shared by the subcommands of the `attograd` tool (examples/cli). Each cli_<command>.cpp adds one or
+// more subcommands to the CLI11 app and returns what to run when the user picked it.
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "train/trainer.h"
+
+namespace attograd::cli {
+
+/// Exit status: success.
+inline constexpr int kExitOk = 0;
+/// Exit status: a check failed (gradcheck).
+inline constexpr int kExitFailed = 1;
+/// Exit status: bad usage, a missing, unreadable or corrupt file, or any other error.
+inline constexpr int kExitError = 2;
+
+/// A subcommand: its CLI11 app and what to run when it was chosen (returns the exit status; may throw).
+struct Command {
+  CLI::App* app = nullptr;       ///< the subcommand
+  std::function<int()> run;      ///< runs it after parsing
+};
+
+/// `attograd train`.
+Command add_train(CLI::App& app);
+/// `attograd eval`.
+Command add_eval(CLI::App& app);
+/// `attograd generate`.
+Command add_generate(CLI::App& app);
+/// `attograd gradcheck`.
+Command add_gradcheck(CLI::App& app);
+/// `attograd inspect`.
+Command add_inspect(CLI::App& app);
+/// `attograd export`.
+Command add_export(CLI::App& app);
+/// `attograd import`.
+Command add_import(CLI::App& app);
+
+/// A Trainer holding the model saved in a weights file (config from its metadata) or a checkpoint. `seed`
+/// replaces the config's seed (which picks the held-out examples). Error if the file has no training config.
+std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed = std::nullopt);
+/// The TrainConfig stored as a file's metadata (Error naming the file when there is none).
+train::TrainConfig config_from_metadata(const std::string& metadata, const std::string& path);
+/// The whole text file (Error naming it and `what` when unreadable).
+std::string read_text(const std::string& path, const char* what);
+/// Peak resident memory of this process in MB (getrusage ru_maxrss).
+double peak_rss_mb();
+/// 101056 -> "101,056".
+std::string thousands(int64_t n);
+/// printf into a std::string.
+std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
+}  // namespace attograd::cli

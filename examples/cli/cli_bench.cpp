@@ -1,0 +1,117 @@
+// `attograd bench [--preset small|medium|large|long] [-V -D -H -F -N -L -B] [--steps] [--warmup] [--threads]
+// [--seed]`: times training steps of the causal LM benchmark (train/bench.h) and prints the JSON result last.
+
+#include "cli_bench.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "train/bench.h"
+
+namespace attograd::cli {
+
+namespace {
+
+struct BenchArgs {
+  std::string preset = "small";
+  std::optional<int64_t> V, D, H, F, N, L, B;
+  int steps = 20;
+  int warmup = 3;
+  int threads = 1;
+  uint64_t seed = 0;
+};
+
+std::string group_digits(int64_t n) {
+  std::string s = std::to_string(n < 0 ? -n : n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return n < 0 ? "-" + s : s;
+}
+
+int run_bench_command(const BenchArgs& a) {
+  bench::BenchConfig c = bench::preset(a.preset);
+  // Explicit sizes override the preset's; any that differs makes the configuration "custom".
+  const std::pair<const std::optional<int64_t>*, int64_t*> sizes[] = {
+      {&a.V, &c.V}, {&a.D, &c.D}, {&a.H, &c.H}, {&a.F, &c.F}, {&a.N, &c.N}, {&a.L, &c.L}, {&a.B, &c.B}};
+  for (const auto& [given, field] : sizes) {
+    if (*given && **given != *field) {
+      *field = **given;
+      c.name = "custom";
+    }
+  }
+  c.steps = a.steps;
+  c.warmup = a.warmup;
+  c.threads = a.threads;
+  c.seed = a.seed;
+  bench::validate(c);
+
+  std::printf(
+      "attograd bench: %s (V=%lld D=%lld H=%lld F=%lld N=%lld L=%lld B=%lld), %d thread%s, %d steps after %d "
+      "warm-up\n",
+      c.name.c_str(), static_cast<long long>(c.V), static_cast<long long>(c.D), static_cast<long long>(c.H),
+      static_cast<long long>(c.F), static_cast<long long>(c.N), static_cast<long long>(c.L),
+      static_cast<long long>(c.B), c.threads, c.threads == 1 ? "" : "s", c.steps, c.warmup);
+  std::fflush(stdout);
+  const bench::BenchResult r = bench::run_bench(c);
+  if (c.threads > 1 && !r.thread_pool)
+    std::printf("  note: this build has no thread pool (autograd/parallel.h); ran on 1 thread\n");
+  std::printf("  parameters  %s\n", group_digits(r.params).c_str());
+  std::printf("  step        %.3f ms median (min %.3f ms)\n", r.median_step_ms, r.min_step_ms);
+  std::printf("  throughput  %s tokens/s, %.2f model GFLOP/s (%.3f GFLOP per step)\n",
+              group_digits(static_cast<int64_t>(r.tokens_per_s + 0.5)).c_str(), r.gflops, r.flops_per_step / 1e9);
+  std::printf("  peak RSS    %.1f MB\n", r.peak_rss_mb);
+  std::printf("  loss        %.4f (first step) -> %.4f (last step)\n", r.first_loss, r.final_loss);
+  std::printf("%s\n", bench::to_json(r).c_str());
+  std::fflush(stdout);
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* sub = app.add_subcommand("bench", "Time training steps of a causal LM (prints a JSON line last)");
+  std::string presets;
+  for (const std::string& p : bench::preset_names()) presets += (presets.empty() ? "" : "|") + p;
+  sub->add_option("--preset", args->preset, "Configuration: " + presets + " (explicit sizes override it)")
+      ->capture_default_str();
+  sub->add_option("-V,--vocab", args->V, "Vocabulary size (5 specials + payload symbols)");
+  sub->add_option("-D,--d-model", args->D, "Model width");
+  sub->add_option("-H,--heads", args->H, "Attention heads (must divide D)");
+  sub->add_option("-F,--d-ff", args->F, "Feed-forward hidden size");
+  sub->add_option("-N,--layers", args->N, "Blocks");
+  sub->add_option("-L,--seq-len", args->L, "Sequence length (even)");
+  sub->add_option("-B,--batch", args->B, "Batch size");
+  sub->add_option("--steps", args->steps, "Timed steps")->capture_default_str();
+  sub->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
+  sub->add_option("--threads", args->threads, "Engine threads")->capture_default_str();
+  sub->add_option("--seed", args->seed, "Seed of the weights, dropout masks and data")->capture_default_str();
+  sub->footer(
+      "Prints a summary, then one JSON object on the last line: median_step_ms, tokens_per_s, peak_rss_mb,\n"
+      "first_loss, final_loss, flops_per_step, gflops, ... bench/torch_reference.py prints the same for PyTorch.\n\n"
+      "Examples:\n"
+      "  attograd bench --preset medium --threads 2\n"
+      "  attograd bench --preset long -L 2048 --steps 5");
+  return {sub, [args] { return run_bench_command(*args); }};
+}
+
+void add_bench_command(CLI::App& app) {
+  Command c = add_bench(app);
+  c.app->callback([run = c.run] {
+    int status = kExitError;
+    try {
+      status = run();
+    } catch (const std::exception& e) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "attograd bench: error: %s\n", e.what());
+    }
+    std::fflush(stdout);
+    std::exit(status);
+  });
+}
+
+}  // namespace attograd::cli

@@ -1,0 +1,186 @@
+// `attograd eval`, `attograd generate`, `attograd export` and `attograd import`: the commands that use a saved
+// model.
+
+#include <chrono>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "nn/module.h"
+#include "train/report.h"
+#include "train/safetensors.h"
+#include "train/serialize.h"
+
+namespace attograd::cli {
+
+namespace {
+
+struct EvalArgs {
+  std::string weights;
+  int64_t eval_size = 0;
+  uint64_t seed = 0;
+  CLI::Option* seed_opt = nullptr;
+  bool json = false;
+};
+
+int run_eval(const EvalArgs& a) {
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<uint64_t> seed;
+  if (a.seed_opt->count() > 0) seed = a.seed;
+  std::unique_ptr<train::Trainer> t = load_model(a.weights, seed);
+  const train::TrainConfig& cfg = t->config();
+  const int64_t n = a.eval_size > 0 ? a.eval_size : cfg.eval_size;
+  const train::EvalResult r = t->evaluate(n);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["weights"] = a.weights;
+    j["task"] = cfg.task;
+    j["model"] = cfg.model;
+    j["token_accuracy"] = r.token_accuracy;
+    j["sequence_accuracy"] = r.sequence_accuracy;
+    j["loss"] = r.loss;
+    j["n"] = r.n;
+    j["seed"] = cfg.seed;
+    j["seconds"] = seconds;
+    std::printf("%s\n", j.dump().c_str());
+    return kExitOk;
+  }
+  std::printf("weights            %s\n", a.weights.c_str());
+  std::printf("task, model        %s (lengths %lld-%lld), %s with %s parameters\n", cfg.task.c_str(),
+              static_cast<long long>(cfg.min_len), static_cast<long long>(cfg.max_len), cfg.model.c_str(),
+              thousands(t->model().num_parameters()).c_str());
+  std::printf("held-out sequences %lld (seed %llu)\n", static_cast<long long>(r.n),
+              static_cast<unsigned long long>(cfg.seed));
+  std::printf("token accuracy     %.2f%%\n", 100 * r.token_accuracy);
+  std::printf("sequence accuracy  %.2f%%\n", 100 * r.sequence_accuracy);
+  std::printf("loss               %.4f\n", r.loss);
+  std::printf("time               %.2f s\n", seconds);
+  return kExitOk;
+}
+
+struct GenerateArgs {
+  std::string weights, input, attention;
+};
+
+int run_generate(const GenerateArgs& a) {
+  std::unique_ptr<train::Trainer> t = load_model(a.weights);
+  const std::vector<int64_t> src = data::parse_symbols(a.input, t->config().num_symbols);
+  std::vector<int64_t> out = t->predict(src);
+  std::printf("%s\n", data::tokens_to_string(out).c_str());
+  std::fflush(stdout);
+  if (!a.attention.empty()) {
+    out.resize(std::min(out.size(), static_cast<size_t>(data::max_tgt_len(t->task_options()))));
+    report::AttentionFigure fig = t->causal_lm() ? report::attention_figure(*t->causal_lm(), src, out)
+                                                 : report::attention_figure(*t->transformer(), src, out);
+    fig.title = t->config().task + " (" + t->config().model + "): " + fig.title;
+    report::write_text_file(a.attention, report::attention_svg(fig));
+    std::fprintf(stderr, "attention picture written to %s\n", a.attention.c_str());
+  }
+  return kExitOk;
+}
+
+struct ExportArgs {
+  std::string weights, to;
+};
+
+int run_export(const ExportArgs& a) {
+  std::unique_ptr<train::Trainer> t = load_model(a.weights);
+  io::export_safetensors(t->model(), a.to, {{"attograd_config", t->config().to_json(-1)}, {"format", "pt"}});
+  const io::NamedTensors sd = io::state_dict(t->model());
+  std::printf("wrote %zu tensors (%s parameters) from %s to %s\n", sd.size(),
+              thousands(t->model().num_parameters()).c_str(), a.weights.c_str(), a.to.c_str());
+  return kExitOk;
+}
+
+struct ImportArgs {
+  std::string from, config, to;
+};
+
+int run_import(const ImportArgs& a) {
+  const io::FileInfo info = io::inspect(a.from);
+  ATTO_CHECK(info.kind == "safetensors", "import", "'", a.from, "' is an attograd ", info.kind,
+             " file, not a safetensors file (it needs no import)");
+  const train::TrainConfig cfg = !a.config.empty()
+                                     ? train::TrainConfig::from_json(read_text(a.config, "import"))
+                                     : config_from_metadata(info.metadata, a.from);
+  train::Trainer t(cfg);
+  io::import_safetensors(t.model(), a.from);
+  io::save(t.model(), a.to, cfg.to_json());
+  std::printf("imported %s (%s parameters, %s %s) into %s\n", a.from.c_str(),
+              thousands(t.model().num_parameters()).c_str(), cfg.task.c_str(), cfg.model.c_str(), a.to.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_eval(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("eval", "Held-out accuracy of saved weights on fresh sequences");
+  auto a = std::make_shared<EvalArgs>();
+  sub->add_option("-w,--weights", a->weights, "weights file (model.attograd), checkpoint or safetensors with config")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--eval-size", a->eval_size, "held-out sequences (default: the training run's eval size)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+  a->seed_opt = sub->add_option("--seed", a->seed,
+                                "seed of the held-out stream (default: the training seed, i.e. the same sequences "
+                                "as the training run's evaluations)");
+  sub->add_flag("--json", a->json, "print the result as one JSON object");
+  sub->footer(
+      "The model is rebuilt from the configuration stored in the weights file's metadata.\n\n"
+      "Examples:\n"
+      "  attograd eval --weights runs/reverse-lm/model.attograd\n"
+      "  attograd eval --weights runs/reverse-lm/model.attograd --eval-size 5000 --seed 7 --json");
+  return {sub, [a] { return run_eval(*a); }};
+}
+
+Command add_generate(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("generate", "Greedy-decode the output sequence for one input");
+  auto a = std::make_shared<GenerateArgs>();
+  sub->add_option("-w,--weights", a->weights, "weights file (model.attograd) or checkpoint")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("-i,--input", a->input, "input symbols separated by spaces, e.g. \"3 1 4 1 5\"")->required();
+  sub->add_option("--attention", a->attention, "also write the attention heatmaps for this input to an SVG file");
+  sub->footer(
+      "Prints the decoded sequence (without the end token) on stdout.\n\n"
+      "Examples:\n"
+      "  attograd generate --weights runs/reverse-lm/model.attograd --input \"3 1 4 1 5\"\n"
+      "  attograd generate -w runs/reverse-lm/model.attograd -i \"2 7 1 8\" --attention attention.svg");
+  return {sub, [a] { return run_generate(*a); }};
+}
+
+Command add_export(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("export", "Write saved weights as safetensors (for PyTorch)");
+  auto a = std::make_shared<ExportArgs>();
+  sub->add_option("-w,--weights", a->weights, "weights file (model.attograd) or checkpoint")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--to", a->to, "output .safetensors file")->required();
+  sub->footer(
+      "Tensor names are the model's state_dict names (PyTorch's for the standard layers); the training\n"
+      "configuration goes into the safetensors __metadata__ as \"attograd_config\".\n\n"
+      "Example:\n"
+      "  attograd export --weights runs/reverse-lm/model.attograd --to model.safetensors\n"
+      "  python3 -c \"from safetensors.torch import load_file; print(load_file('model.safetensors').keys())\"");
+  return {sub, [a] { return run_export(*a); }};
+}
+
+Command add_import(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("import", "Turn a safetensors state dict (e.g. from PyTorch) into a weights file");
+  auto a = std::make_shared<ImportArgs>();
+  sub->add_option("--from", a->from, "input .safetensors file")->required()->check(CLI::ExistingFile);
+  sub->add_option("--config", a->config,
+                  "training configuration JSON (config.json of a run); default: the file's \"attograd_config\" "
+                  "metadata")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--to", a->to, "output weights file (.attograd)")->required();
+  sub->footer(
+      "Every tensor of the model must be present with the right shape (float32 or float64).\n\n"
+      "Example:\n"
+      "  attograd import --from model.safetensors --config runs/reverse-lm/config.json --to imported.attograd");
+  return {sub, [a] { return run_import(*a); }};
+}
+
+}  // namespace attograd::cli

@@ -1,0 +1,369 @@
+// The `attograd` command-line tool, run as a user would: the built binary (path from the ATTOGRAD_CLI compile
+// definition) through popen, on tiny configurations so the whole file takes seconds.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+#ifdef ATTOGRAD_CLI
+constexpr const char* kCli = ATTOGRAD_CLI;
+#else
+constexpr const char* kCli = nullptr;  // examples (and so the tool) not built
+#endif
+
+struct CliRun {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The whole test's scratch directory.
+const fs::path& scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::path(::testing::TempDir()) / ("attograd_cli_" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+// Runs `attograd ARGS` (ARGS as shell words), capturing stdout, stderr and the exit status.
+CliRun attograd(const std::string& args) {
+  const std::string err_file = (scratch() / "stderr.txt").string();
+  const std::string cmd = std::string(kCli) + " " + args + " 2>" + quote(err_file) + " </dev/null";
+  CliRun r;
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.err = slurp(err_file);
+  return r;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+json last_line_json(const std::string& out) {
+  const std::vector<std::string> l = lines(out);
+  if (l.empty()) return json();
+  return json::parse(l.back(), nullptr, false);
+}
+
+// Asserts the failure contract: exit status 2 and exactly one line on stderr, no crash.
+void expect_one_line_error(const CliRun& r, const std::string& substring, const std::string& what) {
+  EXPECT_EQ(r.status, 2) << what << "\nstdout: " << r.out << "\nstderr: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << what << ": " << r.err;
+  EXPECT_EQ(r.err.rfind("attograd", 0), 0u) << what << ": " << r.err;
+  EXPECT_NE(r.err.find(substring), std::string::npos) << what << ": expected '" << substring << "' in " << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+}
+
+constexpr const char* kTiny =
+    "--steps 30 --d-model 16 --layers 1 --heads 2 --d-ff 32 --max-len 4 --batch 16 --eval-size 50 --eval-every 10";
+
+class Cli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!kCli) return;
+    run_ = new CliRun(attograd(std::string("train ") + kTiny + " --json --out " + quote((scratch() / "run").string())));
+    summary_ = new json(last_line_json(run_->out));
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(scratch(), ec);
+    delete run_;
+    delete summary_;
+    run_ = nullptr;
+    summary_ = nullptr;
+  }
+  void SetUp() override {
+    if (!kCli) GTEST_SKIP() << "the attograd tool is not built (ATTOGRAD_BUILD_EXAMPLES=OFF)";
+    ASSERT_EQ(run_->status, 0) << run_->out << run_->err;
+    ASSERT_TRUE(summary_->is_object()) << run_->out;
+  }
+  static std::string dir() { return (scratch() / "run").string(); }
+  static std::string weights() { return (scratch() / "run" / "model.attograd").string(); }
+  static const json& summary() { return *summary_; }
+
+  static CliRun* run_;
+  static json* summary_;
+};
+CliRun* Cli::run_ = nullptr;
+json* Cli::summary_ = nullptr;
+
+TEST_F(Cli, TrainWritesEveryPromisedFileAndAJsonSummary) {
+  const json& s = summary();
+  for (const char* key : {"task", "model", "parameters", "steps", "final_loss", "eval_loss", "token_accuracy",
+                          "sequence_accuracy", "eval_size", "wall_seconds", "tokens_per_second", "peak_rss_mb", "paths"})
+    EXPECT_TRUE(s.contains(key)) << key;
+  EXPECT_EQ(s["task"], "reverse");
+  EXPECT_EQ(s["model"], "lm");
+  EXPECT_EQ(s["steps"], 30);
+  EXPECT_EQ(s["eval_size"], 50);
+  EXPECT_GT(s["parameters"].get<int64_t>(), 0);
+  EXPECT_GT(s["final_loss"].get<double>(), 0);
+  EXPECT_GE(s["token_accuracy"].get<double>(), 0);
+  EXPECT_LE(s["token_accuracy"].get<double>(), 1);
+  EXPECT_GE(s["sequence_accuracy"].get<double>(), 0);
+  EXPECT_GT(s["wall_seconds"].get<double>(), 0);
+  EXPECT_GT(s["tokens_per_second"].get<double>(), 0);
+  EXPECT_GT(s["peak_rss_mb"].get<double>(), 1);
+  for (const char* key : {"weights", "checkpoint", "metrics", "config", "curves", "attention", "samples"}) {
+    ASSERT_TRUE(s["paths"].contains(key)) << key;
+    const std::string path = s["paths"][key];
+    EXPECT_TRUE(fs::is_regular_file(path)) << path;
+    EXPECT_GT(fs::file_size(path), 0u) << path;
+  }
+  EXPECT_EQ(fs::path(s["paths"]["weights"].get<std::string>()).filename(), "model.attograd");
+  // Progress lines precede the JSON (stdout is not a terminal here).
+  EXPECT_NE(run_->out.find("step 30/30 (100%)"), std::string::npos);
+
+  const std::vector<std::string> csv = lines(slurp(s["paths"]["metrics"]));
+  ASSERT_EQ(csv.size(), 31u);  // header + one row per step
+  EXPECT_EQ(csv[0].rfind("step,loss,", 0), 0u);
+  const json cfg = json::parse(slurp(s["paths"]["config"]));
+  EXPECT_EQ(cfg["steps"], 30);
+  EXPECT_EQ(cfg["d_model"], 16);
+  EXPECT_EQ(cfg["warmup"], 3);  // the default warm-up, scaled to a short run
+  const std::string curves = slurp(s["paths"]["curves"]);
+  EXPECT_NE(curves.find("<svg"), std::string::npos);
+  EXPECT_NE(curves.find("data-label=\"training loss\""), std::string::npos);
+  const std::string attention = slurp(s["paths"]["attention"]);
+  EXPECT_NE(attention.find("class=\"cells\""), std::string::npos);
+  EXPECT_EQ(std::count(attention.begin(), attention.end(), '\n') > 3, true);
+  const std::string samples = slurp(s["paths"]["samples"]);
+  size_t inputs = 0;
+  for (const std::string& l : lines(samples)) inputs += l.rfind("input:", 0) == 0;
+  EXPECT_EQ(inputs, 8u);
+}
+
+TEST_F(Cli, HumanSummaryWithoutJson) {
+  const CliRun r = attograd(std::string("train ") + kTiny + " --task copy --model seq2seq --out " +
+                         quote((scratch() / "copy").string()));
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* piece : {"task          copy", "model         seq2seq", "held-out      token accuracy",
+                            "peak memory", "tokens/s", "model.attograd"})
+    EXPECT_NE(r.out.find(piece), std::string::npos) << piece << "\n" << r.out;
+  EXPECT_TRUE(fs::is_regular_file(scratch() / "copy" / "attention.svg"));
+  // The encoder-decoder picture has encoder, decoder self and decoder cross rows.
+  const std::string svg = slurp((scratch() / "copy" / "attention.svg").string());
+  EXPECT_NE(svg.find("decoder 0 cross"), std::string::npos);
+}
+
+TEST_F(Cli, EvalReproducesTheTrainingRunsAccuracy) {
+  const CliRun r = attograd("eval --weights " + quote(weights()) + " --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json e = last_line_json(r.out);
+  ASSERT_TRUE(e.is_object()) << r.out;
+  EXPECT_EQ(e["n"], 50);
+  EXPECT_EQ(e["token_accuracy"].get<double>(), summary()["token_accuracy"].get<double>());
+  EXPECT_EQ(e["sequence_accuracy"].get<double>(), summary()["sequence_accuracy"].get<double>());
+  EXPECT_EQ(e["loss"].get<double>(), summary()["eval_loss"].get<double>());
+  // The checkpoint holds the same weights.
+  const json c = last_line_json(attograd("eval --weights " + quote(dir() + "/checkpoint.attograd") + " --json").out);
+  EXPECT_EQ(c["token_accuracy"].get<double>(), summary()["token_accuracy"].get<double>());
+  // Another seed and size: fresh sequences.
+  const json o = last_line_json(attograd("eval --weights " + quote(weights()) + " --json --seed 9 --eval-size 20").out);
+  EXPECT_EQ(o["n"], 20);
+  EXPECT_EQ(o["seed"], 9);
+  // Human-readable form.
+  const CliRun h = attograd("eval --weights " + quote(weights()));
+  EXPECT_EQ(h.status, 0);
+  EXPECT_NE(h.out.find("sequence accuracy"), std::string::npos);
+}
+
+TEST_F(Cli, GenerateReproducesTheSamplePredictions) {
+  const std::vector<std::string> l = lines(slurp(dir() + "/samples.txt"));
+  int checked = 0;
+  for (size_t i = 0; i + 2 < l.size() && checked < 4; ++i) {
+    if (l[i].rfind("input:", 0) != 0) continue;
+    const std::string input = l[i].substr(l[i].find_first_not_of(' ', 6));
+    std::string pred = l[i + 2].substr(12);
+    if (pred == "(nothing)") pred.clear();
+    const CliRun r = attograd("generate --weights " + quote(weights()) + " --input " + quote(input));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, pred + "\n") << "input " << input;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+  const std::string svg = (scratch() / "gen_attention.svg").string();
+  const CliRun r = attograd("generate -w " + quote(weights()) + " -i '1 2 3' --attention " + quote(svg));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(slurp(svg).find("class=\"cells\""), std::string::npos);
+}
+
+TEST_F(Cli, InspectListsTheFileAndReportsCorruption) {
+  const CliRun r = attograd("inspect " + quote(weights()));
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* piece : {"kind        weights, format version 1", "OK", "\"task\":\"reverse\"", "embed.weight",
+                            "float32", "[15, 16]"})
+    EXPECT_NE(r.out.find(piece), std::string::npos) << piece << "\n" << r.out;
+  const json j = last_line_json(attograd("inspect --json " + quote(dir() + "/checkpoint.attograd")).out);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["kind"], "checkpoint");
+  EXPECT_TRUE(j["checksum"]["ok"].get<bool>());
+  EXPECT_EQ(j["counters"]["step"], 30);
+
+  // One flipped byte in the middle of the data.
+  const std::string bad = (scratch() / "corrupt.attograd").string();
+  std::string bytes = slurp(weights());
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x20);
+  std::ofstream(bad, std::ios::binary) << bytes;
+  const CliRun c = attograd("inspect " + quote(bad));
+  expect_one_line_error(c, "corrupt", "inspect of a flipped byte");
+  EXPECT_NE(c.out.find("MISMATCH"), std::string::npos);
+  // A truncated file is unreadable.
+  const std::string cut = (scratch() / "truncated.attograd").string();
+  std::ofstream(cut, std::ios::binary) << bytes.substr(0, 20);
+  expect_one_line_error(attograd("inspect " + quote(cut)), "inspect", "inspect of a truncated file");
+}
+
+TEST_F(Cli, GradcheckWithNoArgumentsChecksEveryOpAndModule) {
+  const CliRun r = attograd("gradcheck");
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  for (const char* name :
+       {"add", "sub", "mul", "div", "exp", "log", "sqrt", "pow", "tanh", "sigmoid", "relu", "gelu", "matmul", "linear",
+        "transpose", "reshape", "slice", "cat", "stack", "split", "sum", "mean", "max", "softmax", "log_softmax",
+        "masked_fill", "where", "dropout", "embedding", "layer_norm", "cross_entropy", "mse_loss",
+        "scaled_dot_product_attention", "Linear", "Embedding", "LayerNorm", "Dropout", "PositionwiseFeedForward",
+        "MultiheadAttention", "MultiHeadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM",
+        "Transformer"}) {
+    bool found = false;
+    for (const std::string& l : lines(r.out)) found = found || l.rfind(std::string(name) + " ", 0) == 0;
+    EXPECT_TRUE(found) << name;
+  }
+  EXPECT_NE(r.out.find("44 of 44 checks passed"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("FAIL"), std::string::npos);
+}
+
+TEST_F(Cli, GradcheckOneModuleWithAMask) {
+  const CliRun r = attograd("gradcheck --module mha --mask causal");
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("MultiheadAttention"), std::string::npos);
+  EXPECT_NE(r.out.find("mask=causal"), std::string::npos);
+  EXPECT_NE(r.out.find("1 of 1 checks passed"), std::string::npos);
+  const json j = last_line_json(
+      attograd("gradcheck --module mha --heads 2 --d-model 8 --len 5 --mask padding --dropout 0.1 --dtype float32 --json")
+          .out);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["dtype"], "float32");
+  EXPECT_EQ(j["eps"], 1e-3);
+  EXPECT_EQ(j["checks"].size(), 1u);
+  EXPECT_TRUE(j["checks"][0]["passed"].get<bool>()) << j.dump();
+  // A failing check (impossible tolerances) exits 1.
+  EXPECT_EQ(attograd("gradcheck --module add --atol 1e-300 --rtol 1e-300").status, 1);
+}
+
+TEST_F(Cli, ExportImportRoundTripKeepsTheAccuracy) {
+  const std::string st = (scratch() / "model.safetensors").string();
+  const CliRun e = attograd("export --weights " + quote(weights()) + " --to " + quote(st));
+  ASSERT_EQ(e.status, 0) << e.err;
+  const json info = last_line_json(attograd("inspect --json " + quote(st)).out);
+  EXPECT_EQ(info["kind"], "safetensors");
+  const std::string back = (scratch() / "imported.attograd").string();
+  const CliRun i = attograd("import --from " + quote(st) + " --config " + quote(dir() + "/config.json") + " --to " +
+                         quote(back));
+  ASSERT_EQ(i.status, 0) << i.err;
+  const json a = last_line_json(attograd("eval --weights " + quote(back) + " --json").out);
+  EXPECT_EQ(a["token_accuracy"].get<double>(), summary()["token_accuracy"].get<double>());
+  EXPECT_EQ(a["sequence_accuracy"].get<double>(), summary()["sequence_accuracy"].get<double>());
+  // Without --config, the configuration stored in the safetensors metadata is used.
+  const std::string back2 = (scratch() / "imported2.attograd").string();
+  ASSERT_EQ(attograd("import --from " + quote(st) + " --to " + quote(back2)).status, 0);
+  EXPECT_EQ(slurp(back2), slurp(back));
+}
+
+TEST_F(Cli, ResumeContinuesTheRun) {
+  const std::string out = (scratch() / "resumed").string();
+  const CliRun r = attograd("train --resume " + quote(dir() + "/checkpoint.attograd") + " --steps 35 --json --out " +
+                         quote(out));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json s = last_line_json(r.out);
+  EXPECT_EQ(s["steps"], 35);
+  EXPECT_EQ(lines(slurp(out + "/metrics.csv")).size(), 36u);
+}
+
+TEST_F(Cli, EveryErrorIsOneLineAndExitStatusTwo) {
+  const std::string w = quote(weights());
+  expect_one_line_error(attograd("train --bogus"), "--bogus", "unknown flag");
+  expect_one_line_error(attograd("train --steps abc"), "abc", "non-numeric value");
+  expect_one_line_error(attograd("train --model rnn"), "rnn", "bad choice");
+  expect_one_line_error(attograd("frobnicate"), "frobnicate", "unknown subcommand");
+  expect_one_line_error(attograd("eval"), "--weights", "missing required flag");
+  expect_one_line_error(attograd("eval --weights /nonexistent/model.attograd"), "/nonexistent", "missing file");
+  expect_one_line_error(attograd("inspect /nonexistent/x"), "/nonexistent", "missing file");
+  expect_one_line_error(attograd(std::string("train ") + kTiny + " --heads 3 --out " + quote((scratch() / "x").string())),
+                        "heads", "invalid configuration");
+  const std::string bad_json = (scratch() / "bad.json").string();
+  std::ofstream(bad_json) << "{\"steps\": 10, \"colour\": 3}";
+  expect_one_line_error(attograd("train --config " + quote(bad_json)), "colour", "unknown config field");
+  expect_one_line_error(attograd("generate --weights " + w + " --input '1 x 3'"), "x", "bad input symbol");
+  expect_one_line_error(attograd("gradcheck --module nope"), "nope", "unknown check");
+  expect_one_line_error(attograd("gradcheck --dtype float16"), "float16", "bad dtype");
+  expect_one_line_error(attograd("eval --weights " + w + " --eval-size 0"), "--eval-size", "bad eval size");
+  expect_one_line_error(attograd("import --from " + w + " --to " + quote((scratch() / "y.attograd").string())),
+                        "not a safetensors file", "importing a non-safetensors file");
+
+  // A corrupt weights file: every command that reads it refuses with one line.
+  const std::string bad = (scratch() / "corrupt2.attograd").string();
+  std::string bytes = slurp(weights());
+  bytes[bytes.size() - 100] = static_cast<char>(bytes[bytes.size() - 100] ^ 1);
+  std::ofstream(bad, std::ios::binary) << bytes;
+  expect_one_line_error(attograd("eval --weights " + quote(bad)), "corrupt", "eval of a corrupt file");
+  expect_one_line_error(attograd("generate --weights " + quote(bad) + " --input '1 2'"), "corrupt",
+                        "generate of a corrupt file");
+  expect_one_line_error(attograd("export --weights " + quote(bad) + " --to " + quote((scratch() / "z").string())),
+                        "corrupt", "export of a corrupt file");
+  // Not an attograd file at all.
+  const std::string text = (scratch() / "text.attograd").string();
+  std::ofstream(text) << "hello, world";
+  expect_one_line_error(attograd("eval --weights " + quote(text)), "neither", "eval of a text file");
+}
+
+TEST_F(Cli, HelpHasAnExampleForEveryCommand) {
+  for (const char* cmd : {"train", "eval", "generate", "gradcheck", "inspect", "export", "import"}) {
+    const CliRun r = attograd(std::string(cmd) + " --help");
+    EXPECT_EQ(r.status, 0) << cmd;
+    EXPECT_NE(r.out.find("Example"), std::string::npos) << cmd;
+    EXPECT_NE(r.out.find(std::string("attograd ") + cmd), std::string::npos) << cmd;
+  }
+  const CliRun top = attograd("--help");
+  EXPECT_EQ(top.status, 0);
+  EXPECT_NE(top.out.find("gradcheck"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,227 @@
+#include "train/bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "autograd/autograd.h"
+#include "nn/models.h"
+#include "train/optim.h"
+#include "train/tasks.h"
+
+#if __has_include("autograd/parallel.h")
+#include "autograd/parallel.h"
+#define ATTOGRAD_BENCH_HAS_POOL 1
+#else
+#define ATTOGRAD_BENCH_HAS_POOL 0
+#endif
+
+namespace attograd::bench {
+
+namespace {
+
+constexpr const char* kMe = "bench";
+
+struct Preset {
+  const char* name;
+  int64_t V, D, H, F, N, L, B;
+};
+
+constexpr Preset kPresets[] = {
+    {"small", 16, 64, 4, 256, 2, 32, 32},
+    {"medium", 64, 128, 4, 512, 2, 64, 32},
+    {"large", 256, 256, 8, 1024, 4, 128, 16},
+    {"long", 64, 128, 4, 512, 2, 1024, 4},
+};
+
+// One batch: input (B, L) and target (B, L) Int64. The sequence is src(L/2) SEP tgt(L/2), tgt = reversed src,
+// payload tokens uniform over [kFirstSymbol, V); input = its first L tokens, target = the next tokens where they
+// are tgt tokens (positions L/2 .. L-1), kIgnore elsewhere.
+struct Batch {
+  Tensor input;
+  Tensor target;
+};
+
+Batch make_batch(const BenchConfig& c, Generator& gen) {
+  const int64_t half = c.L / 2;
+  const uint64_t payload = static_cast<uint64_t>(c.V - data::kFirstSymbol);
+  Batch batch{empty({c.B, c.L}, {.dtype = kInt64}), empty({c.B, c.L}, {.dtype = kInt64})};
+  int64_t* in = batch.input.data<int64_t>();
+  int64_t* tg = batch.target.data<int64_t>();
+  std::vector<int64_t> seq(static_cast<size_t>(c.L + 1));
+  for (int64_t b = 0; b < c.B; ++b) {
+    for (int64_t i = 0; i < half; ++i)
+      seq[static_cast<size_t>(i)] = data::kFirstSymbol + static_cast<int64_t>(gen.randint(payload));
+    seq[static_cast<size_t>(half)] = data::kSep;
+    for (int64_t i = 0; i < half; ++i) seq[static_cast<size_t>(half + 1 + i)] = seq[static_cast<size_t>(half - 1 - i)];
+    for (int64_t l = 0; l < c.L; ++l) {
+      in[b * c.L + l] = seq[static_cast<size_t>(l)];
+      tg[b * c.L + l] = l >= half ? seq[static_cast<size_t>(l + 1)] : data::kIgnore;
+    }
+  }
+  return batch;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A finite double for JSON (NaN and infinities are not JSON numbers).
+std::string json_num(double x, const char* fmt = "%.6g") {
+  if (!std::isfinite(x)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, x);
+  return buf;
+}
+
+std::string json_str(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if (static_cast<unsigned char>(ch) < 0x20) continue;
+    out += ch;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+BenchConfig preset(const std::string& name) {
+  for (const Preset& p : kPresets)
+    if (name == p.name) {
+      BenchConfig c;
+      c.V = p.V, c.D = p.D, c.H = p.H, c.F = p.F, c.N = p.N, c.L = p.L, c.B = p.B;
+      c.name = p.name;
+      return c;
+    }
+  std::string valid;
+  for (const Preset& p : kPresets) valid += (valid.empty() ? "" : ", ") + std::string(p.name);
+  throw Error(kMe, cat("unknown preset '", name, "' (valid: ", valid, ")"));
+}
+
+void validate(const BenchConfig& c) {
+  ATTO_CHECK(c.V > data::kFirstSymbol + 1, kMe, "V must be at least ", data::kFirstSymbol + 2, " (", data::kFirstSymbol,
+             " special tokens and at least 2 payload symbols), got V=", c.V);
+  ATTO_CHECK(c.D > 0, kMe, "D must be positive, got D=", c.D);
+  ATTO_CHECK(c.H > 0, kMe, "H must be positive, got H=", c.H);
+  ATTO_CHECK(c.D % c.H == 0, kMe, "D must be divisible by H, got D=", c.D, ", H=", c.H);
+  ATTO_CHECK(c.F > 0, kMe, "F must be positive, got F=", c.F);
+  ATTO_CHECK(c.N >= 0, kMe, "N must be non-negative, got N=", c.N);
+  ATTO_CHECK(c.L >= 2 && c.L % 2 == 0, kMe,
+             "L must be even and at least 2 (L/2 source, L/2 target tokens), got L=", c.L);
+  ATTO_CHECK(c.B > 0, kMe, "B must be positive, got B=", c.B);
+  ATTO_CHECK(c.steps >= 1, kMe, "steps must be at least 1, got steps=", c.steps);
+  ATTO_CHECK(c.warmup >= 0, kMe, "warmup must be non-negative, got warmup=", c.warmup);
+  ATTO_CHECK(c.threads >= 1, kMe, "threads must be at least 1, got threads=", c.threads);
+}
+
+double model_flops_per_step(const BenchConfig& c) {
+  const double B = static_cast<double>(c.B), L = static_cast<double>(c.L), D = static_cast<double>(c.D);
+  const double F = static_cast<double>(c.F), V = static_cast<double>(c.V), N = static_cast<double>(c.N);
+  const double T = B * L;                                      // tokens per step
+  const double projections = 2 * T * D * (4 * D);              // q, k, v, o: (T, D) x (D, D) each
+  const double ffn = 2 * T * D * F * 2;                        // (T, D) x (D, F) and (T, F) x (F, D)
+  const double attention = 2 * (2 * B * D * L * (L + 1) / 2);  // Q K^T and P V over the causal pairs, all heads
+  const double output = 2 * T * D * V;                         // tied projection (T, D) x (D, V)
+  const double forward = N * (projections + ffn + attention) + output;
+  return 3 * forward;
+}
+
+double peak_rss_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux reports KB
+}
+
+BenchResult run_bench(const BenchConfig& config) {
+  validate(config);
+  BenchResult r;
+  r.config = config;
+#if ATTOGRAD_BENCH_HAS_POOL
+  set_num_threads(config.threads);
+  r.thread_pool = true;
+#endif
+
+  Generator init_gen(config.seed), dropout_gen(config.seed + 1), data_gen(config.seed + 2);
+  auto model = std::make_shared<nn::CausalLM>(nn::CausalLMOptions{.vocab = config.V,
+                                                                  .d_model = config.D,
+                                                                  .n_head = config.H,
+                                                                  .d_ff = config.F,
+                                                                  .n_layers = config.N,
+                                                                  .dropout = 0.1,
+                                                                  .max_len = config.L,
+                                                                  .pad_idx = data::kPad},
+                                              init_gen);
+  model->set_generator(dropout_gen);
+  model->train();
+  r.params = model->num_parameters();
+  optim::Adam adam(model->named_parameters(), {.lr = 1e-3});
+
+  const int total = config.warmup + config.steps;
+  std::vector<Batch> batches;
+  batches.reserve(static_cast<size_t>(total));
+  for (int i = 0; i < total; ++i) batches.push_back(make_batch(config, data_gen));
+
+  const CrossEntropyOptions ce{.ignore_index = data::kIgnore};
+  auto step = [&](const Batch& b) {
+    adam.zero_grad(/*set_to_none=*/true);
+    Tensor logits = model->forward(b.input);                                       // (B, L, V)
+    Tensor loss = cross_entropy(reshape(logits, {config.B * config.L, config.V}),  // (B*L, V)
+                                reshape(b.target, {config.B * config.L}), ce);
+    loss.backward();
+    adam.step();
+    return loss.item();
+  };
+
+  using Clock = std::chrono::steady_clock;
+  r.step_ms.reserve(static_cast<size_t>(config.steps));
+  for (int i = 0; i < total; ++i) {
+    const auto t0 = Clock::now();
+    const double loss = step(batches[static_cast<size_t>(i)]);
+    const auto t1 = Clock::now();
+    if (i == 0) r.first_loss = loss;
+    if (i >= config.warmup) r.step_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    r.final_loss = loss;
+  }
+
+  r.median_step_ms = median(r.step_ms);
+  r.min_step_ms = *std::min_element(r.step_ms.begin(), r.step_ms.end());
+  const double seconds = r.median_step_ms / 1e3;
+  r.tokens_per_s = seconds > 0 ? static_cast<double>(config.B * config.L) / seconds : 0.0;
+  r.flops_per_step = model_flops_per_step(config);
+  r.gflops = seconds > 0 ? r.flops_per_step / seconds / 1e9 : 0.0;
+  r.peak_rss_mb = peak_rss_mb();
+  return r;
+}
+
+std::string to_json(const BenchResult& r) {
+  const BenchConfig& c = r.config;
+  std::string s = "{\"impl\": \"attograd\", \"preset\": " + json_str(c.name);
+  s += cat(", \"V\": ", c.V, ", \"D\": ", c.D, ", \"H\": ", c.H, ", \"F\": ", c.F, ", \"N\": ", c.N, ", \"L\": ", c.L,
+           ", \"B\": ", c.B, ", \"steps\": ", c.steps, ", \"warmup\": ", c.warmup, ", \"threads\": ", c.threads,
+           ", \"seed\": ", c.seed, ", \"params\": ", r.params);
+  s += ", \"median_step_ms\": " + json_num(r.median_step_ms, "%.4f");
+  s += ", \"min_step_ms\": " + json_num(r.min_step_ms, "%.4f");
+  s += ", \"tokens_per_s\": " + json_num(r.tokens_per_s, "%.1f");
+  s += ", \"peak_rss_mb\": " + json_num(r.peak_rss_mb, "%.1f");
+  s += ", \"first_loss\": " + json_num(r.first_loss);
+  s += ", \"final_loss\": " + json_num(r.final_loss);
+  s += ", \"flops_per_step\": " + json_num(r.flops_per_step, "%.0f");
+  s += ", \"gflops\": " + json_num(r.gflops, "%.3f");
+  s += std::string(", \"thread_pool\": ") + (r.thread_pool ? "true" : "false") + "}";
+  return s;
+}
+
+}  // namespace attograd::bench

@@ -1,0 +1,74 @@
+#pragma once
+// The training-step benchmark of issue 7: a decoder-only causal LM (nn::CausalLM) trained with Adam on the
+// "src SEP reversed-src" task, one configuration at a time. bench/torch_reference.py does exactly the same work
+// in PyTorch and prints the same JSON, so that bench/compare can set the two side by side.
+//
+// A step is zero_grad + forward + cross_entropy + backward + Adam step + reading loss.item(). Batches are
+// generated before timing; `warmup` untimed steps run first, then `steps` timed ones.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attograd::bench {
+
+/// One benchmark configuration: vocabulary V, width D, heads H, feed-forward size F, blocks N, sequence length L,
+/// batch B, plus how to run it.
+struct BenchConfig {
+  int64_t V = 0;                ///< vocabulary size (5 specials + V - 5 payload symbols)
+  int64_t D = 0;                ///< model width
+  int64_t H = 0;                ///< attention heads (must divide D)
+  int64_t F = 0;                ///< feed-forward hidden size
+  int64_t N = 0;                ///< blocks
+  int64_t L = 0;                ///< sequence length (even: L/2 source tokens, SEP, L/2 target tokens, shifted)
+  int64_t B = 0;                ///< batch size
+  int steps = 20;               ///< timed steps
+  int warmup = 3;               ///< untimed steps before them
+  int threads = 1;              ///< threads of the engine's pool (set_num_threads), when the engine has one
+  uint64_t seed = 0;            ///< seeds the weights, the dropout masks and the data
+  std::string name = "custom";  ///< preset name, or "custom" for explicit sizes
+};
+
+/// The preset "small" (16, 64, 4, 256, 2, 32, 32), "medium" (64, 128, 4, 512, 2, 64, 32),
+/// "large" (256, 256, 8, 1024, 4, 128, 16) or "long" (64, 128, 4, 512, 2, 1024, 4) as (V, D, H, F, N, L, B);
+/// an Error naming the unknown preset and the valid ones otherwise.
+BenchConfig preset(const std::string& name);
+/// The preset names, in size order.
+std::vector<std::string> preset_names();
+/// Checks every field (Error naming the field and its value): sizes positive, D % H == 0, L even, V > 6,
+/// steps >= 1, warmup >= 0, threads >= 1.
+void validate(const BenchConfig& config);
+
+/// Model FLOPs of one training step: 2*M*N*K for every matrix product of the forward (q, k, v and output
+/// projections, both FFN layers, Q K^T and P V over the L(L+1)/2 causal query-key pairs, the tied output
+/// projection), times 3 (the backward does twice the forward's products). Elementwise work is not counted.
+double model_flops_per_step(const BenchConfig& config);
+
+/// What run_bench measured.
+struct BenchResult {
+  BenchConfig config;           ///< the configuration it ran
+  int64_t params = 0;           ///< model parameters (the tied embedding counted once)
+  std::vector<double> step_ms;  ///< every timed step, in order (ms)
+  double median_step_ms = 0;    ///< median of step_ms
+  double min_step_ms = 0;       ///< fastest timed step
+  double tokens_per_s = 0;      ///< B * L / median step seconds
+  double peak_rss_mb = 0;       ///< getrusage ru_maxrss of the process at the end, MB
+  double first_loss = 0;        ///< loss of the very first (warm-up) step
+  double final_loss = 0;        ///< loss of the last timed step
+  double flops_per_step = 0;    ///< model_flops_per_step(config)
+  double gflops = 0;            ///< flops_per_step / median step seconds / 1e9
+  bool thread_pool = false;     ///< whether the engine had a pool to give `threads` to
+};
+
+/// Builds nn::CausalLM with the configuration's sizes (dropout 0.1, max_len L), Adam(lr 1e-3), generates
+/// warmup + steps batches, runs the warm-up steps, then times the others.
+BenchResult run_bench(const BenchConfig& config);
+
+/// The result as one line of JSON (no newline): impl, preset, sizes, steps, warmup, threads, seed, params,
+/// median_step_ms, min_step_ms, tokens_per_s, peak_rss_mb, first_loss, final_loss, flops_per_step, gflops.
+std::string to_json(const BenchResult& result);
+
+/// Peak resident set size of this process so far (getrusage ru_maxrss), MB.
+double peak_rss_mb();
+
+}  // namespace attograd::bench

@@ -1,0 +1,666 @@
+// The registry of named gradient checks behind `attograd gradcheck` (see train/gradcheck_suite.h).
+
+#include "train/gradcheck_suite.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <tuple>
+#include <map>
+#include <memory>
+
+#include "autograd/activation.h"
+#include "autograd/attention.h"
+#include "autograd/dropout.h"
+#include "autograd/elementwise.h"
+#include "autograd/indexing.h"
+#include "autograd/loss.h"
+#include "autograd/matmul.h"
+#include "autograd/norm.h"
+#include "autograd/reduce.h"
+#include "autograd/shape.h"
+#include "nn/attention.h"
+#include "nn/feedforward.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "nn/masks.h"
+#include "nn/models.h"
+#include "nn/transformer.h"
+
+namespace attograd::checks {
+
+namespace {
+
+using Inputs = std::vector<Tensor>;
+using Fn = std::function<Tensor(const Inputs&)>;
+
+// A leaf with values uniform in [lo, hi), in the config's dtype, requiring grad.
+Tensor leaf(const Shape& shape, Generator& gen, Dtype dtype, double lo = -1, double hi = 1) {
+  Tensor t = rand(shape, gen, {.dtype = kFloat64});
+  double* p = t.data<double>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = lo + (hi - lo) * p[i];
+  Tensor out = t.to(dtype);
+  out.requires_grad_(true);
+  return out;
+}
+
+// A leaf with |values| in [lo, hi) and random signs (away from 0: kinks, division).
+Tensor away_from_zero(const Shape& shape, Generator& gen, Dtype dtype, double lo = 0.2, double hi = 1) {
+  Tensor t = rand(shape, gen, {.dtype = kFloat64});
+  double* p = t.data<double>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double sign = gen.uniform() < 0.5 ? -1.0 : 1.0;
+    p[i] = sign * (lo + (hi - lo) * p[i]);
+  }
+  Tensor out = t.to(dtype);
+  out.requires_grad_(true);
+  return out;
+}
+
+// A leaf whose values are a shuffled ladder 0.1 apart plus small noise: no ties within the largest eps.
+Tensor distinct(const Shape& shape, Generator& gen, Dtype dtype) {
+  const int64_t n = shape_numel(shape);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = 0.1 * static_cast<double>(i) - 0.05 * n;
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(v[static_cast<size_t>(i)], v[static_cast<size_t>(gen.randint(static_cast<uint64_t>(i + 1)))]);
+  for (double& x : v) x += 0.02 * gen.uniform();
+  Tensor out = from_vector(v, shape).to(dtype);
+  out.requires_grad_(true);
+  return out;
+}
+
+Tensor tokens(const std::vector<int64_t>& v, int64_t b, int64_t l) { return from_vector(v, {b, l}); }
+
+// Random tokens in [lo, hi) of shape (b, l).
+std::vector<int64_t> random_tokens(int64_t b, int64_t l, int64_t lo, int64_t hi, Generator& gen) {
+  std::vector<int64_t> v(static_cast<size_t>(b * l));
+  for (auto& t : v) t = lo + static_cast<int64_t>(gen.randint(static_cast<uint64_t>(hi - lo)));
+  return v;
+}
+
+std::string sh(const Shape& s) { return shape_str(s); }
+
+std::string double_str(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// Max |analytic - numeric| over every Jacobian entry, and max |analytic - numeric| / |numeric| over the entries
+// with |numeric| >= atol (a relative error means nothing where the derivative is ~0). Same central differences as
+// gradcheck(); the analytic Jacobian from one backward per output element.
+std::pair<double, double> error_summary(const std::function<Tensor()>& f, const Inputs& inputs,
+                                        const GradcheckOptions& o) {
+  std::vector<std::vector<double>> analytic;  // [output][flat input element]
+  {
+    Tensor y = f();
+    for (int64_t k = 0; k < y.numel(); ++k) {
+      Tensor seed = zeros(y.shape(), {.dtype = y.dtype()});
+      dispatch_float(seed.dtype(), "gradcheck", [&]<typename T>() { seed.data<T>()[k] = T(1); });
+      for (const Tensor& x : inputs) const_cast<Tensor&>(x).zero_grad(true);
+      y.backward(seed, true);
+      std::vector<double> row;
+      for (const Tensor& x : inputs) {
+        const Tensor g = x.grad();
+        const std::vector<double> v = g.defined() ? g.to_vector<double>() : std::vector<double>(x.numel(), 0.0);
+        row.insert(row.end(), v.begin(), v.end());
+      }
+      analytic.push_back(std::move(row));
+    }
+    for (const Tensor& x : inputs) const_cast<Tensor&>(x).zero_grad(true);
+  }
+  double max_abs = 0, max_rel = 0;
+  size_t col = 0;
+  NoGradGuard no_grad;
+  for (const Tensor& in : inputs) {
+    Tensor x = in;
+    for (int64_t i = 0; i < x.numel(); ++i, ++col) {
+      const double orig = x.flat(i);
+      auto set = [&](double v) {
+        dispatch_float(x.dtype(), "gradcheck", [&]<typename T>() { x.data<T>()[i] = static_cast<T>(v); });
+      };
+      set(orig + o.eps);
+      const std::vector<double> plus = f().to_vector<double>();
+      set(orig - o.eps);
+      const std::vector<double> minus = f().to_vector<double>();
+      set(orig);
+      for (size_t k = 0; k < analytic.size() && k < plus.size(); ++k) {
+        const double n = (plus[k] - minus[k]) / (2 * o.eps), err = std::fabs(analytic[k][col] - n);
+        max_abs = std::max(max_abs, err);
+        if (std::fabs(n) >= o.atol) max_rel = std::max(max_rel, err / std::fabs(n));
+      }
+    }
+  }
+  return {max_abs, max_rel};
+}
+
+// Runs gradcheck() (pass/fail) and error_summary() (the reported errors) on f and its inputs.
+CheckResult run_check(const std::string& name, const std::string& kind, const std::string& configuration,
+                      const std::function<Tensor()>& f, const Inputs& inputs, const GradcheckOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  CheckResult r;
+  r.name = name;
+  r.kind = kind;
+  r.configuration = configuration;
+  r.result = gradcheck(f, inputs, o);
+  std::tie(r.max_abs_error, r.max_rel_error) = error_summary(f, inputs, o);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+// An op check: f over inputs made by `make`, full Jacobian.
+Check op(const std::string& name, std::function<std::pair<std::string, Inputs>(const CheckConfig&, Generator&)> make,
+         Fn f) {
+  return {name, "op", [name, make, f](const CheckConfig& c, const GradcheckOptions& o) {
+            Generator gen(c.seed * 1000003 + 17);
+            auto [configuration, inputs] = make(c, gen);
+            return run_check(name, "op", configuration, [&] { return f(inputs); }, inputs, o);
+          }};
+}
+
+// A probability for the dropout op and the Dropout module: the configured one, or 0.2.
+double drop_p(const CheckConfig& c) { return c.dropout > 0 ? c.dropout : 0.2; }
+
+// Moves a module's parameters off values that would hide mistakes, converts it, and returns them as inputs.
+Inputs prepare_module(nn::Module& m, const CheckConfig& c, Generator& gen) {
+  m.to(c.dtype);
+  m.train(c.dropout > 0);
+  NoGradGuard no_grad;
+  Inputs params;
+  auto ends_with = [](const std::string& n, const char* suffix) {
+    const size_t k = std::char_traits<char>::length(suffix);
+    return n.size() >= k && n.compare(n.size() - k, k, suffix) == 0;
+  };
+  for (auto& [n, p] : m.named_parameters()) {
+    if (ends_with(n, "linear1.bias") || ends_with(n, "w_1.bias")) {
+      // Keep the feed-forward ReLU inputs away from the kink: |bias| in [0.5, 1) and a small weight (below), so
+      // no hidden pre-activation comes within eps of 0 (at eps 1e-3, float32's step, one usually would).
+      copy_(p, away_from_zero(p.shape(), gen, p.dtype(), 0.5, 1.0).detach());
+    } else if (ends_with(n, "linear1.weight") || ends_with(n, "w_1.weight")) {
+      mul_(p, 0.25);
+    } else if (ends_with(n, "bias")) {
+      nn::init::uniform_(p, -0.5, 0.5, gen);
+    } else if (n.find("norm") != std::string::npos) {
+      nn::init::uniform_(p, 0.7, 1.3, gen);
+    }
+    params.push_back(p);
+  }
+  return params;
+}
+
+// A module check: the scalar sum(forward() * W) for a fixed random W, against `inputs` + the parameters.
+CheckResult module_run(const std::string& name, const std::string& configuration, nn::Module& m, Inputs inputs,
+                       const std::function<Tensor()>& forward, const CheckConfig& c, const GradcheckOptions& o,
+                       Generator& gen, Generator* drop) {
+  Inputs params = prepare_module(m, c, gen);
+  inputs.insert(inputs.end(), params.begin(), params.end());
+  const uint64_t drop_seed = c.seed + 4242;
+  auto run_forward = [&] {
+    if (drop) drop->manual_seed(drop_seed);
+    return forward();
+  };
+  Tensor w;
+  {
+    NoGradGuard no_grad;
+    const Shape out_shape = run_forward().shape();
+    w = leaf(out_shape, gen, c.dtype).detach();
+  }
+  return run_check(name, "module", configuration, [&] { return sum(mul(run_forward(), w)); }, inputs, o);
+}
+
+std::string module_conf(const CheckConfig& c, bool with_mask = true, bool with_dropout = true) {
+  std::string s = cat("B=", c.batch, " L=", c.len, " E=", c.d_model, " H=", c.heads);
+  if (with_mask) s += " mask=" + c.mask;
+  if (with_dropout) s += " dropout=" + double_str(c.dropout);
+  return s;
+}
+
+// Bool (B, L): true for the padded keys, the last min(2, L - 1) positions of the last sequence.
+Tensor key_padding(const CheckConfig& c) {
+  std::vector<bool> v(static_cast<size_t>(c.batch * c.len), false);
+  const int64_t pad = std::min<int64_t>(2, c.len - 1);
+  for (int64_t j = c.len - pad; j < c.len; ++j) v[static_cast<size_t>((c.batch - 1) * c.len + j)] = true;
+  return from_vector(v, {c.batch, c.len});
+}
+
+std::vector<Check> build_registry() {
+  std::vector<Check> r;
+  // Binary elementwise ops with broadcasting: (3, 4) op (4).
+  auto binary = [&](const std::string& name, Tensor (*f)(const Tensor&, const Tensor&), bool divide) {
+    r.push_back(op(
+        name,
+        [divide](const CheckConfig& c, Generator& g) {
+          Tensor a = leaf({3, 4}, g, c.dtype);
+          Tensor b = divide ? away_from_zero({4}, g, c.dtype, 0.5, 1.5) : leaf({4}, g, c.dtype);
+          return std::pair{std::string("(3, 4) with (4), broadcast"), Inputs{a, b}};
+        },
+        [f](const Inputs& x) { return f(x[0], x[1]); }));
+  };
+  binary("add", add, false);
+  binary("sub", sub, false);
+  binary("mul", mul, false);
+  binary("div", div, true);
+
+  // Unary ops on (3, 4) over a domain where they are smooth.
+  auto unary = [&](const std::string& name, std::function<Tensor(const Tensor&)> f, double lo, double hi,
+                   bool avoid_zero) {
+    r.push_back(op(
+        name,
+        [lo, hi, avoid_zero](const CheckConfig& c, Generator& g) {
+          Tensor x = avoid_zero ? away_from_zero({3, 4}, g, c.dtype, lo, hi) : leaf({3, 4}, g, c.dtype, lo, hi);
+          return std::pair{cat("(3, 4), values ", avoid_zero ? "+-" : "", "[", double_str(lo), ", ", double_str(hi),
+                               ")"),
+                           Inputs{x}};
+        },
+        [f](const Inputs& x) { return f(x[0]); }));
+  };
+  unary("exp", [](const Tensor& x) { return exp(x); }, -1, 1, false);
+  unary("log", [](const Tensor& x) { return log(x); }, 0.5, 2, false);
+  unary("sqrt", [](const Tensor& x) { return sqrt(x); }, 0.5, 2, false);
+  unary("pow", [](const Tensor& x) { return pow(x, 2.5); }, 0.5, 1.5, false);
+  unary("tanh", [](const Tensor& x) { return tanh(x); }, -2, 2, false);
+  unary("sigmoid", [](const Tensor& x) { return sigmoid(x); }, -3, 3, false);
+  unary("relu", [](const Tensor& x) { return relu(x); }, 0.1, 1, true);
+  unary("gelu", [](const Tensor& x) { return gelu(x); }, -2, 2, false);
+
+  r.push_back(op(
+      "matmul",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(2, 3, 4) @ (4, 5), batch broadcast"),
+                         Inputs{leaf({2, 3, 4}, g, c.dtype), leaf({4, 5}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return matmul(x[0], x[1]); }));
+  r.push_back(op(
+      "linear",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("x (2, 3, 4), weight (5, 4), bias (5)"),
+                         Inputs{leaf({2, 3, 4}, g, c.dtype), leaf({5, 4}, g, c.dtype), leaf({5}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return linear(x[0], x[1], x[2]); }));
+  r.push_back(op(
+      "transpose",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(2, 3, 4), dims 0 and 2"), Inputs{leaf({2, 3, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return transpose(x[0], 0, 2); }));
+  r.push_back(op(
+      "reshape",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(2, 6) -> (3, 4), times (3, 4)"),
+                         Inputs{leaf({2, 6}, g, c.dtype), leaf({3, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return mul(reshape(x[0], {3, 4}), x[1]); }));
+  r.push_back(op(
+      "slice",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(4, 6), dim 1, 1:6:2"), Inputs{leaf({4, 6}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return slice(x[0], 1, 1, 6, 2); }));
+  r.push_back(op(
+      "cat",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(2, 3) and (1, 3), dim 0"),
+                         Inputs{leaf({2, 3}, g, c.dtype), leaf({1, 3}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return cat({x[0], x[1]}, 0); }));
+  r.push_back(op(
+      "stack",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(2, 3) and (2, 3), dim 1"),
+                         Inputs{leaf({2, 3}, g, c.dtype), leaf({2, 3}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return stack({x[0], x[1]}, 1); }));
+  r.push_back(op(
+      "split",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(3, 4) split 2 + 2 on dim 1, pieces multiplied"),
+                         Inputs{leaf({3, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) {
+        const std::vector<Tensor> parts = split(x[0], 2, 1);
+        return mul(parts[0], parts[1]);
+      }));
+  r.push_back(op(
+      "sum",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(2, 3, 4) over dim 1, keepdim"), Inputs{leaf({2, 3, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return sum(x[0], {1}, true); }));
+  r.push_back(op(
+      "mean",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(2, 3, 4) over dims 0 and 2"), Inputs{leaf({2, 3, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return mean(x[0], {0, 2}); }));
+  r.push_back(op(
+      "max",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(3, 4) over dim 1, distinct values"), Inputs{distinct({3, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return max(x[0], 1).values; }));
+  r.push_back(op(
+      "softmax",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(3, 5) over dim -1"), Inputs{leaf({3, 5}, g, c.dtype, -2, 2)}};
+      },
+      [](const Inputs& x) { return softmax(x[0], -1); }));
+  r.push_back(op(
+      "log_softmax",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(3, 5) over dim 0"), Inputs{leaf({3, 5}, g, c.dtype, -2, 2)}};
+      },
+      [](const Inputs& x) { return log_softmax(x[0], 0); }));
+  r.push_back(op(
+      "masked_fill",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(3, 4), mask (4) broadcast, value -2"), Inputs{leaf({3, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) {
+        return masked_fill(x[0], from_vector(std::vector<bool>{true, false, false, true}, {4}), -2.0);
+      }));
+  r.push_back(op(
+      "where",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("cond (3, 4), a (3, 4), b (4) broadcast"),
+                         Inputs{leaf({3, 4}, g, c.dtype), leaf({4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) {
+        const std::vector<bool> cond{true, false, true, true, false, false, true, false, true, true, false, true};
+        return where(from_vector(cond, {3, 4}), x[0], x[1]);
+      }));
+  r.push_back({"dropout", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 17), drop(0);
+                 const double p = drop_p(c);
+                 Inputs in{leaf({3, 5}, gen, c.dtype)};
+                 return run_check(
+                     "dropout", "op", cat("(3, 5), p=", double_str(p), ", mask replayed"),
+                     [&] {
+                       drop.manual_seed(c.seed + 99);
+                       return dropout(in[0], p, true, drop);
+                     },
+                     in, o);
+               }});
+  r.push_back(op(
+      "embedding",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("weight (7, 4), indices (2, 3) with repeats"), Inputs{leaf({7, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return embedding(x[0], tokens({1, 3, 3, 6, 0, 2}, 2, 3)); }));
+  r.push_back(op(
+      "layer_norm",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(2, 3, 4) over (4), weight and bias"),
+                         Inputs{leaf({2, 3, 4}, g, c.dtype), leaf({4}, g, c.dtype, 0.7, 1.3), leaf({4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return layer_norm(x[0], {4}, x[1], x[2]); }));
+  r.push_back(op(
+      "cross_entropy",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(4, 5), one target ignored, label_smoothing 0.1"),
+                         Inputs{leaf({4, 5}, g, c.dtype, -2, 2)}};
+      },
+      [](const Inputs& x) {
+        return cross_entropy(x[0], from_vector(std::vector<int64_t>{1, 0, -100, 4}, {4}), {.label_smoothing = 0.1});
+      }));
+  r.push_back(op(
+      "mse_loss",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(3, 4) and (3, 4), mean"),
+                         Inputs{leaf({3, 4}, g, c.dtype), leaf({3, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return mse_loss(x[0], x[1]); }));
+  r.push_back({"scaled_dot_product_attention", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 17), drop(0);
+                 const int64_t dk = c.d_model / c.heads;
+                 const Shape s{c.batch, c.heads, c.len, dk};
+                 Inputs in{leaf(s, gen, c.dtype), leaf(s, gen, c.dtype), leaf(s, gen, c.dtype)};
+                 AttentionOptions opts{.is_causal = c.mask == "causal", .dropout_p = c.dropout, .generator = &drop};
+                 if (c.mask == "padding") opts.attn_mask = reshape(key_padding(c), {c.batch, 1, 1, c.len});
+                 return run_check(
+                     "scaled_dot_product_attention", "op",
+                     cat("q, k, v ", sh(s), " mask=", c.mask, " dropout=", double_str(c.dropout)),
+                     [&] {
+                       drop.manual_seed(c.seed + 7);
+                       return scaled_dot_product_attention(in[0], in[1], in[2], opts).output;
+                     },
+                     in, o);
+               }});
+
+  // ---- modules ----
+  r.push_back({"Linear", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 31);
+                 nn::Linear m(c.d_model, c.d_model / 2 + 1, true, gen);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 return module_run("Linear", cat("x ", sh(x.shape()), ", ", c.d_model, " -> ", c.d_model / 2 + 1), m,
+                                   {x}, [&] { return m.forward(x); }, c, o, gen, nullptr);
+               }});
+  r.push_back({"Embedding", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 32);
+                 nn::Embedding m(7, c.d_model, -1, gen);
+                 Tensor idx = tokens(random_tokens(c.batch, c.len, 0, 7, gen), c.batch, c.len);
+                 return module_run("Embedding", cat("7 x ", c.d_model, ", indices ", sh(idx.shape())), m, {},
+                                   [&] { return m.forward(idx); }, c, o, gen, nullptr);
+               }});
+  r.push_back({"LayerNorm", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 33);
+                 nn::LayerNorm m(c.d_model);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 return module_run("LayerNorm", cat("x ", sh(x.shape()), ", eps 1e-5"), m, {x},
+                                   [&] { return m.forward(x); }, c, o, gen, nullptr);
+               }});
+  r.push_back({"Dropout", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 34), drop(0);
+                 const double p = drop_p(c);
+                 nn::Dropout m(p, drop);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 CheckConfig train_mode = c;
+                 train_mode.dropout = p;  // training mode
+                 return module_run("Dropout", cat("x ", sh(x.shape()), ", p=", double_str(p), ", mask replayed"), m,
+                                   {x}, [&] { return m.forward(x); }, train_mode, o, gen, &drop);
+               }});
+  r.push_back({"PositionwiseFeedForward", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 35), drop(0);
+                 nn::PositionwiseFeedForward m(c.d_model, 2 * c.d_model, {.dropout = c.dropout}, gen);
+                 m.set_generator(drop);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 return module_run("PositionwiseFeedForward",
+                                   cat(module_conf(c, false), " d_ff=", 2 * c.d_model, " relu"), m, {x},
+                                   [&] { return m.forward(x); }, c, o, gen, &drop);
+               }});
+  r.push_back({"MultiheadAttention", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 36), drop(0);
+                 nn::MultiheadAttention m({.embed_dim = c.d_model, .num_heads = c.heads, .dropout = c.dropout}, gen);
+                 m.set_generator(drop);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 nn::MhaForwardOptions fo{.need_weights = false, .is_causal = c.mask == "causal"};
+                 if (c.mask == "padding") fo.key_padding_mask = key_padding(c);
+                 return module_run("MultiheadAttention", module_conf(c), m, {x},
+                                   [&] { return m.forward(x, x, x, fo).output; }, c, o, gen, &drop);
+               }});
+  r.push_back({"MultiHeadAttention", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 37), drop(0);
+                 const int64_t dk = c.d_model / c.heads;
+                 nn::MultiHeadAttention m(c.heads, c.d_model, dk, dk, c.dropout, gen);
+                 m.set_generator(drop);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 Tensor mask;
+                 if (c.mask == "causal") mask = nn::causal_mask(c.len);
+                 if (c.mask == "padding") mask = reshape(key_padding(c), {c.batch, 1, c.len});
+                 return module_run("MultiHeadAttention", module_conf(c) + " seed's, post-LN", m, {x},
+                                   [&] { return m.forward(x, x, x, mask, false).output; }, c, o, gen, &drop);
+               }});
+  r.push_back({"TransformerEncoderLayer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 38), drop(0);
+                 nn::TransformerEncoderLayer m(
+                     {.d_model = c.d_model, .nhead = c.heads, .dim_feedforward = 2 * c.d_model, .dropout = c.dropout},
+                     gen);
+                 m.set_generator(drop);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 const Tensor kpm = c.mask == "padding" ? key_padding(c) : Tensor();
+                 const bool causal = c.mask == "causal";
+                 Tensor causal_m = causal ? nn::causal_mask(c.len) : Tensor();
+                 return module_run("TransformerEncoderLayer", module_conf(c) + " post-LN", m, {x},
+                                   [&] { return m.forward(x, causal_m, kpm, causal); }, c, o, gen, &drop);
+               }});
+  r.push_back({"TransformerDecoderLayer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 39), drop(0);
+                 nn::TransformerDecoderLayer m(
+                     {.d_model = c.d_model, .nhead = c.heads, .dim_feedforward = 2 * c.d_model, .dropout = c.dropout},
+                     gen);
+                 m.set_generator(drop);
+                 Tensor tgt = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 Tensor memory = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 const Tensor mkpm = c.mask == "padding" ? key_padding(c) : Tensor();
+                 Tensor causal_m = c.mask == "causal" ? nn::causal_mask(c.len) : Tensor();
+                 return module_run("TransformerDecoderLayer",
+                                   module_conf(c) + (c.mask == "padding" ? " (memory padding)" : "") + " post-LN", m,
+                                   {tgt, memory}, [&] { return m.forward(tgt, memory, causal_m, Tensor(), Tensor(), mkpm); },
+                                   c, o, gen, &drop);
+               }});
+  r.push_back({"CausalLM", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 40), drop(0);
+                 nn::CausalLM m({.vocab = 7,
+                                 .d_model = c.d_model,
+                                 .n_head = c.heads,
+                                 .d_ff = 2 * c.d_model,
+                                 .n_layers = c.layers,
+                                 .dropout = c.dropout,
+                                 .max_len = c.len,
+                                 .pad_idx = 0},
+                                gen);
+                 m.set_generator(drop);
+                 std::vector<int64_t> v = random_tokens(c.batch, c.len, 1, 7, gen);
+                 const bool padding = c.mask == "padding";
+                 if (padding) {
+                   const Tensor kpm = key_padding(c);
+                   for (int64_t i = 0; i < c.batch * c.len; ++i)
+                     if (kpm.flat(i) != 0) v[static_cast<size_t>(i)] = 0;
+                 }
+                 Tensor t = tokens(v, c.batch, c.len);
+                 return module_run("CausalLM",
+                                   cat(module_conf(c, false), " layers=", c.layers, " causal", padding ? "+padding" : ""),
+                                   m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
+               }});
+  r.push_back({"Transformer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 41), drop(0);
+                 const int64_t dk = c.d_model / c.heads;
+                 nn::Transformer m({.src_vocab = 7,
+                                    .tgt_vocab = 7,
+                                    .d_model = c.d_model,
+                                    .n_head = c.heads,
+                                    .d_k = dk,
+                                    .d_v = dk,
+                                    .d_inner = 2 * c.d_model,
+                                    .n_layers = c.layers,
+                                    .dropout = c.dropout,
+                                    .pad_idx = 0,
+                                    .n_position = c.len},
+                                   gen);
+                 m.set_generator(drop);
+                 std::vector<int64_t> s = random_tokens(c.batch, c.len, 1, 7, gen);
+                 const std::vector<int64_t> t = random_tokens(c.batch, c.len, 1, 7, gen);
+                 const bool padding = c.mask == "padding";
+                 if (padding) {
+                   const Tensor kpm = key_padding(c);
+                   for (int64_t i = 0; i < c.batch * c.len; ++i)
+                     if (kpm.flat(i) != 0) s[static_cast<size_t>(i)] = 0;
+                 }
+                 Tensor src = tokens(s, c.batch, c.len), tgt = tokens(t, c.batch, c.len);
+                 return module_run("Transformer",
+                                   cat(module_conf(c, false), " layers=", c.layers, padding ? " src padding" : ""),
+                                   m, {}, [&] { return m.forward(src, tgt); }, c, o, gen, &drop);
+               }});
+  return r;
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+}  // namespace
+
+const std::vector<Check>& registry() {
+  static const std::vector<Check> r = build_registry();
+  return r;
+}
+
+GradcheckOptions tolerances(Dtype dtype) {
+  if (dtype == kFloat64) return GradcheckOptions{.eps = 1e-6, .atol = 1e-5, .rtol = 1e-3};
+  ATTO_CHECK(dtype == kFloat32, "gradcheck", "precision must be float64 or float32, got ", dtype_name(dtype));
+  return GradcheckOptions{.eps = 1e-3, .atol = 1e-2, .rtol = 1e-2};
+}
+
+const Check& find_check(const std::string& name) {
+  const std::vector<Check>& all = registry();
+  for (const Check& c : all)
+    if (c.name == name) return c;
+  static const std::map<std::string, std::string> aliases = {
+      {"mha", "MultiheadAttention"},
+      {"multihead_attention", "MultiheadAttention"},
+      {"seed_mha", "MultiHeadAttention"},
+      {"seed-mha", "MultiHeadAttention"},
+      {"ffn", "PositionwiseFeedForward"},
+      {"feedforward", "PositionwiseFeedForward"},
+      {"feed_forward", "PositionwiseFeedForward"},
+      {"encoder_layer", "TransformerEncoderLayer"},
+      {"decoder_layer", "TransformerDecoderLayer"},
+      {"causal_lm", "CausalLM"},
+      {"lm", "CausalLM"},
+      {"transformer", "Transformer"},
+      {"seq2seq", "Transformer"},
+      {"sdpa", "scaled_dot_product_attention"},
+      {"attention", "scaled_dot_product_attention"},
+      {"layernorm", "LayerNorm"},
+  };
+  const std::string key = lower(name);
+  if (auto it = aliases.find(key); it != aliases.end()) return find_check(it->second);
+  const Check* match = nullptr;
+  int matches = 0;
+  for (const Check& c : all)
+    if (lower(c.name) == key) match = &c, ++matches;
+  if (matches == 1) return *match;
+  std::string names;
+  for (const Check& c : all) names += (names.empty() ? "" : ", ") + c.name;
+  ATTO_CHECK(matches == 0, "gradcheck", "'", name, "' is ambiguous: write the op in snake_case or the module in ",
+             "PascalCase (", names, ")");
+  throw Error("gradcheck", cat("no check named '", name, "'; known: ", names,
+                               "; aliases: mha, seed_mha, ffn, encoder_layer, decoder_layer, causal_lm, transformer, sdpa"));
+}
+
+void validate(const CheckConfig& c) {
+  const char* me = "gradcheck";
+  ATTO_CHECK(is_floating(c.dtype), me, "precision must be float64 or float32, got ", dtype_name(c.dtype));
+  ATTO_CHECK(c.batch >= 1, me, "batch must be >= 1, got ", c.batch);
+  ATTO_CHECK(c.len >= 1, me, "len must be >= 1, got ", c.len);
+  ATTO_CHECK(c.d_model >= 1, me, "d_model must be >= 1, got ", c.d_model);
+  ATTO_CHECK(c.heads >= 1 && c.d_model % c.heads == 0, me, "heads (", c.heads, ") must divide d_model (", c.d_model,
+             ")");
+  ATTO_CHECK(c.layers >= 1, me, "layers must be >= 1, got ", c.layers);
+  ATTO_CHECK(c.mask == "none" || c.mask == "causal" || c.mask == "padding", me,
+             "mask must be none, causal or padding, got '", c.mask, "'");
+  ATTO_CHECK(c.mask != "padding" || c.len >= 2, me, "a padding mask needs len >= 2 (one key stays visible), got ",
+             c.len);
+  ATTO_CHECK(c.dropout >= 0 && c.dropout < 1, me, "dropout must be in [0, 1), got ", c.dropout);
+}
+
+std::vector<CheckResult> run_checks(const std::string& name, const CheckConfig& config) {
+  validate(config);
+  return run_checks(name, config, tolerances(config.dtype));
+}
+
+std::vector<CheckResult> run_checks(const std::string& name, const CheckConfig& config,
+                                    const GradcheckOptions& options) {
+  validate(config);
+  std::vector<CheckResult> out;
+  if (!name.empty()) {
+    out.push_back(find_check(name).run(config, options));
+    return out;
+  }
+  for (const Check& c : registry()) out.push_back(c.run(config, options));
+  return out;
+}
+
+}  // namespace attograd::checks

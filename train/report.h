@@ -1,0 +1,106 @@
+#pragma once
+// Pictures of a training run as standalone SVG files (attograd::report): no dependency, any browser shows them.
+//
+//  - curves_svg: two stacked panels from a Trainer's metrics history: the training loss of every step (log
+//    scale; plus the held-out loss at each evaluation) and the held-out token and sequence accuracy at each
+//    evaluation (0..100 %). Axes with "nice" ticks (1, 2, 5 x 10^k), tick labels, axis labels and a legend.
+//    Every series is one <path> with one point per record (so the training-loss path has one point per step).
+//  - attention_svg: one heatmap per head for each attention "row" (a layer, or for the encoder-decoder one
+//    row per layer and kind: encoder self, decoder self, decoder cross), laid out rows x heads, tokens on both
+//    axes (queries down the left, keys along the top), colours on a fixed 0..1 viridis scale with a colour bar.
+//    Every cell is one <rect> inside the heatmap's <g class="cells"> group, with its value as a <title>
+//    tooltip.
+//  - attention_figure: runs a model once on a source and its decoded output with stored attention and
+//    gathers every layer's per-head probabilities with the token labels.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/tensor.h"
+#include "train/trainer.h"
+
+namespace attograd::nn {
+class CausalLM;
+class Transformer;
+}  // namespace attograd::nn
+
+namespace attograd::report {
+
+/// One line of a plot: points (x[i], y[i]); non-finite y values are skipped.
+struct Series {
+  std::string label = {};     ///< legend text
+  std::vector<double> x = {};  ///< abscissas
+  std::vector<double> y = {};  ///< ordinates (same length as x)
+  std::string color = "#1f77b4";  ///< any CSS colour
+  bool markers = false;   ///< also draw a dot at every point (for sparse series such as evaluations)
+};
+
+/// One panel of a plot: axes, ticks, labels and a legend around some series.
+struct Panel {
+  std::string title = {};           ///< above the panel
+  std::string x_label = {};         ///< under the x axis
+  std::string y_label = {};         ///< left of the y axis (rotated)
+  std::vector<Series> series = {};  ///< drawn in order
+  bool log_y = false;           ///< logarithmic y axis (non-positive values are skipped)
+  bool fixed_x = false;         ///< use [x_min, x_max] instead of the data's range
+  double x_min = 0;             ///< with fixed_x
+  double x_max = 1;             ///< with fixed_x
+  bool fixed_y = false;         ///< use [y_min, y_max] instead of the data's range
+  double y_min = 0;             ///< with fixed_y
+  double y_max = 1;             ///< with fixed_y
+};
+
+/// Panels stacked vertically in one SVG document of the given width; each panel is panel_height tall.
+std::string plot_svg(const std::vector<Panel>& panels, const std::string& title = "", int width = 760,
+                     int panel_height = 300);
+
+/// The loss panel and the accuracy panel of a metrics history (see the file comment).
+std::string curves_svg(const std::vector<train::StepMetrics>& history, const std::string& title = "");
+
+/// About `target` "nice" tick values (1, 2 or 5 times a power of ten apart) covering [lo, hi].
+std::vector<double> nice_ticks(double lo, double hi, int target = 6);
+
+/// Tick values for a log axis over [lo, hi] (lo > 0): powers of ten, with 2 and 5 between them on short ranges.
+std::vector<double> log_ticks(double lo, double hi);
+
+/// A colour of the viridis map for v in [0, 1] (clamped), as "#rrggbb".
+std::string viridis(double v);
+
+/// One grid row of an attention figure: the per-head probabilities of one attention layer.
+struct AttentionRow {
+  std::string label = {};                 ///< e.g. "layer 0" or "decoder 1 cross"
+  Tensor weights = {};                    ///< (H, Lq, Lk) or (1, H, Lq, Lk), float32 or float64
+  std::vector<std::string> queries = {};  ///< Lq labels (down the left of each heatmap)
+  std::vector<std::string> keys = {};     ///< Lk labels (along the top of each heatmap)
+};
+
+/// Everything attention_svg draws.
+struct AttentionFigure {
+  std::string title = {};               ///< above the grid
+  std::vector<AttentionRow> rows = {};  ///< one grid row each
+};
+
+/// The heatmap grid (rows x heads) of a figure, with a colour bar (see the file comment). Error if a row's
+/// weights are not (H, Lq, Lk) / (1, H, Lq, Lk) or its labels do not match Lq and Lk.
+std::string attention_svg(const AttentionFigure& figure);
+
+/// Runs the decoder-only model once on `src` SEP `output` (output = the decoded target without its EOS; the
+/// positions the model read while decoding) in eval mode without gradients, storing attention, and returns
+/// one row per block (queries = keys = those tokens). The training flag is restored and storing switched off.
+AttentionFigure attention_figure(nn::CausalLM& model, const std::vector<int64_t>& src,
+                                 const std::vector<int64_t>& output);
+
+/// Same for the encoder-decoder: encoder input `src`, decoder input BOS `output`; rows per layer: encoder self,
+/// then decoder self and decoder cross (queries: decoder tokens, keys: source tokens).
+AttentionFigure attention_figure(nn::Transformer& model, const std::vector<int64_t>& src,
+                                 const std::vector<int64_t>& output);
+
+/// Writes text to a file (Error naming the path on failure).
+void write_text_file(const std::string& path, const std::string& text);
+
+/// `s` with &, <, >, " and ' escaped for XML.
+std::string xml_escape(const std::string& s);
+
+}  // namespace attograd::report
