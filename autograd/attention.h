@@ -42,4 +42,17 @@ struct AttentionResult {
 AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const AttentionOptions& opts = {});
 
+/// Multi-head attention on head-interleaved tensors, as linear projections produce them: q (B, Lq, H * d_k),
+/// k (B, Lk, H * d_k), v (B, Lk, H * d_v) -> output (B, Lq, H * d_v), head h reading and writing features
+/// [h d, (h + 1) d). The same result (bit for bit, dropout mask included) as splitting the heads
+/// (reshape to (B, L, H, d), transpose(1, 2)), scaled_dot_product_attention, and merging them back, without the
+/// transposes' copies. attn_mask broadcasts to (B, H, Lq, Lk); weights are (B, H, Lq, Lk).
+AttentionResult multi_head_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
+                                     const AttentionOptions& opts = {});
+
+/// Self-attention from one packed projection qkv (B, L, 3 * E) holding [q | k | v] along its last dimension
+/// (x in_proj_weight^T + in_proj_bias, E = H * d) -> output (B, L, E). The same result as multi_head_attention on
+/// the three slices; the gradient reaches qkv as one (B, L, 3 * E) tensor, so no slice or concatenation is copied.
+AttentionResult packed_self_attention(const Tensor& qkv, int64_t num_heads, const AttentionOptions& opts = {});
+
 }  // namespace attograd

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "autograd/activation.h"
 #include "autograd/elementwise.h"
 
 namespace attograd {
@@ -73,6 +74,28 @@ void draw_keep(Generator& gen, int64_t n, uint64_t threshold, uint8_t* keep) {
   gen.set_state({s, st.inc});
 }
 
+// dst[i] = base[i] + src[i] * (keep_i ? scale : 0) (base may be null: no addition), keep_i drawn exactly as
+// dropout_mask draws its n flags from gen (which advances by n draws). The backward replays a mask by calling this
+// with a generator restored to the state the forward started from, so no mask is stored.
+template <class T>
+void apply_keep(Generator& gen, uint64_t threshold, double scale, int64_t n, const T* base, const T* src, T* dst) {
+  const T s = static_cast<T>(scale);
+  constexpr int64_t kBlock = 4096;
+  alignas(64) uint8_t keep[kBlock];
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t len = std::min(kBlock, n - start);
+    draw_keep(gen, len, threshold, keep);
+    const T* sb = src + start;
+    T* db = dst + start;
+    if (base) {
+      const T* bb = base + start;
+      for (int64_t i = 0; i < len; ++i) db[i] = bb[i] + sb[i] * (keep[i] ? s : T(0));
+    } else {
+      for (int64_t i = 0; i < len; ++i) db[i] = sb[i] * (keep[i] ? s : T(0));
+    }
+  }
+}
+
 }  // namespace
 
 Tensor dropout_mask(const Shape& shape, double p, Generator& gen, Dtype dtype) {
@@ -115,29 +138,100 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
     return record("dropout", out, {x},
                   [](const Tensor& g, GradInputs& gi) { gi[0] = zeros(g.shape(), {.dtype = g.dtype()}); });
   }
-  Tensor keep = dropout_mask(x.shape(), p, gen, kBool);  // 1 byte per element, saved for backward
+  // The mask is drawn as dropout_mask(x.shape(), p, gen, kBool) would draw it; the backward replays it from the
+  // generator state the forward started from instead of keeping it (no memory per element).
+  const GeneratorState start = gen.get_state();
+  const uint64_t threshold = keep_threshold(p);
   const double scale = 1.0 / (1.0 - p);
   const int64_t n = x.numel();
   Tensor out = empty(x.shape(), {.dtype = x.dtype()});
   dispatch_float(x.dtype(), "dropout", [&]<typename T>() {
-    const T s = static_cast<T>(scale);
-    const T* px = x.data<T>();
-    const auto* m = reinterpret_cast<const uint8_t*>(keep.data<bool>());  // 0 or 1 (vectorises; bool does not)
-    T* q = out.data<T>();
-    for (int64_t i = 0; i < n; ++i) q[i] = px[i] * (m[i] ? s : T(0));
+    apply_keep<T>(gen, threshold, scale, n, nullptr, x.data<T>(), out.data<T>());
   });
   if (!any_requires_grad({x})) return out;
-  return record("dropout", out, {x}, [keep, scale](const Tensor& g, GradInputs& gi) {
-    const int64_t n = g.numel();
-    Tensor dx = empty(g.shape(), {.dtype = g.dtype()});
+  return record("dropout", out, {x}, [start, threshold, scale](const Tensor& g, GradInputs& gi) {
+    Tensor dx = reuse_or_empty_like(g);  // elementwise: may overwrite g
+    Generator replay;
+    replay.set_state(start);
     dispatch_float(g.dtype(), "dropout_backward", [&]<typename T>() {
-      const T s = static_cast<T>(scale);
-      const T* pg = g.data<T>();
-      const auto* m = reinterpret_cast<const uint8_t*>(keep.data<bool>());
-      T* q = dx.data<T>();
-      for (int64_t i = 0; i < n; ++i) q[i] = pg[i] * (m[i] ? s : T(0));
+      apply_keep<T>(replay, threshold, scale, g.numel(), nullptr, g.data<T>(), dx.data<T>());
     });
     gi[0] = dx;
+  });
+}
+
+// y = relu(x) * m / (1 - p). Where y > 0 the element was positive and kept: dy/dx = 1 / (1 - p); elsewhere 0.
+Tensor relu_dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  ATTO_CHECK(x.defined(), "relu_dropout", "called with an undefined tensor");
+  check_probability(p, "relu_dropout");
+  ATTO_CHECK(is_floating(x.dtype()), "relu_dropout", "expected a float32 or float64 tensor, got ",
+             dtype_name(x.dtype()), " of shape ", x.shape());
+  if (!training || p == 0.0) return relu(x);
+  if (p == 1.0) return dropout(relu(x), p, training, gen);
+  const double scale = 1.0 / (1.0 - p);
+  const uint64_t threshold = keep_threshold(p);
+  const int64_t n = x.numel();
+  Tensor out = empty(x.shape(), {.dtype = x.dtype()});
+  dispatch_float(x.dtype(), "relu_dropout", [&]<typename T>() {
+    const T s = static_cast<T>(scale);
+    const T* px = x.data<T>();
+    T* q = out.data<T>();
+    constexpr int64_t kBlock = 4096;  // draw a block of keep flags (the draws dropout_mask makes), then apply them
+    alignas(64) uint8_t keep[kBlock];
+    for (int64_t start = 0; start < n; start += kBlock) {
+      const int64_t len = std::min(kBlock, n - start);
+      draw_keep(gen, len, threshold, keep);
+      const T* xb = px + start;
+      T* qb = q + start;
+      for (int64_t i = 0; i < len; ++i) {
+        const T r = xb[i] > T(0) ? xb[i] : T(0);
+        qb[i] = r * (keep[i] ? s : T(0));
+      }
+    }
+  });
+  if (!any_requires_grad({x})) return out;
+  Tensor y = out.detach();
+  return record("relu_dropout", out, {x}, [y, scale](const Tensor& g, GradInputs& gi) {
+    const int64_t n = g.numel();
+    Tensor dx = reuse_or_empty_like(g);  // elementwise: may overwrite g
+    dispatch_float(g.dtype(), "relu_dropout_backward", [&]<typename T>() {
+      const T s = static_cast<T>(scale);
+      const T* pg = g.data<T>();
+      const T* py = y.data<T>();
+      T* q = dx.data<T>();
+      for (int64_t i = 0; i < n; ++i) q[i] = py[i] > T(0) ? pg[i] * s : T(0);
+    });
+    gi[0] = dx;
+  });
+}
+
+// out = x + y * m / (1 - p); d out / dx = 1, d out / dy = m / (1 - p).
+Tensor dropout_add(const Tensor& x, const Tensor& y, double p, bool training, Generator& gen) {
+  ATTO_CHECK(x.defined() && y.defined(), "dropout_add", "called with an undefined tensor");
+  check_probability(p, "dropout_add");
+  ATTO_CHECK(x.shape() == y.shape() && x.dtype() == y.dtype(), "dropout_add", "x ", x.shape(), " (",
+             dtype_name(x.dtype()), ") and y ", y.shape(), " (", dtype_name(y.dtype()), ") must have the same shape and dtype");
+  ATTO_CHECK(is_floating(x.dtype()), "dropout_add", "expected float32 or float64 tensors, got ", dtype_name(x.dtype()));
+  if (!training || p == 0.0 || p == 1.0) return add(x, dropout(y, p, training, gen));
+  const GeneratorState start = gen.get_state();  // the backward replays the mask from here (nothing stored)
+  const uint64_t threshold = keep_threshold(p);
+  const double scale = 1.0 / (1.0 - p);
+  const int64_t n = x.numel();
+  Tensor out = empty(x.shape(), {.dtype = x.dtype()});
+  dispatch_float(x.dtype(), "dropout_add", [&]<typename T>() {
+    apply_keep<T>(gen, threshold, scale, n, x.data<T>(), y.data<T>(), out.data<T>());
+  });
+  if (!any_requires_grad({x, y})) return out;
+  return record("dropout_add", out, {x, y}, [start, threshold, scale](const Tensor& g, GradInputs& gi) {
+    if (gi.needs(0)) gi[0] = g;
+    if (!gi.needs(1)) return;
+    Tensor dy = gi.needs(0) ? empty(g.shape(), {.dtype = g.dtype()}) : reuse_or_empty_like(g);
+    Generator replay;
+    replay.set_state(start);
+    dispatch_float(g.dtype(), "dropout_add_backward", [&]<typename T>() {
+      apply_keep<T>(replay, threshold, scale, g.numel(), nullptr, g.data<T>(), dy.data<T>());
+    });
+    gi[1] = dy;
   });
 }
 

@@ -15,7 +15,19 @@ Tensor dropout_mask(const Shape& shape, double p, Generator& gen, Dtype dtype);
 
 /// Inverted dropout: in training, zeros each element with probability p and scales the kept ones by
 /// 1 / (1 - p), using dropout_mask(x.shape(), p, gen, kBool). Returns x itself when !training or p == 0
-/// (no draws), zeros (with zero gradient, no draws) when p == 1. p outside [0, 1] is an error.
+/// (no draws), zeros (with zero gradient, no draws) when p == 1. p outside [0, 1] is an error. The mask is not
+/// kept: the backward draws it again from a copy of the generator state the forward started from.
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator& gen = default_generator());
+
+/// dropout(relu(x), p, training, gen) as one op: the same values and the same mask draws as the two ops, in one
+/// pass, saving only its output (the gradient is g / (1 - p) where the output is positive, 0 elsewhere) and no
+/// mask. relu(x) when !training or p == 0; zeros when p == 1.
+Tensor relu_dropout(const Tensor& x, double p, bool training = true, Generator& gen = default_generator());
+
+/// x + dropout(y, p, training, gen) as one op (a residual connection): the same mask draws and gradients, one pass,
+/// no intermediate tensor; the values may differ from the two ops' by the last bit, x + y / (1 - p) being rounded
+/// once where the compiler fuses the multiply-add. x and y have the same shape and dtype.
+Tensor dropout_add(const Tensor& x, const Tensor& y, double p, bool training = true,
+                   Generator& gen = default_generator());
 
 }  // namespace attograd

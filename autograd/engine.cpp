@@ -26,7 +26,7 @@ void release_node(std::shared_ptr<Node> node) {
     pending.pop_back();
     if (n.use_count() == 1) {
       for (auto& in : n->inputs) {
-        if (in && in.use_count() == 1 && in->grad_fn) pending.push_back(std::move(in->grad_fn));
+        if (in && in.ptr().use_count() == 1 && in->grad_fn) pending.push_back(std::move(in->grad_fn));
       }
     }
     // n is destroyed here; the inputs it frees no longer own a grad_fn, so nothing nests.
@@ -37,6 +37,39 @@ void release_node(std::shared_ptr<Node> node) {
 
 TensorImpl::~TensorImpl() {
   if (grad_fn) release_node(std::move(grad_fn));
+}
+
+InputRef::InputRef(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {
+  if (impl_ && impl_->grad_fn) {
+    impl_->graph_refs.fetch_add(1, std::memory_order_relaxed);
+    counted_ = true;
+  }
+}
+
+InputRef& InputRef::operator=(InputRef&& other) noexcept {
+  if (this != &other) {
+    reset();
+    impl_ = std::move(other.impl_);
+    counted_ = other.counted_;
+    other.counted_ = false;
+  }
+  return *this;
+}
+
+void InputRef::reset() noexcept {
+  if (counted_) impl_->graph_refs.fetch_sub(1, std::memory_order_relaxed);
+  counted_ = false;
+  impl_.reset();
+}
+
+// Called when a handle of a tensor that recorded ops hold as an input goes away: if every other owner of the
+// impl is such an op (use_count = graph_refs + this handle), no handle can ever read the data again, and the
+// backward does not need it (ops save their own detached views of what they use), so the storage is released
+// now instead of when the graph is freed. Only outputs of recorded ops (non-leaves) are counted.
+void Tensor::release_data_if_unreachable() noexcept {
+  TensorImpl* t = impl_.get();
+  if (t->grad_fn && t->storage && impl_.use_count() == t->graph_refs.load(std::memory_order_relaxed) + 1)
+    t->storage.reset();
 }
 
 bool is_grad_enabled() { return g_grad_enabled; }
@@ -59,7 +92,7 @@ static Tensor record_impl(const char* name, Tensor out, const Range& inputs, Bac
   auto node = std::make_shared<Node>();
   node->name = name;
   node->inputs.reserve(inputs.size());
-  for (const Tensor& t : inputs) node->inputs.push_back(t.defined() && t.requires_grad() ? t.impl() : nullptr);
+  for (const Tensor& t : inputs) node->inputs.emplace_back(t.defined() && t.requires_grad() ? t.impl() : nullptr);
   node->backward = std::move(backward);
   // `out` must be a fresh result; give it history.
   TensorImpl* impl = out.impl().get();
@@ -78,9 +111,22 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, B
 
 namespace {
 
-// Adds g into the leaf's .grad: the first time a private copy, then in place (no allocation).
+// True when t is the only handle to its impl and its impl the only owner of a storage of exactly its size: nothing
+// else can see its values, so they may be adopted or updated in place.
+bool uniquely_owned(const Tensor& t) {
+  const std::shared_ptr<TensorImpl>& p = t.impl();
+  return p.use_count() == 1 && !p->grad_fn && p->storage && p->storage.use_count() == 1 && p->offset == 0 &&
+         p->storage->nbytes == t.nbytes();
+}
+
+// Adds g into the leaf's .grad: the first time g itself when nothing else can see it, else a private copy; then in
+// place (no allocation).
 void accumulate_into_grad(TensorImpl* impl, const Tensor& g) {
   if (!impl->grad) {
+    if (uniquely_owned(g)) {
+      impl->grad = g.impl();
+      return;
+    }
     Tensor copy = empty(g.shape(), {.dtype = g.dtype()});
     std::memcpy(copy.raw_data(), g.raw_data(), g.nbytes());
     impl->grad = copy.impl();
@@ -106,7 +152,7 @@ std::vector<std::shared_ptr<TensorImpl>> topo_order(const std::shared_ptr<Tensor
     Node* n = f.t->grad_fn.get();
     if (n && f.next < n->inputs.size()) {
       const auto& in = n->inputs[f.next++];
-      if (in && seen.insert(in.get()).second) stack.push_back({in, 0});
+      if (in && seen.insert(in.get()).second) stack.push_back({in.ptr(), 0});
       continue;
     }
     post.push_back(std::move(f.t));
@@ -116,6 +162,8 @@ std::vector<std::shared_ptr<TensorImpl>> topo_order(const std::shared_ptr<Tensor
 }
 
 }  // namespace
+
+Tensor reuse_or_empty_like(const Tensor& g) { return uniquely_owned(g) ? g : empty(g.shape(), {.dtype = g.dtype()}); }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   check_defined("backward");
@@ -153,7 +201,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
                "'); its saved values were freed: call backward(grad, /*retain_graph=*/true) the first time");
     GradInputs gi([&] {
       std::vector<bool> need(node->inputs.size());
-      for (size_t i = 0; i < need.size(); ++i) need[i] = node->inputs[i] != nullptr;
+      for (size_t i = 0; i < need.size(); ++i) need[i] = static_cast<bool>(node->inputs[i]);
       return need;
     }());
     node->backward(g, gi);
@@ -166,8 +214,16 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
         throw Error("backward", cat("internal error: op '", node->name, "' returned a gradient of shape ",
                                     gin.shape(), " (", dtype_name(gin.dtype()), ") for input ", i, " of shape ",
                                     in->shape, " (", dtype_name(in->dtype), ")"));
-      auto [slot, fresh] = grads.try_emplace(in, gin);
-      if (!fresh) slot->second = add(slot->second, gin);
+      auto [slot, fresh] = grads.try_emplace(in, std::move(gin));
+      if (fresh) continue;
+      if (uniquely_owned(slot->second))
+        add_(slot->second, gin);  // accumulate in place: no new buffer
+      else
+        slot->second = add(slot->second, gin);
+    }
+    if (!retain_graph) {  // this op's saved values are no longer needed: free them now, not after the whole pass
+      node->backward = nullptr;
+      node->inputs.clear();
     }
   }
 

@@ -1,13 +1,16 @@
 #include "autograd/matmul.h"
 
+#include <algorithm>
 #include <memory>
 
-#include "autograd/eigen_util.h"
 #include "autograd/elementwise.h"
+#include "autograd/gemm.h"
+#include "autograd/parallel.h"
 
 namespace attograd {
 
-using detail::matrix_map;
+using detail::gemm;
+using detail::operand;
 
 namespace {
 
@@ -92,6 +95,21 @@ MatmulPlan plan_matmul(const Shape& sa, const Shape& sb) {
   return p;
 }
 
+// Calls f(j, parallel_inside) for every output batch j: the batches split between threads when there are
+// enough of them (each product then serial), otherwise one after another with each product split.
+template <class F>
+void for_each_batch(const MatmulPlan& p, F f) {
+  const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(2e6 / std::max(flops, 1.0)));
+  if (p.batch >= 2 * get_num_threads() && parallel_num_chunks(p.batch, grain) > 1) {
+    parallel_for(0, p.batch, grain, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) f(j, false);
+    });
+  } else {
+    for (int64_t j = 0; j < p.batch; ++j) f(j, true);
+  }
+}
+
 }  // namespace
 
 // C = A B per batch. dA = g B^T, dB = A^T g, each summed over the batch entries that broadcast the operand.
@@ -106,16 +124,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     T* pc = out.data<T>();
     if (p.folded) {
       const int64_t rows = p.a_batch * p.m;
-      auto C = matrix_map(pc, rows, p.n);
-      C.noalias() = matrix_map(pa, rows, p.k) * matrix_map(pb, p.k, p.n);
+      gemm(rows, p.n, p.k, operand(pa, p.k), operand(pb, p.n), pc, p.n, false);
       return;
     }
     const int64_t sa = p.m * p.k, sb = p.k * p.n, sc = p.m * p.n;
-    for (int64_t j = 0; j < p.batch; ++j) {
-      auto C = matrix_map(pc + j * sc, p.m, p.n);
-      C.noalias() = matrix_map(pa + p.a_index[static_cast<size_t>(j)] * sa, p.m, p.k) *
-                    matrix_map(pb + p.b_index[static_cast<size_t>(j)] * sb, p.k, p.n);
-    }
+    for_each_batch(p, [&](int64_t j, bool par) {
+      gemm(p.m, p.n, p.k, operand(pa + p.a_index[static_cast<size_t>(j)] * sa, p.k),
+           operand(pb + p.b_index[static_cast<size_t>(j)] * sb, p.n), pc + j * sc, p.n, false, T(1), par);
+    });
   });
   if (!any_requires_grad({a, b})) return out;
   // dA needs B, dB needs A: save only what a needed gradient reads.
@@ -128,17 +144,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       const T* pg = g.data<T>();
       if (p.folded) {
         const int64_t rows = p.a_batch * p.m;
-        auto G = matrix_map(pg, rows, p.n);
-        if (gi.needs(0)) {
+        if (gi.needs(0)) {  // dA (rows, k) = G (rows, n) B^T
           Tensor da = empty(shape_a, {.dtype = g.dtype()});
-          auto dA = matrix_map(da.data<T>(), rows, p.k);
-          dA.noalias() = G * matrix_map(saved_b.data<T>(), p.k, p.n).transpose();
+          gemm(rows, p.k, p.n, operand(pg, p.n), operand(saved_b.data<T>(), p.n, true), da.data<T>(), p.k, false);
           gi[0] = da;
         }
-        if (gi.needs(1)) {
+        if (gi.needs(1)) {  // dB (k, n) = A^T G
           Tensor db = empty(shape_b, {.dtype = g.dtype()});
-          auto dB = matrix_map(db.data<T>(), p.k, p.n);
-          dB.noalias() = matrix_map(saved_a.data<T>(), rows, p.k).transpose() * G;
+          gemm(p.k, p.n, rows, operand(saved_a.data<T>(), p.k, true), operand(pg, p.n), db.data<T>(), p.n, false);
           gi[1] = db;
         }
         return;
@@ -150,15 +163,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
         Tensor da = accumulate ? zeros(shape_a, {.dtype = g.dtype()}) : empty(shape_a, {.dtype = g.dtype()});
         T* pda = da.data<T>();
         const T* pb = saved_b.data<T>();
-        for (int64_t j = 0; j < p.batch; ++j) {
-          auto dA = matrix_map(pda + p.a_index[static_cast<size_t>(j)] * sa, p.m, p.k);
-          auto G = matrix_map(pg + j * sg, p.m, p.n);
-          auto B = matrix_map(pb + p.b_index[static_cast<size_t>(j)] * sb, p.k, p.n);
-          if (accumulate)
-            dA.noalias() += G * B.transpose();
-          else
-            dA.noalias() = G * B.transpose();
-        }
+        auto one = [&](int64_t j, bool par) {  // dA_j (+)= G_j B_j^T
+          gemm(p.m, p.k, p.n, operand(pg + j * sg, p.n), operand(pb + p.b_index[static_cast<size_t>(j)] * sb, p.n, true),
+               pda + p.a_index[static_cast<size_t>(j)] * sa, p.k, accumulate, T(1), par);
+        };
+        if (accumulate)  // several batches write one matrix: in order, each product parallel inside
+          for (int64_t j = 0; j < p.batch; ++j) one(j, true);
+        else
+          for_each_batch(p, one);
         gi[0] = da;
       }
       if (gi.needs(1)) {
@@ -166,15 +178,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
         Tensor db = accumulate ? zeros(shape_b, {.dtype = g.dtype()}) : empty(shape_b, {.dtype = g.dtype()});
         T* pdb = db.data<T>();
         const T* pa = saved_a.data<T>();
-        for (int64_t j = 0; j < p.batch; ++j) {
-          auto dB = matrix_map(pdb + p.b_index[static_cast<size_t>(j)] * sb, p.k, p.n);
-          auto G = matrix_map(pg + j * sg, p.m, p.n);
-          auto A = matrix_map(pa + p.a_index[static_cast<size_t>(j)] * sa, p.m, p.k);
-          if (accumulate)
-            dB.noalias() += A.transpose() * G;
-          else
-            dB.noalias() = A.transpose() * G;
-        }
+        auto one = [&](int64_t j, bool par) {  // dB_j (+)= A_j^T G_j
+          gemm(p.k, p.n, p.m, operand(pa + p.a_index[static_cast<size_t>(j)] * sa, p.k, true), operand(pg + j * sg, p.n),
+               pdb + p.b_index[static_cast<size_t>(j)] * sb, p.n, accumulate, T(1), par);
+        };
+        if (accumulate)
+          for (int64_t j = 0; j < p.batch; ++j) one(j, true);
+        else
+          for_each_batch(p, one);
         gi[1] = db;
       }
     });
@@ -197,22 +208,19 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   Shape out_shape = x.shape();
   out_shape.back() = out_f;
-  const int64_t rows = detail::leading_numel(x);
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.shape()[static_cast<size_t>(d)];
   Tensor out = empty(out_shape, {.dtype = x.dtype()});
   dispatch_float(x.dtype(), "linear", [&]<typename T>() {
-    auto Y = matrix_map(out.data<T>(), rows, out_f);
-    auto X = matrix_map(x.data<T>(), rows, in_f);
-    auto W = matrix_map(weight.data<T>(), out_f, in_f);
+    T* py = out.data<T>();
     if (has_bias) {
       // Start from the bias rows: the GEMM accumulates onto them (it would zero-fill otherwise).
       const T* pb = bias.data<T>();
-      T* py = out.data<T>();
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t o = 0; o < out_f; ++o) py[r * out_f + o] = pb[o];
-      Y.noalias() += X * W.transpose();
-    } else {
-      Y.noalias() = X * W.transpose();
     }
+    // Y (rows, out) (+)= X (rows, in) W^T
+    gemm(rows, out_f, in_f, operand(x.data<T>(), in_f), operand(weight.data<T>(), in_f, true), py, out_f, has_bias);
   });
   if (!any_requires_grad({x, weight, bias})) return out;
   Tensor saved_x = weight.requires_grad() ? x.detach() : Tensor();
@@ -221,25 +229,28 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return record("linear", out, {x, weight, bias},
                 [saved_x, saved_w, shape_x, rows, in_f, out_f](const Tensor& g, GradInputs& gi) {
                   dispatch_float(g.dtype(), "linear_backward", [&]<typename T>() {
-                    auto G = matrix_map(g.data<T>(), rows, out_f);
-                    if (gi.needs(0)) {
+                    const T* pg = g.data<T>();
+                    if (gi.needs(0)) {  // dX (rows, in) = G (rows, out) W
                       Tensor dx = empty(shape_x, {.dtype = g.dtype()});
-                      auto dX = matrix_map(dx.data<T>(), rows, in_f);
-                      dX.noalias() = G * matrix_map(saved_w.data<T>(), out_f, in_f);
+                      gemm(rows, in_f, out_f, operand(pg, out_f), operand(saved_w.data<T>(), in_f), dx.data<T>(),
+                           in_f, false);
                       gi[0] = dx;
                     }
-                    if (gi.needs(1)) {
+                    if (gi.needs(1)) {  // dW (out, in) = G^T X
                       Tensor dw = empty({out_f, in_f}, {.dtype = g.dtype()});
-                      auto dW = matrix_map(dw.data<T>(), out_f, in_f);
-                      dW.noalias() = G.transpose() * matrix_map(saved_x.data<T>(), rows, in_f);
+                      gemm(out_f, in_f, rows, operand(pg, out_f, true), operand(saved_x.data<T>(), in_f), dw.data<T>(),
+                           in_f, false);
                       gi[1] = dw;
                     }
-                    if (gi.needs(2)) {
-                      Tensor db = zeros({out_f}, {.dtype = g.dtype()});
+                    if (gi.needs(2)) {  // db = column sums of G, each thread summing its own columns over all rows
+                      Tensor db = empty({out_f}, {.dtype = g.dtype()});
                       T* pdb = db.data<T>();
-                      const T* pg = g.data<T>();
-                      for (int64_t r = 0; r < rows; ++r)
-                        for (int64_t o = 0; o < out_f; ++o) pdb[o] += pg[r * out_f + o];
+                      parallel_for(0, out_f, std::max<int64_t>(16, (1 << 16) / std::max<int64_t>(rows, 1)),
+                                   [&](int64_t o0, int64_t o1) {
+                                     for (int64_t o = o0; o < o1; ++o) pdb[o] = T(0);
+                                     for (int64_t r = 0; r < rows; ++r)
+                                       for (int64_t o = o0; o < o1; ++o) pdb[o] += pg[r * out_f + o];
+                                   });
                       gi[2] = db;
                     }
                   });

@@ -415,7 +415,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   return record(op, out, {x, weight, bias}, [xd, wd, stats, rows, N, ns](const Tensor& g, GradInputs& gi) {
     dispatch_float(xd.dtype(), "layer_norm_backward", [&]<typename T>() {
       Tensor dx;
-      if (gi.needs(0)) dx = empty(xd.shape(), {.dtype = xd.dtype()});
+      if (gi.needs(0)) dx = reuse_or_empty_like(g);  // row i of dx depends on row i of g only: may overwrite g
       std::vector<double> dw, db;
       if (gi.needs(1)) dw.assign(static_cast<size_t>(N), 0.0);
       if (gi.needs(2)) db.assign(static_cast<size_t>(N), 0.0);

@@ -7,6 +7,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "autograd/allocator.h"
 #include "autograd/elementwise.h"
 
 namespace attograd {
@@ -20,13 +21,10 @@ int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
-Storage::Storage(size_t n) : nbytes(n) {
-  size_t rounded = ((n + 63) / 64) * 64;
-  data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (!data) throw Error("alloc", cat("out of memory allocating ", n, " bytes"));
-}
+// Storage memory comes from the caching allocator (allocator.h): steady-state training reuses freed blocks.
+Storage::Storage(size_t n) : nbytes(n) { data = detail::storage_alloc(n, &capacity); }
 
-Storage::~Storage() { std::free(data); }
+Storage::~Storage() { detail::storage_free(data, nbytes, capacity); }
 
 // ---------------------------------------------------------------------------------------------
 // Handle accessors

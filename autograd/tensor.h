@@ -2,6 +2,7 @@
 // Tensor: a cheap, shallow-copy handle to an N-dimensional, row-major, contiguous array that can
 // take part in reverse-mode automatic differentiation.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -22,15 +23,16 @@ using Shape = std::vector<int64_t>;
 /// Number of elements of a shape (1 for a scalar shape []); throws on negative sizes.
 int64_t shape_numel(const Shape& shape);
 
-/// Raw, 64-byte aligned memory shared by a tensor and its views.
+/// Raw, 64-byte aligned memory shared by a tensor and its views, from the caching allocator (allocator.h).
 struct Storage {
-  /// Allocates `nbytes` of uninitialised memory.
+  /// Allocates `nbytes` of uninitialised memory (a reused cached block when one of its size class is free).
   explicit Storage(size_t nbytes);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data = nullptr;  ///< start of the buffer
   size_t nbytes = 0;     ///< size in bytes
+  size_t capacity = 0;   ///< size of the allocator block holding it (>= nbytes)
 };
 
 class Tensor;
@@ -46,6 +48,10 @@ struct TensorImpl {
   bool retains_grad = false;         ///< keep .grad on a non-leaf (retain_grad())
   std::shared_ptr<TensorImpl> grad;  ///< accumulated gradient (leaves, or non-leaves with retain_grad)
   std::shared_ptr<Node> grad_fn;     ///< the op that produced this tensor (null for leaves)
+  /// Engine bookkeeping: how many recorded ops hold this (non-leaf) tensor as an input. When every remaining owner
+  /// is such an op (no Tensor handle is left), the data is released: backward never reads it (ops save what they
+  /// need with detach()), so a forward pass keeps only what the backward will use.
+  std::atomic<int32_t> graph_refs{0};
   ~TensorImpl();
 };
 
@@ -63,6 +69,29 @@ class Tensor {
   Tensor() = default;
   /// Wraps an existing impl (engine and op implementations use this).
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  /// Another handle to the same tensor.
+  Tensor(const Tensor&) = default;
+  /// Takes over the handle.
+  Tensor(Tensor&&) noexcept = default;
+  /// Refers to other's tensor (releasing this handle's as the destructor does).
+  Tensor& operator=(const Tensor& other) {
+    if (this != &other) {
+      release_if_graph_only();
+      impl_ = other.impl_;
+    }
+    return *this;
+  }
+  /// Takes over other's handle (releasing this handle's as the destructor does).
+  Tensor& operator=(Tensor&& other) noexcept {
+    if (this != &other) {
+      release_if_graph_only();
+      impl_ = std::move(other.impl_);
+    }
+    return *this;
+  }
+  /// Drops the handle; the last handle of an intermediate result that only the graph still refers to releases its
+  /// data (see TensorImpl::graph_refs).
+  ~Tensor() { release_if_graph_only(); }
 
   /// True when the handle refers to a tensor.
   bool defined() const { return impl_ != nullptr; }
@@ -139,6 +168,10 @@ class Tensor {
 
  private:
   void check_defined(const char* op) const;
+  void release_if_graph_only() noexcept {
+    if (impl_ && impl_->graph_refs.load(std::memory_order_relaxed) != 0) release_data_if_unreachable();
+  }
+  void release_data_if_unreachable() noexcept;
   std::shared_ptr<TensorImpl> impl_;
 };
 
@@ -220,11 +253,43 @@ class GradInputs {
 /// It must not capture the output's own handle (use out.detach()).
 using BackwardFn = std::function<void(const Tensor& grad_output, GradInputs& grads)>;
 
+/// A recorded op's reference to one of its inputs (null when that input gets no gradient). While it holds a
+/// non-leaf input it counts in the input's graph_refs.
+class InputRef {
+ public:
+  /// A null reference.
+  InputRef() = default;
+  /// Refers to `impl` (may be null).
+  explicit InputRef(std::shared_ptr<TensorImpl> impl);
+  InputRef(const InputRef&) = delete;
+  InputRef& operator=(const InputRef&) = delete;
+  /// Takes over other's reference.
+  InputRef(InputRef&& other) noexcept : impl_(std::move(other.impl_)), counted_(other.counted_) { other.counted_ = false; }
+  /// Takes over other's reference.
+  InputRef& operator=(InputRef&& other) noexcept;
+  /// Drops the reference.
+  ~InputRef() { reset(); }
+  /// Drops the reference (uncounting it).
+  void reset() noexcept;
+  /// The input.
+  TensorImpl* get() const { return impl_.get(); }
+  /// The input.
+  TensorImpl* operator->() const { return impl_.get(); }
+  /// The owning pointer.
+  const std::shared_ptr<TensorImpl>& ptr() const { return impl_; }
+  /// True when it refers to an input.
+  explicit operator bool() const { return impl_ != nullptr; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+  bool counted_ = false;
+};
+
 /// A recorded op in the graph.
 struct Node {
-  const char* name = "";                             ///< op name, for errors and printing
-  std::vector<std::shared_ptr<TensorImpl>> inputs;   ///< the op's tensor inputs (null: no grad)
-  BackwardFn backward;                               ///< null once the graph is freed
+  const char* name = "";        ///< op name, for errors and printing
+  std::vector<InputRef> inputs;  ///< the op's tensor inputs (null: no grad)
+  BackwardFn backward;          ///< null once the graph is freed
 };
 
 /// Records `out` as the result of op `name` applied to `inputs` when grad mode is on and some
@@ -234,5 +299,9 @@ Tensor record(const char* name, Tensor out, std::initializer_list<Tensor> inputs
 Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
 /// True when grad mode is on and any of `inputs` requires grad (ops use it to skip saving).
 bool any_requires_grad(std::initializer_list<Tensor> inputs);
+/// For backward functions whose result has g's shape and whose element i depends only on g's element i (and saved
+/// values): g itself when nothing else can see its values, so the result may be written over it (one buffer less),
+/// else a new uninitialised tensor like g.
+Tensor reuse_or_empty_like(const Tensor& g);
 
 }  // namespace attograd

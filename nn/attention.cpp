@@ -17,17 +17,6 @@ namespace {
 constexpr const char* kMha = "MultiheadAttention";
 constexpr const char* kSeed = "MultiHeadAttention";
 
-// x (B, L, H * d) -> (B, H, L, d).
-Tensor split_heads(const Tensor& x, int64_t B, int64_t L, int64_t H, int64_t d) {
-  return transpose(reshape(x, {B, L, H, d}), 1, 2);
-}
-
-// a (B, H, L, d) -> (B, L, H * d).
-Tensor merge_heads(const Tensor& a) {
-  const Shape& s = a.shape();
-  return reshape(transpose(a, 1, 2), {s[0], s[2], s[1] * s[3]});
-}
-
 // Writes the masks of one score row (b, h, i) into row[0, Lk): float masks are added, Bool masks and the causal
 // mask block (true, or -inf for a float row). row[Lk, tk) (bias_kv / zero-attn keys) stays open.
 template <class T>
@@ -135,7 +124,7 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options,
 
 MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                       const MhaForwardOptions& opts) {
-  const int64_t E = opts_.embed_dim, H = opts_.num_heads, dh = head_dim();
+  const int64_t E = opts_.embed_dim, H = opts_.num_heads;
   ATTO_CHECK(query.defined() && key.defined() && value.defined(), kMha, "query, key and value must be defined");
   const Shape& qs = query.shape();
   const Shape& ks = key.shape();
@@ -170,33 +159,10 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
                ks, ")");
   }
 
-  // In-projections: (B, L, features) -> (B, L, E).
-  Tensor wq = q_proj_weight, wk = k_proj_weight, wv = v_proj_weight, bq, bk, bv;
-  if (same_embed_) {
-    std::vector<Tensor> w = split(in_proj_weight, E, 0);
-    wq = w[0], wk = w[1], wv = w[2];
-  }
-  if (opts_.bias) {
-    std::vector<Tensor> b = split(in_proj_bias, E, 0);
-    bq = b[0], bk = b[1], bv = b[2];
-  }
-  Tensor q = linear(query, wq, bq);  // (B, Lq, E)
-  Tensor k = linear(key, wk, bk);    // (B, Lk, E)
-  Tensor v = linear(value, wv, bv);  // (B, Lk, E)
-
-  // Extra keys, in PyTorch's order: bias_k / bias_v, then a zero key / value.
-  int64_t extra = 0;
-  if (opts_.add_bias_kv) {
-    k = cat({k, broadcast_to(bias_k, {B, 1, E})}, 1);
-    v = cat({v, broadcast_to(bias_v, {B, 1, E})}, 1);
-    ++extra;
-  }
-  if (opts_.add_zero_attn) {
-    Tensor z = zeros({B, 1, E}, {.dtype = dt});
-    k = cat({k, z}, 1);
-    v = cat({v, z}, 1);
-    ++extra;
-  }
+  // Self-attention (one tensor as query, key and value, no extra keys) projects q, k and v with one GEMM into a
+  // packed (B, L, 3E) tensor that the attention reads in place; otherwise three projections (B, L, E) each.
+  const int64_t extra = (opts_.add_bias_kv ? 1 : 0) + (opts_.add_zero_attn ? 1 : 0);
+  const bool packed = same_embed_ && extra == 0 && query.is_same(key) && key.is_same(value);
   const int64_t Lk2 = Lk + extra;
 
   // One mask broadcastable to (B, H, Lq, Lk2). The op applies is_causal itself (and skips the blocked
@@ -216,10 +182,38 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
   ao.generator = dropout_gen_;
   ao.need_weights = opts.need_weights;
 
-  AttentionResult r = scaled_dot_product_attention(split_heads(q, B, Lq, H, dh), split_heads(k, B, Lk2, H, dh),
-                                                   split_heads(v, B, Lk2, H, dh), ao);  // (B, H, Lq, dh)
+  AttentionResult r;  // output (B, Lq, E), heads side by side
+  if (packed) {
+    r = packed_self_attention(linear(query, in_proj_weight, in_proj_bias), H, ao);  // qkv (B, L, 3E)
+  } else {
+    // In-projections: (B, L, features) -> (B, L, E).
+    Tensor wq = q_proj_weight, wk = k_proj_weight, wv = v_proj_weight, bq, bk, bv;
+    if (same_embed_) {
+      std::vector<Tensor> w = split(in_proj_weight, E, 0);
+      wq = w[0], wk = w[1], wv = w[2];
+    }
+    if (opts_.bias) {
+      std::vector<Tensor> b = split(in_proj_bias, E, 0);
+      bq = b[0], bk = b[1], bv = b[2];
+    }
+    Tensor q = linear(query, wq, bq);  // (B, Lq, E)
+    Tensor k = linear(key, wk, bk);    // (B, Lk, E)
+    Tensor v = linear(value, wv, bv);  // (B, Lk, E)
+    // Extra keys, in PyTorch's order: bias_k / bias_v, then a zero key / value.
+    if (opts_.add_bias_kv) {
+      k = cat({k, broadcast_to(bias_k, {B, 1, E})}, 1);
+      v = cat({v, broadcast_to(bias_v, {B, 1, E})}, 1);
+    }
+    if (opts_.add_zero_attn) {
+      Tensor z = zeros({B, 1, E}, {.dtype = dt});
+      k = cat({k, z}, 1);
+      v = cat({v, z}, 1);
+    }
+    ATTO_CHECK(k.size(1) == Lk2, kMha, "internal error: ", Lk2, " keys expected, got ", k.shape());
+    r = multi_head_attention(q, k, v, H, ao);
+  }
   MhaResult out;
-  out.output = out_proj->forward(merge_heads(r.output));  // (B, Lq, E)
+  out.output = out_proj->forward(r.output);  // (B, Lq, E)
   if (opts.need_weights) out.weights = opts.average_attn_weights ? mean(r.weights, {1}) : r.weights;
   return out;
 }
@@ -288,11 +282,11 @@ SeedAttentionResult MultiHeadAttention::forward(const Tensor& q, const Tensor& k
   ao.scale = 1.0 / std::sqrt(static_cast<double>(d_k));
   ao.generator = dropout_gen_;
   ao.need_weights = need_weights;
-  AttentionResult r = scaled_dot_product_attention(split_heads(w_qs->forward(q), B, Lq, H, d_k),  // (B, H, Lq, d_k)
-                                                   split_heads(w_ks->forward(k), B, Lk, H, d_k),  // (B, H, Lk, d_k)
-                                                   split_heads(w_vs->forward(v), B, Lk, H, d_v),  // (B, H, Lk, d_v)
-                                                   ao);
-  Tensor o = dropout->forward(fc->forward(merge_heads(r.output)));  // (B, Lq, d_model)
+  AttentionResult r = multi_head_attention(w_qs->forward(q),  // (B, Lq, H d_k)
+                                           w_ks->forward(k),  // (B, Lk, H d_k)
+                                           w_vs->forward(v),  // (B, Lk, H d_v)
+                                           H, ao);            // (B, Lq, H d_v)
+  Tensor o = dropout->forward(fc->forward(r.output));  // (B, Lq, d_model)
   return {layer_norm->forward(o + q), r.weights};
 }
 

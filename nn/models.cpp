@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/dropout.h"
 #include "autograd/indexing.h"
 #include "autograd/matmul.h"
 #include "nn/init.h"
@@ -66,6 +67,16 @@ Tensor embed_with_positions(const Tensor& weight, const Tensor& tokens, const Te
     });
     gi[0] = gw;
   });
+}
+
+// ff(x) for a PyTorch-style feed-forward block, with its ReLU and dropout fused into one op (the same values and
+// mask draws as ff.forward(x)); other configurations run ff.forward.
+Tensor feed_forward(PositionwiseFeedForward& ff, const Tensor& x) {
+  if (ff.options.activation != "relu" || ff.options.residual_norm) return ff.forward(x);
+  ATTO_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == ff.d_model, ff.type_name(),
+             "expected input of shape (..., d_model=", ff.d_model, "), got shape ", x.defined() ? x.shape() : Shape{});
+  const Dropout& d = *ff.dropout;
+  return ff.linear2->forward(relu_dropout(ff.linear1->forward(x), d.p(), d.is_training(), d.generator()));
 }
 
 // (B, L) Bool, true where tokens == pad_idx: a key padding mask for MultiheadAttention.
@@ -321,8 +332,10 @@ Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
                                     .average_attn_weights = false,
                                     .is_causal = true});
   if (store_attention_) last_attention_ = r.weights;  // (B, H, L, L)
-  Tensor y = x + dropout1->forward(r.output);
-  return y + dropout2->forward(ff->forward(norm2->forward(y)));
+  // x + dropout(branch) as one fused op each (the same values and mask draws as the modules').
+  Tensor y = dropout_add(x, r.output, dropout1->p(), dropout1->is_training(), dropout1->generator());
+  return dropout_add(y, feed_forward(*ff, norm2->forward(y)), dropout2->p(), dropout2->is_training(),
+                     dropout2->generator());
 }
 
 void CausalLMBlock::set_generator(Generator& gen) {

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "autograd/parallel.h"
+
 namespace attograd::optim {
 
 namespace {
@@ -50,6 +52,35 @@ void sgd_update(T* p, const T* grad, T* buf, int64_t n, bool first, const SGDOpt
 //   p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 // (eps is added outside the square root; the scalar factors are computed in double as PyTorch does.)
 // `vmax` is null without amsgrad.
+// The scalar factors of one Adam step, in the parameter's precision.
+template <class T>
+struct AdamFactors {
+  T decay_factor, wd, b1, one_minus_b1, b2, one_minus_b2, bc2_sqrt, eps, neg_step_size;
+};
+
+// The per-element update of adam_update below over n elements, specialised per configuration.
+template <class T, bool kDecoupled, bool kL2, bool kAms>
+void adam_kernel(T* __restrict p, const T* __restrict grad, T* __restrict m, T* __restrict v, T* __restrict vmax,
+                 int64_t n, const AdamFactors<T> f) {
+  for (int64_t i = 0; i < n; ++i) {
+    T pi = p[i];
+    T g = grad[i];
+    if constexpr (kDecoupled) pi = pi * f.decay_factor;
+    if constexpr (kL2) g = g + f.wd * pi;
+    const T mi = m[i] * f.b1 + f.one_minus_b1 * g;
+    T vi = v[i] * f.b2 + f.one_minus_b2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    if constexpr (kAms) {
+      const T vm = vmax[i];
+      vi = vm > vi ? vm : vi;  // NaN in v propagates, as torch.maximum
+      vmax[i] = vi;
+    }
+    const T denom = std::sqrt(vi) / f.bc2_sqrt + f.eps;
+    p[i] = pi + f.neg_step_size * mi / denom;
+  }
+}
+
 template <class T>
 void adam_update(T* p, const T* grad, T* m, T* v, T* vmax, int64_t n, int64_t t, const AdamOptions& o, double lr,
                  bool decoupled) {
@@ -65,21 +96,24 @@ void adam_update(T* p, const T* grad, T* m, T* v, T* vmax, int64_t n, int64_t t,
   const T wd = static_cast<T>(o.weight_decay);
   const T decay_factor = static_cast<T>(1 - lr * o.weight_decay);
   const bool l2 = !decoupled && o.weight_decay != 0;
-  for (int64_t i = 0; i < n; ++i) {
-    T pi = p[i];
-    T g = grad[i];
-    if (decoupled) pi = pi * decay_factor;
-    if (l2) g = g + wd * pi;
-    const T mi = m[i] * b1 + one_minus_b1 * g;
-    T vi = v[i] * b2 + one_minus_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    if (vmax) {
-      vi = vmax[i] > vi ? vmax[i] : vi;  // NaN in v propagates, as torch.maximum
-      vmax[i] = vi;
-    }
-    const T denom = std::sqrt(vi) / bc2_sqrt + eps;
-    p[i] = pi + neg_step_size * mi / denom;
+  // One branch-free loop per configuration (so it vectorises), over chunks of elements split between threads.
+  auto run = [&]<bool kDecoupled, bool kL2, bool kAms>() {
+    parallel_for(0, n, 1 << 15, [&](int64_t i0, int64_t i1) {
+      adam_kernel<T, kDecoupled, kL2, kAms>(p + i0, grad + i0, m + i0, v + i0, kAms ? vmax + i0 : nullptr, i1 - i0,
+                                            {decay_factor, wd, b1, one_minus_b1, b2, one_minus_b2, bc2_sqrt, eps,
+                                             neg_step_size});
+    });
+  };
+  const bool ams = vmax != nullptr;
+  if (decoupled) {
+    if (ams) run.template operator()<true, false, true>();
+    else run.template operator()<true, false, false>();
+  } else if (l2) {
+    if (ams) run.template operator()<false, true, true>();
+    else run.template operator()<false, true, false>();
+  } else {
+    if (ams) run.template operator()<false, false, true>();
+    else run.template operator()<false, false, false>();
   }
 }
 

@@ -1,0 +1,160 @@
+// The caching Storage allocator: size classes, reuse, peak accounting, the cache cap, empty_cache, thread safety,
+// and no growth across identical training steps.
+
+#include <thread>
+#include <vector>
+
+#include "autograd/allocator.h"
+#include "nn/models.h"
+#include "testing.h"
+#include "train/optim.h"
+
+using namespace attograd;
+using namespace attograd::testing;
+
+TEST(Allocator, SizeClasses) {
+  EXPECT_EQ(allocator_size_class(0), 64u);
+  EXPECT_EQ(allocator_size_class(1), 64u);
+  EXPECT_EQ(allocator_size_class(64), 64u);
+  EXPECT_EQ(allocator_size_class(65), 128u);
+  EXPECT_EQ(allocator_size_class(512), 512u);
+  EXPECT_EQ(allocator_size_class(513), 640u);   // 512 * 5/4
+  EXPECT_EQ(allocator_size_class(1024), 1024u);
+  EXPECT_EQ(allocator_size_class(1025), 1280u);
+  EXPECT_EQ(allocator_size_class(1536), 1536u);
+  EXPECT_EQ(allocator_size_class(1537), 1792u);
+  EXPECT_EQ(allocator_size_class(size_t{3} << 20), size_t{3} << 20);  // 2 MiB * 6/4
+  for (size_t n : {size_t{100}, size_t{777}, size_t{4097}, size_t{1} << 20, (size_t{1} << 20) + 1, size_t{12345678}}) {
+    const size_t c = allocator_size_class(n);
+    EXPECT_GE(c, n);
+    EXPECT_EQ(c % 64, 0u);
+    EXPECT_LE(c, n + n / 4 + 64);  // at most 25% slack above 512 bytes
+  }
+}
+
+TEST(Allocator, FreedBlocksAreReused) {
+  empty_cache();
+  const AllocatorStats s0 = allocator_stats();
+  void* first = nullptr;
+  {
+    Tensor a = empty({1000, 100});  // 400000 bytes
+    first = a.raw_data();
+  }
+  const AllocatorStats s1 = allocator_stats();
+  EXPECT_EQ(s1.cache_misses, s0.cache_misses + 1);
+  EXPECT_EQ(s1.cached_bytes, s0.cached_bytes + allocator_size_class(400000));
+  {
+    Tensor b = empty({100, 1000});  // same size class: the same block again, no system allocation
+    EXPECT_EQ(b.raw_data(), first);
+    Tensor c = zeros({99, 1001});  // 396396 bytes: also the 400000-byte class (a second block)
+    EXPECT_NE(c.raw_data(), first);
+  }
+  const AllocatorStats s2 = allocator_stats();
+  EXPECT_EQ(s2.cache_hits, s1.cache_hits + 1);
+  EXPECT_EQ(s2.cache_misses, s1.cache_misses + 1);
+  EXPECT_EQ(s2.num_allocs, s0.num_allocs + 3);
+  EXPECT_EQ(s2.num_frees, s0.num_frees + 3);
+  EXPECT_EQ(s2.allocated_bytes, s0.allocated_bytes);
+}
+
+TEST(Allocator, PeakAccounting) {
+  empty_cache();
+  reset_peak_allocator_stats();
+  const AllocatorStats s0 = allocator_stats();
+  EXPECT_EQ(s0.peak_allocated_bytes, s0.allocated_bytes);
+  const size_t ca = allocator_size_class(1 << 20), cb = allocator_size_class(2 << 20);
+  {
+    Tensor a = empty({1 << 18});  // 1 MiB of float32
+    Tensor b = empty({1 << 19});  // 2 MiB
+    EXPECT_EQ(allocator_stats().allocated_bytes, s0.allocated_bytes + ca + cb);
+    EXPECT_EQ(allocator_stats().requested_bytes, s0.requested_bytes + (size_t{3} << 20));
+  }
+  {
+    Tensor c = empty({1 << 17});  // 0.5 MiB: below the peak
+  }
+  const AllocatorStats s1 = allocator_stats();
+  EXPECT_EQ(s1.allocated_bytes, s0.allocated_bytes);
+  EXPECT_EQ(s1.peak_allocated_bytes, s0.allocated_bytes + ca + cb);
+  EXPECT_EQ(s1.reserved_bytes, s1.allocated_bytes + s1.cached_bytes);
+  EXPECT_GE(s1.peak_reserved_bytes, s0.reserved_bytes + ca + cb);
+  reset_peak_allocator_stats();
+  EXPECT_EQ(allocator_stats().peak_allocated_bytes, s1.allocated_bytes);
+}
+
+TEST(Allocator, EmptyCacheAndCapReleaseBlocks) {
+  const size_t old_limit = allocator_cache_limit();
+  { Tensor a = empty({1 << 16}); }
+  EXPECT_GT(allocator_stats().cached_bytes, 0u);
+  empty_cache();
+  AllocatorStats s = allocator_stats();
+  EXPECT_EQ(s.cached_bytes, 0u);
+  EXPECT_EQ(s.reserved_bytes, s.allocated_bytes);
+
+  set_allocator_cache_limit(0);  // no caching: every free goes back to the system
+  EXPECT_EQ(allocator_cache_limit(), 0u);
+  const uint64_t frees = allocator_stats().system_frees;
+  { Tensor b = empty({1 << 16}); }
+  EXPECT_EQ(allocator_stats().system_frees, frees + 1);
+  EXPECT_EQ(allocator_stats().cached_bytes, 0u);
+
+  set_allocator_cache_limit(allocator_size_class(1 << 18));  // room for one 256 KiB block
+  {
+    Tensor c = empty({1 << 16});
+    Tensor d = empty({1 << 16});
+  }
+  s = allocator_stats();
+  EXPECT_EQ(s.cached_bytes, allocator_size_class(1 << 18));
+  EXPECT_EQ(s.system_frees, frees + 2);
+  set_allocator_cache_limit(old_limit);
+}
+
+TEST(Allocator, ConcurrentAllocationsKeepConsistentCounts) {
+  const AllocatorStats s0 = allocator_stats();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([t] {
+      for (int i = 0; i < 500; ++i) {
+        Tensor a = empty({(i % 7 + 1) * 100 + t});
+        Tensor b = ones({i % 13 + 1, 33});
+        EXPECT_EQ(b.at({0, 0}), 1.0);
+      }
+    });
+  for (auto& th : threads) th.join();
+  const AllocatorStats s1 = allocator_stats();
+  EXPECT_EQ(s1.num_allocs - s0.num_allocs, 4000u);
+  EXPECT_EQ(s1.num_frees - s0.num_frees, 4000u);
+  EXPECT_EQ(s1.allocated_bytes, s0.allocated_bytes);
+  EXPECT_EQ(s1.reserved_bytes, s1.allocated_bytes + s1.cached_bytes);
+}
+
+// After a warm-up step, identical training steps are served entirely from the cache: no system allocation and
+// no growth of the memory the allocator holds.
+TEST(Allocator, NoGrowthAcrossIdenticalTrainingSteps) {
+  Generator gen(7), drop(8), data(9);
+  nn::CausalLM model({.vocab = 12, .d_model = 32, .n_head = 4, .d_ff = 64, .n_layers = 2, .dropout = 0.1, .max_len = 16},
+                     gen);
+  model.set_generator(drop);
+  model.train();
+  optim::Adam adam(model.named_parameters(), {.lr = 1e-3});
+  Tensor tokens = randint(0, 12, {4, 16}, data);
+  Tensor target = randint(0, 12, {4 * 16}, data);
+  auto step = [&] {
+    adam.zero_grad(/*set_to_none=*/true);
+    Tensor logits = model.forward(tokens);
+    Tensor loss = cross_entropy(reshape(logits, {4 * 16, 12}), target);
+    loss.backward();
+    adam.step();
+    return loss.item();
+  };
+  step();
+  step();
+  const AllocatorStats warm = allocator_stats();
+  double last = 0;
+  for (int i = 0; i < 4; ++i) last = step();
+  const AllocatorStats after = allocator_stats();
+  EXPECT_TRUE(std::isfinite(last));
+  EXPECT_EQ(after.cache_misses, warm.cache_misses);
+  EXPECT_EQ(after.reserved_bytes, warm.reserved_bytes);
+  EXPECT_EQ(after.allocated_bytes, warm.allocated_bytes);
+  EXPECT_GT(after.cache_hits, warm.cache_hits);
+}

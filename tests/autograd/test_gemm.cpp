@@ -1,0 +1,121 @@
+// The library's internal matrix product (autograd/gemm.h): every transposition, leading dimension, accumulation
+// and scale against a double-precision reference, edge sizes around the register blocks, the pre-packed variant,
+// and bitwise equality between thread counts.
+
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "autograd/gemm.h"
+#include "autograd/parallel.h"
+#include "testing.h"
+
+using namespace attograd;
+using namespace attograd::detail;
+
+namespace {
+
+template <class T>
+struct Case {
+  int64_t m, n, k, lda, ldb, ldc;
+  bool ta, tb, acc;
+  T alpha;
+  std::vector<T> a, b, c0;
+};
+
+template <class T>
+Case<T> make_case(std::mt19937& rng, int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool acc, T alpha) {
+  std::uniform_real_distribution<double> u(-1, 1);
+  Case<T> c{m, n, k, (ta ? m : k) + static_cast<int64_t>(rng() % 3), (tb ? k : n) + static_cast<int64_t>(rng() % 3),
+            n + static_cast<int64_t>(rng() % 3), ta, tb, acc, alpha, {}, {}, {}};
+  c.a.resize(static_cast<size_t>((ta ? k : m) * c.lda + 1));
+  c.b.resize(static_cast<size_t>((tb ? n : k) * c.ldb + 1));
+  c.c0.resize(static_cast<size_t>(m * c.ldc + 1));
+  for (auto* v : {&c.a, &c.b, &c.c0})
+    for (auto& x : *v) x = static_cast<T>(u(rng));
+  return c;
+}
+
+// Checks gemm's result against a double reference; returns the result.
+template <class T>
+std::vector<T> check(const Case<T>& c, double tol) {
+  std::vector<T> out = c.c0;
+  gemm(c.m, c.n, c.k, {c.a.data(), c.lda, c.ta}, {c.b.data(), c.ldb, c.tb}, out.data(), c.ldc, c.acc, c.alpha);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.ldc; ++j) {
+      const size_t o = static_cast<size_t>(i * c.ldc + j);
+      if (j >= c.n) {  // the padding between rows of C is never written
+        EXPECT_EQ(out[o], c.c0[o]);
+        continue;
+      }
+      double s = 0, mag = 0;
+      for (int64_t p = 0; p < c.k; ++p) {
+        const double av = c.ta ? c.a[static_cast<size_t>(p * c.lda + i)] : c.a[static_cast<size_t>(i * c.lda + p)];
+        const double bv = c.tb ? c.b[static_cast<size_t>(j * c.ldb + p)] : c.b[static_cast<size_t>(p * c.ldb + j)];
+        s += av * bv;
+        mag += std::fabs(av * bv);
+      }
+      const double ref = static_cast<double>(c.alpha) * s + (c.acc ? static_cast<double>(c.c0[o]) : 0.0);
+      EXPECT_NEAR(static_cast<double>(out[o]), ref, tol * (mag + 1))
+          << "m " << c.m << " n " << c.n << " k " << c.k << " ta " << c.ta << " tb " << c.tb << " at (" << i << ", "
+          << j << ")";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Gemm, EveryLayoutAgainstADoubleReference) {
+  std::mt19937 rng(1);
+  const int64_t sizes[] = {1, 2, 11, 12, 13, 16, 17, 31, 32, 33, 97};
+  for (int trial = 0; trial < 120; ++trial) {
+    const int64_t m = sizes[rng() % 11], n = sizes[rng() % 11], k = trial % 10 == 0 ? 0 : 1 + rng() % 300;
+    const bool ta = rng() % 2, tb = rng() % 2, acc = rng() % 2;
+    check(make_case<float>(rng, m, n, k, ta, tb, acc, trial % 3 == 0 ? 0.5f : 1.0f), 1e-5);
+    check(make_case<double>(rng, m, n, k, ta, tb, acc, trial % 3 == 0 ? 0.5 : 1.0), 1e-12);
+  }
+  // Past the cache blocks: k > 256 (several k panels), n > 512 (several packed panels), m > 96 rows.
+  check(make_case<float>(rng, 130, 600, 700, false, true, true, 1.0f), 1e-5);
+  check(make_case<float>(rng, 200, 530, 300, true, false, false, 1.0f), 1e-5);
+}
+
+TEST(Gemm, ThreadsGiveTheSameBits) {
+  const int saved = get_num_threads();
+  std::mt19937 rng(2);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      Case<float> c = make_case<float>(rng, 301, 257, 300, ta, tb, true, 1.0f);
+      set_num_threads(1);
+      const std::vector<float> one = check(c, 1e-5);
+      for (int t : {2, 3}) {
+        set_num_threads(t);
+        EXPECT_EQ(check(c, 1e-5), one);
+      }
+      Case<float> wide = make_case<float>(rng, 20, 900, 200, ta, tb, false, 1.0f);  // split by columns
+      set_num_threads(1);
+      const std::vector<float> w1 = check(wide, 1e-5);
+      set_num_threads(2);
+      EXPECT_EQ(check(wide, 1e-5), w1);
+    }
+  set_num_threads(saved);
+}
+
+TEST(Gemm, PrepackedEqualsGemmBitwise) {
+  if (!gemm_prepack_available()) GTEST_SKIP() << "no AVX-512 kernel on this machine";
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t kb = 1 + rng() % 400, nb = 1 + rng() % 80;
+    const int64_t k = 1 + rng() % kb, n = 1 + rng() % nb, m = 1 + rng() % 40;
+    const bool ta = rng() % 2, tb = rng() % 2, acc = rng() % 2;
+    Case<float> c = make_case<float>(rng, m, nb, kb, ta, tb, acc, trial % 2 ? 1.0f : 0.25f);
+    float* packed = static_cast<float*>(std::aligned_alloc(64, (packed_b_floats(kb, nb) * sizeof(float) + 63) / 64 * 64));
+    pack_gemm_b(kb, nb, {c.b.data(), c.ldb, tb}, packed);
+    std::vector<float> via_pack = c.c0, direct = c.c0;
+    const int64_t lda = ta ? m : kb;  // the case's A holds k rows/cols of kb
+    gemm_packed(m, n, k, {c.a.data(), c.lda, ta}, packed, kb, nb, via_pack.data(), c.ldc, acc, c.alpha);
+    gemm(m, n, k, {c.a.data(), c.lda, ta}, {c.b.data(), c.ldb, tb}, direct.data(), c.ldc, acc, c.alpha);
+    EXPECT_EQ(via_pack, direct) << "m " << m << " n " << n << " k " << k << " kb " << kb << " nb " << nb << " lda " << lda;
+    std::free(packed);
+  }
+}
