@@ -161,7 +161,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
 }
 
 // y = relu(x) * m / (1 - p). Where y > 0 the element was positive and kept: dy/dx = 1 / (1 - p); elsewhere 0.
-Tensor relu_dropout(const Tensor& x, double p, bool training, Generator& gen) {
+namespace {
+
+// relu_dropout; `temporary` is x when the caller handed it over as an rvalue (its storage may take the result).
+Tensor relu_dropout_impl(const Tensor& x, double p, bool training, Generator& gen, Tensor* temporary) {
   ATTO_CHECK(x.defined(), "relu_dropout", "called with an undefined tensor");
   check_probability(p, "relu_dropout");
   ATTO_CHECK(is_floating(x.dtype()), "relu_dropout", "expected a float32 or float64 tensor, got ",
@@ -171,7 +174,8 @@ Tensor relu_dropout(const Tensor& x, double p, bool training, Generator& gen) {
   const double scale = 1.0 / (1.0 - p);
   const uint64_t threshold = keep_threshold(p);
   const int64_t n = x.numel();
-  Tensor out = empty(x.shape(), {.dtype = x.dtype()});
+  // Element i of the result depends on element i of x only, so it may be written over a temporary x.
+  Tensor out = temporary ? reuse_temporary_or_empty(std::move(*temporary)) : empty(x.shape(), {.dtype = x.dtype()});
   dispatch_float(x.dtype(), "relu_dropout", [&]<typename T>() {
     const T s = static_cast<T>(scale);
     const T* px = x.data<T>();
@@ -205,8 +209,21 @@ Tensor relu_dropout(const Tensor& x, double p, bool training, Generator& gen) {
   });
 }
 
+}  // namespace
+
+Tensor relu_dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  return relu_dropout_impl(x, p, training, gen, nullptr);
+}
+
+Tensor relu_dropout(Tensor&& x, double p, bool training, Generator& gen) {
+  return relu_dropout_impl(x, p, training, gen, &x);
+}
+
 // out = x + y * m / (1 - p); d out / dx = 1, d out / dy = m / (1 - p).
-Tensor dropout_add(const Tensor& x, const Tensor& y, double p, bool training, Generator& gen) {
+namespace {
+
+// dropout_add; `temporary` is y when the caller handed it over as an rvalue (its storage may take the result).
+Tensor dropout_add_impl(const Tensor& x, const Tensor& y, double p, bool training, Generator& gen, Tensor* temporary) {
   ATTO_CHECK(x.defined() && y.defined(), "dropout_add", "called with an undefined tensor");
   check_probability(p, "dropout_add");
   ATTO_CHECK(x.shape() == y.shape() && x.dtype() == y.dtype(), "dropout_add", "x ", x.shape(), " (",
@@ -217,7 +234,8 @@ Tensor dropout_add(const Tensor& x, const Tensor& y, double p, bool training, Ge
   const uint64_t threshold = keep_threshold(p);
   const double scale = 1.0 / (1.0 - p);
   const int64_t n = x.numel();
-  Tensor out = empty(x.shape(), {.dtype = x.dtype()});
+  // Element i of the result depends on element i of x and y only, so it may be written over a temporary y.
+  Tensor out = temporary ? reuse_temporary_or_empty(std::move(*temporary)) : empty(x.shape(), {.dtype = x.dtype()});
   dispatch_float(x.dtype(), "dropout_add", [&]<typename T>() {
     apply_keep<T>(gen, threshold, scale, n, x.data<T>(), y.data<T>(), out.data<T>());
   });
@@ -233,6 +251,16 @@ Tensor dropout_add(const Tensor& x, const Tensor& y, double p, bool training, Ge
     });
     gi[1] = dy;
   });
+}
+
+}  // namespace
+
+Tensor dropout_add(const Tensor& x, const Tensor& y, double p, bool training, Generator& gen) {
+  return dropout_add_impl(x, y, p, training, gen, nullptr);
+}
+
+Tensor dropout_add(const Tensor& x, Tensor&& y, double p, bool training, Generator& gen) {
+  return dropout_add_impl(x, y, p, training, gen, &y);
 }
 
 }  // namespace attograd

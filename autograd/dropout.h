@@ -23,11 +23,15 @@ Tensor dropout(const Tensor& x, double p, bool training = true, Generator& gen =
 /// pass, saving only its output (the gradient is g / (1 - p) where the output is positive, 0 elsewhere) and no
 /// mask. relu(x) when !training or p == 0; zeros when p == 1.
 Tensor relu_dropout(const Tensor& x, double p, bool training = true, Generator& gen = default_generator());
+/// The same, writing the result over x's storage when x is a temporary nothing else can see (the FFN's hidden layer).
+Tensor relu_dropout(Tensor&& x, double p, bool training = true, Generator& gen = default_generator());
 
 /// x + dropout(y, p, training, gen) as one op (a residual connection): the same mask draws and gradients, one pass,
 /// no intermediate tensor; the values may differ from the two ops' by the last bit, x + y / (1 - p) being rounded
 /// once where the compiler fuses the multiply-add. x and y have the same shape and dtype.
 Tensor dropout_add(const Tensor& x, const Tensor& y, double p, bool training = true,
                    Generator& gen = default_generator());
+/// The same, writing the result over y's storage when y is a temporary nothing else can see (a residual branch).
+Tensor dropout_add(const Tensor& x, Tensor&& y, double p, bool training = true, Generator& gen = default_generator());
 
 }  // namespace attograd

@@ -165,6 +165,14 @@ std::vector<std::shared_ptr<TensorImpl>> topo_order(const std::shared_ptr<Tensor
 
 Tensor reuse_or_empty_like(const Tensor& g) { return uniquely_owned(g) ? g : empty(g.shape(), {.dtype = g.dtype()}); }
 
+Tensor reuse_temporary_or_empty(Tensor&& x) {
+  const std::shared_ptr<TensorImpl>& p = x.impl();
+  if (p.use_count() == 1 && !p->retains_grad && p->storage && p->storage.use_count() == 1 && p->offset == 0 &&
+      p->storage->nbytes == x.nbytes())
+    return x.detach();  // a fresh impl on the same storage (x itself may still be recorded as an input)
+  return empty(x.shape(), {.dtype = x.dtype()});
+}
+
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   check_defined("backward");
   ATTO_CHECK(impl_->requires_grad, "backward",

@@ -1,7 +1,8 @@
 // The library's matrix product. float32: a BLIS-style GEMM (Goto & van de Geijn, "Anatomy of high-performance
 // matrix multiplication", 2008): B is packed in KC x NR micro-panels, and an AVX-512 micro-kernel keeps an
 // MR x NR block of C in registers (MR * NR / 16 accumulators), loading one NR-wide row of B and broadcasting MR
-// elements of A per step of k. A is read in place (packing it cost more than it saved at these sizes). float64 (and float32 without AVX-512): Eigen's product.
+// elements of A per step of k. A is read in place, except A^T (weight gradients), which is packed one MC x KC block at
+// a time into MR-interleaved micro-panels, so the MR broadcasts of each k come from one contiguous stream. float64 (and float32 without AVX-512): Eigen's product.
 //
 // Every element of C is computed by the same sequence of FMAs whatever the tile it falls in (edges are handled by
 // zero padding in the packed panels and masked stores), and the k dimension is always split at the same KC
@@ -257,6 +258,62 @@ inline void micro_kernel(int64_t kc, const float* __restrict a, int64_t ld, cons
   }
 }
 
+// Packs rows [i, i + mr) x k in [0, kc) of op(A) (first element `a`: a[r * ld + k], or a[k * ld + r] when trans)
+// into an MR-interleaved micro-panel dst[k * MR + r]; rows past mr are zero (computed, never stored). dst needs
+// kc * MR + 16 floats (the last transposed row may spill 4 lanes past the panel).
+template <int kMR>
+void pack_a(const float* a, int64_t ld, bool trans, int mr, int64_t kc, float* dst) {
+  if (trans) {  // the MR elements of each k are contiguous in memory
+    const __mmask16 m = first_lanes(mr);
+    for (int64_t k = 0; k < kc; ++k) {
+      const __m512 v = _mm512_maskz_loadu_ps(m, a + k * ld);
+      if constexpr (kMR == 16)
+        _mm512_storeu_ps(dst + k * kMR, v);
+      else
+        _mm512_mask_storeu_ps(dst + k * kMR, static_cast<__mmask16>((1u << kMR) - 1u), v);
+    }
+  } else {  // transpose 16 k at a time; consecutive k rows overlap by 16 - MR lanes and are stored in order
+    for (int64_t k = 0; k < kc; k += 16) transpose16(a + k, ld, mr, std::min<int64_t>(16, kc - k), dst + k * kMR, kMR);
+  }
+}
+
+// C[0:mr, 0:nr] (row stride ldc) = alpha * sum_k ap[k * MR + r] b[k * NR + j] (+ C when acc): A and B both packed,
+// so every step of k is NV aligned loads of B and MR broadcasts of A from one contiguous stream.
+template <int NV>
+inline void micro_kernel_packed(int64_t kc, const float* __restrict ap, const float* __restrict b, float* c,
+                                int64_t ldc, int mr, int nr, float alpha, bool acc) {
+  constexpr int kMR = Block<NV>::kMR, kNR = Block<NV>::kNR;
+  __m512 r[kMR][NV];
+  for (int i = 0; i < kMR; ++i)
+    for (int v = 0; v < NV; ++v) r[i][v] = _mm512_setzero_ps();
+  for (int i = 0; i < mr; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kNR - 1), _MM_HINT_T0);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + k * kNR + 16 * v);
+    const float* ak = ap + k * kMR;
+    for (int i = 0; i < kMR; ++i) {
+      const __m512 av = _mm512_set1_ps(ak[i]);
+      for (int v = 0; v < NV; ++v) r[i][v] = _mm512_fmadd_ps(av, bv[v], r[i][v]);
+    }
+  }
+  __mmask16 mask[NV];
+  for (int v = 0; v < NV; ++v) mask[v] = first_lanes(nr - 16 * v);
+  const __m512 va = _mm512_set1_ps(alpha);
+  const bool scale = alpha != 1.0f;
+  for (int i = 0; i < kMR; ++i) {
+    if (i >= mr) break;
+    float* ci = c + i * ldc;
+    for (int v = 0; v < NV; ++v) {
+      __m512 x = scale ? _mm512_mul_ps(r[i][v], va) : r[i][v];
+      if (acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], ci + 16 * v));
+      _mm512_mask_storeu_ps(ci + 16 * v, mask[v], x);
+    }
+  }
+}
+
 // The serial blocked product on one block of C, with register blocks of 16 * NV columns.
 template <int NV>
 void packed_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a, const GemmOperand<float>& b, float* c,
@@ -265,6 +322,8 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a, c
   thread_local Scratch b_buf;
   const int64_t kc_max = std::min(kKC, k);
   float* pb = b_buf.get(static_cast<size_t>(std::min(kNC, (n + kNR - 1) / kNR * kNR) * kc_max));
+  thread_local Scratch a_buf;
+  float* pa = a_buf.get(static_cast<size_t>((kMC + kMR) * kc_max + 16));
   for (int64_t j0 = 0; j0 < n; j0 += kNC) {
     const int64_t nc = std::min(kNC, n - j0);
     for (int64_t p0 = 0; p0 < k; p0 += kKC) {
@@ -273,17 +332,23 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a, c
       pack_b<NV>(b, p0, kc, j0, nc, pb);
       for (int64_t i0 = 0; i0 < m; i0 += kMC) {
         const int64_t mc = std::min(kMC, m - i0);
+        // op(A) = A^T (weight gradients: k = tokens): its MR elements per k are one short row of a different
+        // line each step, so pack this MC x KC block once (every NR panel of B reuses it). A itself is read in
+        // place: packing it costs more than it saves.
+        if (a.trans)
+          for (int64_t ir = 0; ir < mc; ir += kMR)
+            pack_a<kMR>(a.data + p0 * a.ld + i0 + ir, a.ld, true, static_cast<int>(std::min<int64_t>(kMR, mc - ir)),
+                        kc, pa + ir * kc);
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const int nr = static_cast<int>(std::min<int64_t>(kNR, nc - jr));
           const float* bp = pb + jr * kc;
           for (int64_t ir = 0; ir < mc; ir += kMR) {
             const int mr = static_cast<int>(std::min<int64_t>(kMR, mc - ir));
-            const int64_t i = i0 + ir;
-            float* ct = c + i * ldc + j0 + jr;
+            float* ct = c + (i0 + ir) * ldc + j0 + jr;
             if (a.trans)
-              micro_kernel<NV, true>(kc, a.data + p0 * a.ld + i, a.ld, bp, ct, ldc, mr, nr, alpha, acc);
+              micro_kernel_packed<NV>(kc, pa + ir * kc, bp, ct, ldc, mr, nr, alpha, acc);
             else
-              micro_kernel<NV, false>(kc, a.data + i * a.ld + p0, a.ld, bp, ct, ldc, mr, nr, alpha, acc);
+              micro_kernel<NV, false>(kc, a.data + (i0 + ir) * a.ld + p0, a.ld, bp, ct, ldc, mr, nr, alpha, acc);
           }
         }
       }

@@ -303,5 +303,10 @@ bool any_requires_grad(std::initializer_list<Tensor> inputs);
 /// values): g itself when nothing else can see its values, so the result may be written over it (one buffer less),
 /// else a new uninitialised tensor like g.
 Tensor reuse_or_empty_like(const Tensor& g);
+/// For forward ops whose element i depends only on element i of an input handed over as an rvalue: a new tensor on
+/// that input's storage when nothing else can see its values (the last handle, no view, no saved copy: the op that
+/// produced it does not need it), so the op may write its result over it (one buffer less at the peak); else a new
+/// uninitialised tensor like it. The input keeps its place in the graph.
+Tensor reuse_temporary_or_empty(Tensor&& x);
 
 }  // namespace attograd

@@ -333,7 +333,7 @@ Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
                                     .is_causal = true});
   if (store_attention_) last_attention_ = r.weights;  // (B, H, L, L)
   // x + dropout(branch) as one fused op each (the same values and mask draws as the modules').
-  Tensor y = dropout_add(x, r.output, dropout1->p(), dropout1->is_training(), dropout1->generator());
+  Tensor y = dropout_add(x, std::move(r.output), dropout1->p(), dropout1->is_training(), dropout1->generator());
   return dropout_add(y, feed_forward(*ff, norm2->forward(y)), dropout2->p(), dropout2->is_training(),
                      dropout2->generator());
 }

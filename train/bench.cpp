@@ -13,12 +13,8 @@
 #include "train/optim.h"
 #include "train/tasks.h"
 
-#if __has_include("autograd/parallel.h")
+#include "autograd/allocator.h"
 #include "autograd/parallel.h"
-#define ATTOGRAD_BENCH_HAS_POOL 1
-#else
-#define ATTOGRAD_BENCH_HAS_POOL 0
-#endif
 
 namespace attograd::bench {
 
@@ -149,10 +145,8 @@ BenchResult run_bench(const BenchConfig& config) {
   validate(config);
   BenchResult r;
   r.config = config;
-#if ATTOGRAD_BENCH_HAS_POOL
   set_num_threads(config.threads);
   r.thread_pool = true;
-#endif
 
   Generator init_gen(config.seed), dropout_gen(config.seed + 1), data_gen(config.seed + 2);
   auto model = std::make_shared<nn::CausalLM>(nn::CausalLMOptions{.vocab = config.V,
@@ -187,7 +181,9 @@ BenchResult run_bench(const BenchConfig& config) {
 
   using Clock = std::chrono::steady_clock;
   r.step_ms.reserve(static_cast<size_t>(config.steps));
+  AllocatorStats timed_start;
   for (int i = 0; i < total; ++i) {
+    if (i == config.warmup) timed_start = allocator_stats();
     const auto t0 = Clock::now();
     const double loss = step(batches[static_cast<size_t>(i)]);
     const auto t1 = Clock::now();
@@ -203,6 +199,11 @@ BenchResult run_bench(const BenchConfig& config) {
   r.flops_per_step = model_flops_per_step(config);
   r.gflops = seconds > 0 ? r.flops_per_step / seconds / 1e9 : 0.0;
   r.peak_rss_mb = peak_rss_mb();
+  const AllocatorStats end = allocator_stats();
+  r.peak_tensor_mb = static_cast<double>(end.peak_allocated_bytes) / (1024.0 * 1024.0);
+  r.peak_reserved_mb = static_cast<double>(end.peak_reserved_bytes) / (1024.0 * 1024.0);
+  r.timed_allocs = end.num_allocs - timed_start.num_allocs;
+  r.timed_system_allocs = end.cache_misses - timed_start.cache_misses;
   return r;
 }
 
@@ -220,7 +221,10 @@ std::string to_json(const BenchResult& r) {
   s += ", \"final_loss\": " + json_num(r.final_loss);
   s += ", \"flops_per_step\": " + json_num(r.flops_per_step, "%.0f");
   s += ", \"gflops\": " + json_num(r.gflops, "%.3f");
-  s += std::string(", \"thread_pool\": ") + (r.thread_pool ? "true" : "false") + "}";
+  s += std::string(", \"thread_pool\": ") + (r.thread_pool ? "true" : "false");
+  s += ", \"peak_tensor_mb\": " + json_num(r.peak_tensor_mb, "%.1f");
+  s += ", \"peak_reserved_mb\": " + json_num(r.peak_reserved_mb, "%.1f");
+  s += cat(", \"timed_allocs\": ", r.timed_allocs, ", \"timed_system_allocs\": ", r.timed_system_allocs, "}");
   return s;
 }
 

@@ -58,6 +58,11 @@ struct BenchResult {
   double flops_per_step = 0;    ///< model_flops_per_step(config)
   double gflops = 0;            ///< flops_per_step / median step seconds / 1e9
   bool thread_pool = false;     ///< whether the engine had a pool to give `threads` to
+  double peak_tensor_mb = 0;    ///< allocator: peak bytes in live tensors over the run, MB
+  double peak_reserved_mb = 0;  ///< allocator: peak bytes held (live + cached for reuse), MB
+  uint64_t timed_system_allocs = 0;  ///< allocator: blocks requested from the system during the timed steps
+  uint64_t timed_allocs = 0;    ///< allocator: tensor storages allocated during the timed steps (all reused when
+                                ///< timed_system_allocs is 0)
 };
 
 /// Builds nn::CausalLM with the configuration's sizes (dropout 0.1, max_len L), Adam(lr 1e-3), generates
@@ -65,7 +70,8 @@ struct BenchResult {
 BenchResult run_bench(const BenchConfig& config);
 
 /// The result as one line of JSON (no newline): impl, preset, sizes, steps, warmup, threads, seed, params,
-/// median_step_ms, min_step_ms, tokens_per_s, peak_rss_mb, first_loss, final_loss, flops_per_step, gflops.
+/// median_step_ms, min_step_ms, tokens_per_s, peak_rss_mb, first_loss, final_loss, flops_per_step, gflops,
+/// thread_pool, peak_tensor_mb, peak_reserved_mb, timed_allocs, timed_system_allocs.
 std::string to_json(const BenchResult& result);
 
 /// Peak resident set size of this process so far (getrusage ru_maxrss), MB.

@@ -57,13 +57,14 @@ int run_bench_command(const BenchArgs& a) {
       static_cast<long long>(c.B), c.threads, c.threads == 1 ? "" : "s", c.steps, c.warmup);
   std::fflush(stdout);
   const bench::BenchResult r = bench::run_bench(c);
-  if (c.threads > 1 && !r.thread_pool)
-    std::printf("  note: this build has no thread pool (autograd/parallel.h); ran on 1 thread\n");
   std::printf("  parameters  %s\n", group_digits(r.params).c_str());
   std::printf("  step        %.3f ms median (min %.3f ms)\n", r.median_step_ms, r.min_step_ms);
   std::printf("  throughput  %s tokens/s, %.2f model GFLOP/s (%.3f GFLOP per step)\n",
               group_digits(static_cast<int64_t>(r.tokens_per_s + 0.5)).c_str(), r.gflops, r.flops_per_step / 1e9);
-  std::printf("  peak RSS    %.1f MB\n", r.peak_rss_mb);
+  std::printf("  peak RSS    %.1f MB (tensors %.1f MB at peak, allocator held %.1f MB)\n", r.peak_rss_mb,
+              r.peak_tensor_mb, r.peak_reserved_mb);
+  std::printf("  allocation  %llu tensors per timed run, %llu of them new blocks from the system\n",
+              static_cast<unsigned long long>(r.timed_allocs), static_cast<unsigned long long>(r.timed_system_allocs));
   std::printf("  loss        %.4f (first step) -> %.4f (last step)\n", r.first_loss, r.final_loss);
   std::printf("%s\n", bench::to_json(r).c_str());
   std::fflush(stdout);
