@@ -4,7 +4,9 @@
 // - The pool has get_num_threads() - 1 worker threads; the calling thread always takes a share of the work.
 //   Default: 1 thread (no workers), unless the environment variable ATTOGRAD_NUM_THREADS (read once, on first
 //   use) or set_num_threads() says otherwise.
-// - Idle workers sleep on a condition variable: they never spin, so an idle pool costs no CPU time.
+// - Between jobs a worker checks for the next one for at most 50 microseconds (jobs of a training step come a few
+//   microseconds apart, and waking a sleeping thread costs more), then sleeps on a condition variable: an idle pool
+//   costs no CPU time.
 // - parallel_for splits [begin, end) into at most get_num_threads() contiguous chunks of at least `grain`
 //   elements, a fixed function of (end - begin, grain, thread count): every run with the same thread count gives
 //   the same chunks, so kernels that combine per-chunk partial results in chunk order are bit-reproducible.
