@@ -325,39 +325,61 @@ void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean_o
 //   dweight_i += g_i * xhat_i        (weight scales xhat)
 //   dnorm_i    = g_i * w_i           (gradient reaching xhat)
 //   dx_i       = rstd * (dnorm_i - mean(dnorm) - xhat_i * mean(dnorm * xhat))   (through mean and rstd)
-// dx, dw, db may each be null when not needed; dw and db accumulate in double.
+// Two passes per row: one for the two row sums (kAccLanes independent accumulators of T, so the loop vectorises) and
+// the dweight/dbias terms, one for dx. dweight and dbias gather kBlockRows rows in T, then add into double.
+// dx, dw, db may each be null when not needed.
 template <class T, bool HasW>
 void layer_norm_backward(const T* x, const T* w, const T* g, const double* mean, const double* rstd, T* dx,
                          double* dw, double* db, int64_t rows, int64_t N) {
   if (N == 0) return;
+  constexpr int kAccLanes = 64 / sizeof(T);  // one 512-bit register of T
+  constexpr int64_t kBlockRows = 32;
   const double invN = 1.0 / static_cast<double>(N);
+  std::vector<T> dw_blk(dw ? static_cast<size_t>(N) : 0, T(0)), db_blk(db ? static_cast<size_t>(N) : 0, T(0));
+  T* dwb = dw ? dw_blk.data() : nullptr;
+  T* dbb = db ? db_blk.data() : nullptr;
+  auto flush = [&] {
+    if (dw)
+      for (int64_t i = 0; i < N; ++i) dw[i] += static_cast<double>(dwb[i]), dwb[i] = T(0);
+    if (db)
+      for (int64_t i = 0; i < N; ++i) db[i] += static_cast<double>(dbb[i]), dbb[i] = T(0);
+  };
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * N;
     const T* gr = g + r * N;
     const T m = static_cast<T>(mean[r]), ml = static_cast<T>(mean[r] - static_cast<double>(m));  // as in forward
     const T rs = static_cast<T>(rstd[r]);
-    if (db)
-      for (int64_t i = 0; i < N; ++i) db[i] += static_cast<double>(gr[i]);
-    if (dw)
-      for (int64_t i = 0; i < N; ++i) dw[i] += static_cast<double>(gr[i] * (((xr[i] - m) - ml) * rs));
-    if (!dx) continue;
-    // two separate lane sums: GCC vectorises each (a fused two-sum loop came out scalar)
-    const double sum_dn = detail::lane_sum(N, [&](int64_t i) {
-      const T dn = HasW ? gr[i] * w[i] : gr[i];
-      return static_cast<double>(dn);
-    });
-    const double sum_dnx = detail::lane_sum(N, [&](int64_t i) {
-      const T dn = HasW ? gr[i] * w[i] : gr[i];
-      return static_cast<double>(dn * (((xr[i] - m) - ml) * rs));
-    });
-    const T mean_dn = static_cast<T>(sum_dn * invN), mean_dnx = static_cast<T>(sum_dnx * invN);
-    T* dr = dx + r * N;
-    for (int64_t i = 0; i < N; ++i) {
-      const T dn = HasW ? gr[i] * w[i] : gr[i];
-      const T xh = ((xr[i] - m) - ml) * rs;
-      dr[i] = rs * (dn - mean_dn - xh * mean_dnx);
+    if (dbb)
+      for (int64_t i = 0; i < N; ++i) dbb[i] += gr[i];
+    if (dwb)
+      for (int64_t i = 0; i < N; ++i) dwb[i] += gr[i] * (((xr[i] - m) - ml) * rs);
+    if (dx) {
+      T s_dn[kAccLanes] = {}, s_dnx[kAccLanes] = {};
+      int64_t i = 0;
+      for (; i + kAccLanes <= N; i += kAccLanes)
+        for (int k = 0; k < kAccLanes; ++k) {
+          const T dn = HasW ? gr[i + k] * w[i + k] : gr[i + k];
+          s_dn[k] += dn;
+          s_dnx[k] += dn * (((xr[i + k] - m) - ml) * rs);
+        }
+      for (int k = 0; i + k < N; ++k) {
+        const T dn = HasW ? gr[i + k] * w[i + k] : gr[i + k];
+        s_dn[k] += dn;
+        s_dnx[k] += dn * (((xr[i + k] - m) - ml) * rs);
+      }
+      double sum_dn = 0, sum_dnx = 0;
+      for (int k = 0; k < kAccLanes; ++k) sum_dn += static_cast<double>(s_dn[k]), sum_dnx += static_cast<double>(s_dnx[k]);
+      const T mean_dn = static_cast<T>(sum_dn * invN), mean_dnx = static_cast<T>(sum_dnx * invN);
+      T* dr = dx + r * N;
+      for (int64_t j = 0; j < N; ++j) {
+        const T dn = HasW ? gr[j] * w[j] : gr[j];
+        const T xh = ((xr[j] - m) - ml) * rs;
+        dr[j] = rs * (dn - mean_dn - xh * mean_dnx);
+      }
     }
+    if ((r + 1) % kBlockRows == 0) flush();
   }
+  flush();
 }
 
 // Converts a double accumulator into a new tensor of dtype T and the given shape.
