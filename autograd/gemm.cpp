@@ -253,7 +253,10 @@ inline void micro_kernel(int64_t kc, const float* __restrict a, int64_t ld, cons
     for (int v = 0; v < NV; ++v) {
       __m512 x = scale ? _mm512_mul_ps(r[i][v], va) : r[i][v];
       if (acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], ci + 16 * v));
-      _mm512_mask_storeu_ps(ci + 16 * v, mask[v], x);
+      if (mask[v] == static_cast<__mmask16>(0xffff))  // plain stores forward to later loads; masked ones do not (AMD)
+        _mm512_storeu_ps(ci + 16 * v, x);
+      else
+        _mm512_mask_storeu_ps(ci + 16 * v, mask[v], x);
     }
   }
 }
@@ -309,7 +312,10 @@ inline void micro_kernel_packed(int64_t kc, const float* __restrict ap, const fl
     for (int v = 0; v < NV; ++v) {
       __m512 x = scale ? _mm512_mul_ps(r[i][v], va) : r[i][v];
       if (acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], ci + 16 * v));
-      _mm512_mask_storeu_ps(ci + 16 * v, mask[v], x);
+      if (mask[v] == static_cast<__mmask16>(0xffff))  // plain stores forward to later loads; masked ones do not (AMD)
+        _mm512_storeu_ps(ci + 16 * v, x);
+      else
+        _mm512_mask_storeu_ps(ci + 16 * v, mask[v], x);
     }
   }
 }
