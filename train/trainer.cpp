@@ -3,7 +3,8 @@
 
 #include "train/trainer.h"
 
-#include <Eigen/Core>
+#include "autograd/parallel.h"
+
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -199,7 +200,7 @@ Trainer::Trainer(const TrainConfig& config)
       train_data_(task_, derive_seed(config_.seed, Stream::Data)),
       heldout_seed_(derive_seed(config_.seed, Stream::Heldout)) {
   const TrainConfig& c = config_;
-  Eigen::setNbThreads(static_cast<int>(c.threads));
+  set_num_threads(static_cast<int>(c.threads));  // the engine's pool (autograd/parallel.h)
   const int64_t vocab = data::vocab_size(task_);
   if (c.model == "lm") {
     // A sequence is src SEP tgt EOS; the model reads all but its last token.

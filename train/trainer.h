@@ -60,7 +60,7 @@ struct TrainConfig {
   uint64_t seed = 1;                ///< seeds every generator (init, dropout, data, held-out)
   int64_t eval_every = 250;         ///< evaluate every this many steps in train(); 0: only at the end
   int64_t eval_size = 1000;         ///< held-out examples per evaluation
-  int64_t threads = 1;              ///< Eigen threads (only effective in an OpenMP build)
+  int64_t threads = 1;              ///< threads of the engine's pool (set_num_threads); results depend on it
 
   /// The configuration as a JSON object (every field, in declaration order), indented by `indent` (-1: one line).
   std::string to_json(int indent = 2) const;

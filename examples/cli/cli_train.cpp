@@ -237,7 +237,7 @@ Command add_train(CLI::App& app) {
   field(sub, a, "--clip", &TrainConfig::clip, "max gradient norm (0: no clipping)");
   field(sub, a, "--label-smoothing", &TrainConfig::label_smoothing, "cross-entropy label smoothing");
   field(sub, a, "--seed", &TrainConfig::seed, "seed of every random stream (weights, dropout, data, held-out)");
-  field(sub, a, "--threads", &TrainConfig::threads, "Eigen threads (OpenMP builds only)");
+  field(sub, a, "--threads", &TrainConfig::threads, "Threads for the engine's kernels (a run is bit-reproducible for a given count)");
   field(sub, a, "--eval-every", &TrainConfig::eval_every, "evaluate every N steps (0: only at the end)");
   field(sub, a, "--eval-size", &TrainConfig::eval_size, "held-out sequences per evaluation");
   sub->add_option("--out", a->out, "output directory (default: runs/<task>-<model>, or the checkpoint's directory)")
