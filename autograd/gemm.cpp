@@ -209,7 +209,7 @@ void pack_b(const GemmOperand<float>& B, int64_t p0, int64_t kc, int64_t j0, int
 // a[k * ld + r] when kTransA. Rows past mr repeat row mr - 1 (computed, never stored).
 template <int NV, bool kTransA>
 inline void micro_kernel(int64_t kc, const float* __restrict a, int64_t ld, const float* __restrict b, float* c,
-                         int64_t ldc, int mr, int nr, float alpha, bool acc) {
+                         int64_t ldc, int mr, int nr, float alpha, bool acc, const float* bias) {
   constexpr int kMR = Block<NV>::kMR, kNR = Block<NV>::kNR;
   __m512 r[kMR][NV];
   for (int i = 0; i < kMR; ++i)
@@ -247,12 +247,17 @@ inline void micro_kernel(int64_t kc, const float* __restrict a, int64_t ld, cons
   for (int v = 0; v < NV; ++v) mask[v] = first_lanes(nr - 16 * v);
   const __m512 va = _mm512_set1_ps(alpha);
   const bool scale = alpha != 1.0f;
+  __m512 vb[NV];  // the bias row, added where C's old values would be (first k panel of a bias product)
+  for (int v = 0; v < NV; ++v) vb[v] = bias ? _mm512_maskz_loadu_ps(mask[v], bias + 16 * v) : _mm512_setzero_ps();
   for (int i = 0; i < kMR; ++i) {
     if (i >= mr) break;
     float* ci = c + i * ldc;
     for (int v = 0; v < NV; ++v) {
       __m512 x = scale ? _mm512_mul_ps(r[i][v], va) : r[i][v];
-      if (acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], ci + 16 * v));
+      if (acc)
+        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], ci + 16 * v));
+      else if (bias)
+        x = _mm512_add_ps(x, vb[v]);
       if (mask[v] == static_cast<__mmask16>(0xffff))  // plain stores forward to later loads; masked ones do not (AMD)
         _mm512_storeu_ps(ci + 16 * v, x);
       else
@@ -284,7 +289,7 @@ void pack_a(const float* a, int64_t ld, bool trans, int mr, int64_t kc, float* d
 // so every step of k is NV aligned loads of B and MR broadcasts of A from one contiguous stream.
 template <int NV>
 inline void micro_kernel_packed(int64_t kc, const float* __restrict ap, const float* __restrict b, float* c,
-                                int64_t ldc, int mr, int nr, float alpha, bool acc) {
+                                int64_t ldc, int mr, int nr, float alpha, bool acc, const float* bias) {
   constexpr int kMR = Block<NV>::kMR, kNR = Block<NV>::kNR;
   __m512 r[kMR][NV];
   for (int i = 0; i < kMR; ++i)
@@ -306,12 +311,17 @@ inline void micro_kernel_packed(int64_t kc, const float* __restrict ap, const fl
   for (int v = 0; v < NV; ++v) mask[v] = first_lanes(nr - 16 * v);
   const __m512 va = _mm512_set1_ps(alpha);
   const bool scale = alpha != 1.0f;
+  __m512 vb[NV];  // the bias row, added where C's old values would be (first k panel of a bias product)
+  for (int v = 0; v < NV; ++v) vb[v] = bias ? _mm512_maskz_loadu_ps(mask[v], bias + 16 * v) : _mm512_setzero_ps();
   for (int i = 0; i < kMR; ++i) {
     if (i >= mr) break;
     float* ci = c + i * ldc;
     for (int v = 0; v < NV; ++v) {
       __m512 x = scale ? _mm512_mul_ps(r[i][v], va) : r[i][v];
-      if (acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], ci + 16 * v));
+      if (acc)
+        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], ci + 16 * v));
+      else if (bias)
+        x = _mm512_add_ps(x, vb[v]);
       if (mask[v] == static_cast<__mmask16>(0xffff))  // plain stores forward to later loads; masked ones do not (AMD)
         _mm512_storeu_ps(ci + 16 * v, x);
       else
@@ -323,7 +333,7 @@ inline void micro_kernel_packed(int64_t kc, const float* __restrict ap, const fl
 // The serial blocked product on one block of C, with register blocks of 16 * NV columns.
 template <int NV>
 void packed_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a, const GemmOperand<float>& b, float* c,
-                 int64_t ldc, bool accumulate, float alpha) {
+                 int64_t ldc, bool accumulate, float alpha, const float* bias) {
   constexpr int kMR = Block<NV>::kMR, kNR = Block<NV>::kNR;
   thread_local Scratch b_buf;
   const int64_t kc_max = std::min(kKC, k);
@@ -353,12 +363,13 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a, c
           for (int64_t ir = 0; ir < mc; ir += kMR) {
             const int mr = static_cast<int>(std::min<int64_t>(kMR, mc - ir));
             float* ct = c + (i0 + ir) * ldc + j0 + jr;
+            const float* bt = bias && p0 == 0 ? bias + j0 + jr : nullptr;
             if (pack)
-              micro_kernel_packed<NV>(kc, pa + ir * kc, bp, ct, ldc, mr, nr, alpha, acc);
+              micro_kernel_packed<NV>(kc, pa + ir * kc, bp, ct, ldc, mr, nr, alpha, acc, bt);
             else if (a.trans)
-              micro_kernel<NV, true>(kc, a.data + p0 * a.ld + i0 + ir, a.ld, bp, ct, ldc, mr, nr, alpha, acc);
+              micro_kernel<NV, true>(kc, a.data + p0 * a.ld + i0 + ir, a.ld, bp, ct, ldc, mr, nr, alpha, acc, bt);
             else
-              micro_kernel<NV, false>(kc, a.data + (i0 + ir) * a.ld + p0, a.ld, bp, ct, ldc, mr, nr, alpha, acc);
+              micro_kernel<NV, false>(kc, a.data + (i0 + ir) * a.ld + p0, a.ld, bp, ct, ldc, mr, nr, alpha, acc, bt);
           }
         }
       }
@@ -384,9 +395,9 @@ void prepacked_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a
           const int64_t i = i0 + ir;
           float* ct = c + i * ldc + jr;
           if (a.trans)
-            micro_kernel<NV, true>(kc, a.data + p0 * a.ld + i, a.ld, bp, ct, ldc, mr, nr, alpha, acc);
+            micro_kernel<NV, true>(kc, a.data + p0 * a.ld + i, a.ld, bp, ct, ldc, mr, nr, alpha, acc, nullptr);
           else
-            micro_kernel<NV, false>(kc, a.data + i * a.ld + p0, a.ld, bp, ct, ldc, mr, nr, alpha, acc);
+            micro_kernel<NV, false>(kc, a.data + i * a.ld + p0, a.ld, bp, ct, ldc, mr, nr, alpha, acc, nullptr);
         }
       }
     }
@@ -394,16 +405,16 @@ void prepacked_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a
 }
 
 void packed_gemm_any(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a, const GemmOperand<float>& b,
-                     float* c, int64_t ldc, bool accumulate, float alpha) {
+                     float* c, int64_t ldc, bool accumulate, float alpha, const float* bias) {
   if (k == 0) {
     if (!accumulate)
       for (int64_t i = 0; i < m; ++i) std::memset(c + i * ldc, 0, static_cast<size_t>(n) * sizeof(float));
     return;
   }
   if (n <= 16)
-    packed_gemm<1>(m, n, k, a, b, c, ldc, accumulate, alpha);
+    packed_gemm<1>(m, n, k, a, b, c, ldc, accumulate, alpha, bias);
   else
-    packed_gemm<2>(m, n, k, a, b, c, ldc, accumulate, alpha);
+    packed_gemm<2>(m, n, k, a, b, c, ldc, accumulate, alpha, bias);
 }
 
 #endif  // ATTOGRAD_GEMM_AVX512
@@ -449,23 +460,49 @@ void gemm_packed(int64_t, int64_t, int64_t, GemmOperand<float>, const float*, in
 }
 #endif
 
+namespace {
+
+// C's rows = bias (the start of a bias product on the paths that accumulate onto C).
+template <class T>
+void fill_bias_rows(int64_t m, int64_t n, const T* bias, T* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) std::copy(bias, bias + n, c + i * ldc);
+}
+
+}  // namespace
+
 void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
-          bool accumulate, float alpha, bool parallel) {
+          bool accumulate, float alpha, bool parallel, const float* bias) {
   if (m <= 0 || n <= 0) return;
+  if (bias && accumulate) throw Error("gemm", "internal error: a bias product cannot accumulate onto C");
 #if ATTOGRAD_GEMM_AVX512
+  if (bias && k == 0) {
+    fill_bias_rows(m, n, bias, c, ldc);
+    return;
+  }
+  // The bias goes in the first k panel's epilogue where C's old values would be added: the same sums, in the same
+  // order, as filling C with the bias rows and accumulating, without the extra pass over C.
   split_for_threads(m, n, k, 24, 32, parallel, [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     GemmOperand<float> as = {sub_operand_rows(a, i0), a.ld, a.trans};
     GemmOperand<float> bs = {sub_operand_cols(b, j0), b.ld, b.trans};
-    packed_gemm_any(i1 - i0, j1 - j0, k, as, bs, c + i0 * ldc + j0, ldc, accumulate, alpha);
+    packed_gemm_any(i1 - i0, j1 - j0, k, as, bs, c + i0 * ldc + j0, ldc, accumulate, alpha, bias ? bias + j0 : nullptr);
   });
 #else
+  if (bias) {
+    fill_bias_rows(m, n, bias, c, ldc);
+    accumulate = true;
+  }
   split_eigen<float>(m, n, k, a, b, c, ldc, accumulate, alpha, parallel);
 #endif
 }
 
 void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c, int64_t ldc,
-          bool accumulate, double alpha, bool parallel) {
+          bool accumulate, double alpha, bool parallel, const double* bias) {
   if (m <= 0 || n <= 0) return;
+  if (bias && accumulate) throw Error("gemm", "internal error: a bias product cannot accumulate onto C");
+  if (bias) {
+    fill_bias_rows(m, n, bias, c, ldc);
+    accumulate = true;
+  }
   split_eigen<double>(m, n, k, a, b, c, ldc, accumulate, alpha, parallel);
 }
 

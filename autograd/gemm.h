@@ -18,13 +18,15 @@ struct GemmOperand {
   bool trans = false;       ///< the stored matrix is op(X)^T
 };
 
-/// C (m, n; row stride ldc) = alpha * op(A) (m, k) op(B) (k, n), plus C's old values when `accumulate`.
-/// With `parallel`, splits C into per-thread blocks on the pool (parallel.h); nested calls run serially.
+/// C (m, n; row stride ldc) = alpha * op(A) (m, k) op(B) (k, n), plus C's old values when `accumulate`, or plus
+/// `bias` (n values, added to every row; then accumulate must be false) when bias is non-null: the same result,
+/// bit for bit, as filling C with the bias rows and accumulating. With `parallel`, splits C into per-thread blocks
+/// on the pool (parallel.h); nested calls run serially.
 void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
-          bool accumulate, float alpha = 1.0f, bool parallel = true);
+          bool accumulate, float alpha = 1.0f, bool parallel = true, const float* bias = nullptr);
 /// float64 variant (Eigen's product; `parallel` splits C into per-thread blocks the same way).
 void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c, int64_t ldc,
-          bool accumulate, double alpha = 1.0, bool parallel = true);
+          bool accumulate, double alpha = 1.0, bool parallel = true, const double* bias = nullptr);
 
 /// True when pack_gemm_b / gemm_packed are available (the float32 AVX-512 kernel); otherwise callers use gemm.
 bool gemm_prepack_available();

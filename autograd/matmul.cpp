@@ -212,15 +212,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.shape()[static_cast<size_t>(d)];
   Tensor out = empty(out_shape, {.dtype = x.dtype()});
   dispatch_float(x.dtype(), "linear", [&]<typename T>() {
-    T* py = out.data<T>();
-    if (has_bias) {
-      // Start from the bias rows: the GEMM accumulates onto them (it would zero-fill otherwise).
-      const T* pb = bias.data<T>();
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t o = 0; o < out_f; ++o) py[r * out_f + o] = pb[o];
-    }
-    // Y (rows, out) (+)= X (rows, in) W^T
-    gemm(rows, out_f, in_f, operand(x.data<T>(), in_f), operand(weight.data<T>(), in_f, true), py, out_f, has_bias);
+    // Y (rows, out) = X (rows, in) W^T + b, the bias added inside the product (no separate pass over Y)
+    gemm(rows, out_f, in_f, operand(x.data<T>(), in_f), operand(weight.data<T>(), in_f, true), out.data<T>(), out_f,
+         false, T(1), true, has_bias ? bias.data<T>() : nullptr);
   });
   if (!any_requires_grad({x, weight, bias})) return out;
   Tensor saved_x = weight.requires_grad() ? x.detach() : Tensor();

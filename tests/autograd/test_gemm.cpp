@@ -119,3 +119,32 @@ TEST(Gemm, PrepackedEqualsGemmBitwise) {
     std::free(packed);
   }
 }
+
+// A bias product equals filling C with the bias rows and accumulating, bit for bit, on every path (k = 0, several
+// k panels, ragged columns, A^T packed or not, 1 and 2 threads), and leaves the padding between C's rows alone.
+TEST(Gemm, BiasEqualsFillingCAndAccumulating) {
+  const int saved = get_num_threads();
+  std::mt19937 rng(4);
+  const int64_t shapes[][3] = {{1, 1, 1}, {13, 17, 0}, {37, 70, 300}, {100, 33, 64}, {130, 600, 520}, {24, 200, 2048}};
+  for (int threads : {1, 2})
+    for (const auto& s : shapes)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          set_num_threads(threads);
+          Case<float> c = make_case<float>(rng, s[0], s[1], s[2], ta, tb, false, 1.0f);
+          std::vector<float> bias(static_cast<size_t>(s[1]));
+          std::normal_distribution<float> nd;
+          for (float& v : bias) v = nd(rng);
+          std::vector<float> fused = c.c0, reference = c.c0;
+          gemm(c.m, c.n, c.k, {c.a.data(), c.lda, ta}, {c.b.data(), c.ldb, tb}, fused.data(), c.ldc, false, 1.0f, true,
+               bias.data());
+          for (int64_t i = 0; i < c.m; ++i)
+            for (int64_t j = 0; j < c.n; ++j) reference[static_cast<size_t>(i * c.ldc + j)] = bias[static_cast<size_t>(j)];
+          gemm(c.m, c.n, c.k, {c.a.data(), c.lda, ta}, {c.b.data(), c.ldb, tb}, reference.data(), c.ldc, true);
+          EXPECT_EQ(fused, reference) << "m " << c.m << " n " << c.n << " k " << c.k << " ta " << ta << " tb " << tb
+                                      << " threads " << threads;
+        }
+  set_num_threads(saved);
+  float a = 1, b = 1, c = 0, bias = 1;
+  EXPECT_ATTO_ERROR(gemm(1, 1, 1, {&a, 1, false}, {&b, 1, false}, &c, 1, true, 1.0f, true, &bias), "cannot accumulate");
+}
