@@ -180,7 +180,10 @@ Tensor relu_dropout_impl(const Tensor& x, double p, bool training, Generator& ge
     const T s = static_cast<T>(scale);
     const T* px = x.data<T>();
     T* q = out.data<T>();
-    constexpr int64_t kBlock = 4096;  // draw a block of keep flags (the draws dropout_mask makes), then apply them
+    // Draw a block of keep flags (the draws dropout_mask makes), then apply them. The flags stay a local array here
+    // and in apply_keep rather than behind a shared helper's pointer: through a pointer GCC can no longer tell them
+    // apart from the output and stops vectorising (measured: the small benchmark step 15% slower).
+    constexpr int64_t kBlock = 4096;
     alignas(64) uint8_t keep[kBlock];
     for (int64_t start = 0; start < n; start += kBlock) {
       const int64_t len = std::min(kBlock, n - start);

@@ -204,6 +204,43 @@ void pack_b(const GemmOperand<float>& B, int64_t p0, int64_t kc, int64_t j0, int
   }
 }
 
+// The C tile is written at the end of a micro-kernel: start fetching its lines at the beginning.
+template <int NV>
+inline __attribute__((always_inline)) void prefetch_c_tile(const float* c, int64_t ldc, int mr) {
+  for (int i = 0; i < mr; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + Block<NV>::kNR - 1), _MM_HINT_T0);
+  }
+}
+
+// The micro-kernels' epilogue: C[0:mr, 0:nr] = alpha * r, plus C's old values when acc, else plus the bias row
+// when bias is non-null (the first k panel of a bias product: where C's old values would be added).
+template <int NV>
+inline __attribute__((always_inline)) void store_c_tile(const __m512 (&r)[Block<NV>::kMR][NV], float* c, int64_t ldc,
+                                                        int mr, int nr, float alpha, bool acc, const float* bias) {
+  __mmask16 mask[NV];
+  for (int v = 0; v < NV; ++v) mask[v] = first_lanes(nr - 16 * v);
+  const __m512 va = _mm512_set1_ps(alpha);
+  const bool scale = alpha != 1.0f;
+  __m512 vb[NV];
+  for (int v = 0; v < NV; ++v) vb[v] = bias ? _mm512_maskz_loadu_ps(mask[v], bias + 16 * v) : _mm512_setzero_ps();
+  for (int i = 0; i < Block<NV>::kMR; ++i) {
+    if (i >= mr) break;
+    float* ci = c + i * ldc;
+    for (int v = 0; v < NV; ++v) {
+      __m512 x = scale ? _mm512_mul_ps(r[i][v], va) : r[i][v];
+      if (acc)
+        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], ci + 16 * v));
+      else if (bias)
+        x = _mm512_add_ps(x, vb[v]);
+      if (mask[v] == static_cast<__mmask16>(0xffff))  // plain stores forward to later loads; masked ones do not (AMD)
+        _mm512_storeu_ps(ci + 16 * v, x);
+      else
+        _mm512_mask_storeu_ps(ci + 16 * v, mask[v], x);
+    }
+  }
+}
+
 // C[0:mr, 0:nr] (row stride ldc) = alpha * sum_k A(r, k) b[k * NR + j] (+ C when acc), with A read in place
 // (no packing: its rows stream through L1 and a block of MC x KC stays in L2): A(r, k) = a[r * ld + k], or
 // a[k * ld + r] when kTransA. Rows past mr repeat row mr - 1 (computed, never stored).
@@ -217,10 +254,7 @@ inline void micro_kernel(int64_t kc, const float* __restrict a, int64_t ld, cons
   const float* rows[kMR];
   for (int i = 0; i < kMR; ++i) rows[i] = kTransA ? a + std::min(i, mr - 1) : a + std::min(i, mr - 1) * ld;
   // The C tile is written at the end: start fetching its lines now.
-  for (int i = 0; i < mr; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kNR - 1), _MM_HINT_T0);
-  }
+  prefetch_c_tile<NV>(c, ldc, mr);
   for (int64_t k0 = 0; k0 < kc; k0 += 16) {
     // A streams from memory the first time a block is read: prefetch ahead of it (each row two lines ahead, one
     // line per 16 steps of k; for A^T the rows of the stored matrix 16 steps ahead). Measured 15-25% faster on
@@ -243,27 +277,7 @@ inline void micro_kernel(int64_t kc, const float* __restrict a, int64_t ld, cons
       }
     }
   }
-  __mmask16 mask[NV];
-  for (int v = 0; v < NV; ++v) mask[v] = first_lanes(nr - 16 * v);
-  const __m512 va = _mm512_set1_ps(alpha);
-  const bool scale = alpha != 1.0f;
-  __m512 vb[NV];  // the bias row, added where C's old values would be (first k panel of a bias product)
-  for (int v = 0; v < NV; ++v) vb[v] = bias ? _mm512_maskz_loadu_ps(mask[v], bias + 16 * v) : _mm512_setzero_ps();
-  for (int i = 0; i < kMR; ++i) {
-    if (i >= mr) break;
-    float* ci = c + i * ldc;
-    for (int v = 0; v < NV; ++v) {
-      __m512 x = scale ? _mm512_mul_ps(r[i][v], va) : r[i][v];
-      if (acc)
-        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], ci + 16 * v));
-      else if (bias)
-        x = _mm512_add_ps(x, vb[v]);
-      if (mask[v] == static_cast<__mmask16>(0xffff))  // plain stores forward to later loads; masked ones do not (AMD)
-        _mm512_storeu_ps(ci + 16 * v, x);
-      else
-        _mm512_mask_storeu_ps(ci + 16 * v, mask[v], x);
-    }
-  }
+  store_c_tile<NV>(r, c, ldc, mr, nr, alpha, acc, bias);
 }
 
 // Packs rows [i, i + mr) x k in [0, kc) of op(A) (first element `a`: a[r * ld + k], or a[k * ld + r] when trans)
@@ -294,10 +308,7 @@ inline void micro_kernel_packed(int64_t kc, const float* __restrict ap, const fl
   __m512 r[kMR][NV];
   for (int i = 0; i < kMR; ++i)
     for (int v = 0; v < NV; ++v) r[i][v] = _mm512_setzero_ps();
-  for (int i = 0; i < mr; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kNR - 1), _MM_HINT_T0);
-  }
+  prefetch_c_tile<NV>(c, ldc, mr);
   for (int64_t k = 0; k < kc; ++k) {
     __m512 bv[NV];
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + k * kNR + 16 * v);
@@ -307,27 +318,7 @@ inline void micro_kernel_packed(int64_t kc, const float* __restrict ap, const fl
       for (int v = 0; v < NV; ++v) r[i][v] = _mm512_fmadd_ps(av, bv[v], r[i][v]);
     }
   }
-  __mmask16 mask[NV];
-  for (int v = 0; v < NV; ++v) mask[v] = first_lanes(nr - 16 * v);
-  const __m512 va = _mm512_set1_ps(alpha);
-  const bool scale = alpha != 1.0f;
-  __m512 vb[NV];  // the bias row, added where C's old values would be (first k panel of a bias product)
-  for (int v = 0; v < NV; ++v) vb[v] = bias ? _mm512_maskz_loadu_ps(mask[v], bias + 16 * v) : _mm512_setzero_ps();
-  for (int i = 0; i < kMR; ++i) {
-    if (i >= mr) break;
-    float* ci = c + i * ldc;
-    for (int v = 0; v < NV; ++v) {
-      __m512 x = scale ? _mm512_mul_ps(r[i][v], va) : r[i][v];
-      if (acc)
-        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], ci + 16 * v));
-      else if (bias)
-        x = _mm512_add_ps(x, vb[v]);
-      if (mask[v] == static_cast<__mmask16>(0xffff))  // plain stores forward to later loads; masked ones do not (AMD)
-        _mm512_storeu_ps(ci + 16 * v, x);
-      else
-        _mm512_mask_storeu_ps(ci + 16 * v, mask[v], x);
-    }
-  }
+  store_c_tile<NV>(r, c, ldc, mr, nr, alpha, acc, bias);
 }
 
 // The serial blocked product on one block of C, with register blocks of 16 * NV columns.
