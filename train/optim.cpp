@@ -43,15 +43,6 @@ void sgd_update(T* p, const T* grad, T* buf, int64_t n, bool first, const SGDOpt
   }
 }
 
-// Adam (torch.optim.Adam) and AdamW (torch.optim.AdamW), per element; t is the parameter's step, from 1:
-//   AdamW: p = p * (1 - lr * weight_decay)            (decoupled decay, first)
-//   Adam:  g = g + weight_decay * p                   (L2 penalty in the gradient)
-//   m = beta1 * m + (1 - beta1) * g
-//   v = beta2 * v + (1 - beta2) * g * g
-//   amsgrad: vmax = max(vmax, v), used in place of v below
-//   p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-// (eps is added outside the square root; the scalar factors are computed in double as PyTorch does.)
-// `vmax` is null without amsgrad.
 // The scalar factors of one Adam step, in the parameter's precision.
 template <class T>
 struct AdamFactors {
@@ -81,6 +72,15 @@ void adam_kernel(T* __restrict p, const T* __restrict grad, T* __restrict m, T* 
   }
 }
 
+// Adam (torch.optim.Adam) and AdamW (torch.optim.AdamW), per element; t is the parameter's step, from 1:
+//   AdamW: p = p * (1 - lr * weight_decay)            (decoupled decay, first)
+//   Adam:  g = g + weight_decay * p                   (L2 penalty in the gradient)
+//   m = beta1 * m + (1 - beta1) * g
+//   v = beta2 * v + (1 - beta2) * g * g
+//   amsgrad: vmax = max(vmax, v), used in place of v below
+//   p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// (eps is added outside the square root; the scalar factors are computed in double as PyTorch does.)
+// `vmax` is null without amsgrad.
 template <class T>
 void adam_update(T* p, const T* grad, T* m, T* v, T* vmax, int64_t n, int64_t t, const AdamOptions& o, double lr,
                  bool decoupled) {
