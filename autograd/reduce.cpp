@@ -11,6 +11,8 @@
 #include <cstring>
 #include <limits>
 
+#include "autograd/strided.h"
+
 namespace attograd {
 
 namespace {
@@ -20,10 +22,8 @@ struct Group {
   bool reduced;
 };
 
-struct Run {
-  int64_t size;
-  int64_t stride;
-};
+using detail::for_each_outer;
+using detail::Run;
 
 int64_t wrap_dim(int64_t d, int64_t n, const Shape& shape, const char* op) {
   ATTO_CHECK(d >= -n && d < n, op, "dimension ", d, " out of range for a tensor of shape ", shape, " (expected in [",
@@ -71,24 +71,6 @@ std::vector<Group> coalesce(const Shape& s, const std::vector<bool>& m) {
       g.push_back({s[i], m[i]});
   }
   return g;
-}
-
-// Calls f(offset) for every index of dims[0, m) in row-major order, offset = sum index * stride.
-template <class F>
-void for_each_outer(const std::vector<Run>& dims, size_t m, F f) {
-  int64_t count = 1;
-  for (size_t i = 0; i < m; ++i) count *= dims[i].size;
-  std::vector<int64_t> idx(m, 0);
-  int64_t off = 0;
-  for (int64_t c = 0; c < count; ++c) {
-    f(off);
-    for (size_t d = m; d-- > 0;) {
-      off += dims[d].stride;
-      if (++idx[d] < dims[d].size) break;
-      off -= dims[d].stride * dims[d].size;
-      idx[d] = 0;
-    }
-  }
 }
 
 template <class T>

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "autograd/strided.h"
+
 namespace attograd {
 
 namespace {
@@ -68,28 +70,8 @@ Tensor make_view(const Tensor& x, Shape shape, const char* name) {
 // adjacent are merged, so (B, L, H, D) -> (B, H, L, D) copies runs of D, and (..., M, N) -> (..., N, M)
 // becomes a blocked 2-D transpose per batch.
 
-struct Run {
-  int64_t size;
-  int64_t stride;  // input stride, in elements
-};
-
-// Calls f(input_offset) for every index of dims[0, m) in row-major order.
-template <class F>
-void for_each_outer(const std::vector<Run>& dims, size_t m, F f) {
-  int64_t count = 1;
-  for (size_t i = 0; i < m; ++i) count *= dims[i].size;
-  std::vector<int64_t> idx(m, 0);
-  int64_t off = 0;
-  for (int64_t c = 0; c < count; ++c) {
-    f(off);
-    for (size_t d = m; d-- > 0;) {
-      off += dims[d].stride;
-      if (++idx[d] < dims[d].size) break;
-      off -= dims[d].stride * dims[d].size;
-      idx[d] = 0;
-    }
-  }
-}
+using detail::for_each_outer;
+using detail::Run;
 
 template <class U>
 void permute_kernel(const U* in, U* out, const Shape& in_shape, const std::vector<int64_t>& perm) {

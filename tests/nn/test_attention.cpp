@@ -13,71 +13,13 @@
 #include "nn/init.h"
 #include "nn/masks.h"
 #include "testing.h"
+#include "nn_golden.h"
 
 using namespace attograd;
 using namespace attograd::testing;
 using namespace attograd::nn;
 
 namespace {
-
-using Golden = std::map<std::string, Tensor>;
-
-// A golden parameter: its position in PyTorch's named_parameters(), name and value.
-struct GoldenParam {
-  int index;
-  std::string name;
-  Tensor value;
-};
-
-// The "param.<i>.<name>" entries of a golden file, in PyTorch's order.
-std::vector<GoldenParam> golden_params(const Golden& g) {
-  std::vector<GoldenParam> out;
-  const std::string prefix = "param.";
-  for (auto& [key, t] : g) {
-    if (key.rfind(prefix, 0) != 0) continue;
-    const std::string rest = key.substr(prefix.size());
-    const size_t dot = rest.find('.');
-    out.push_back({std::stoi(rest.substr(0, dot)), rest.substr(dot + 1), t});
-  }
-  std::sort(out.begin(), out.end(), [](const GoldenParam& a, const GoldenParam& b) { return a.index < b.index; });
-  return out;
-}
-
-std::vector<std::string> names_of(const Module& m) {
-  std::vector<std::string> out;
-  for (auto& [n, p] : m.named_parameters()) out.push_back(n);
-  return out;
-}
-
-// Checks that `m` has exactly the golden's parameter names (in order) and shapes, then loads the values.
-void expect_names_and_load(Module& m, const std::vector<GoldenParam>& gp) {
-  std::vector<std::string> theirs;
-  for (auto& p : gp) theirs.push_back(p.name);
-  ASSERT_EQ(names_of(m), theirs);
-  ASSERT_EQ(m.parameters().size(), gp.size());
-  int64_t count = 0;
-  for (auto& p : gp) {
-    Tensor ours = m.parameter(p.name);
-    ASSERT_EQ(ours.shape(), p.value.shape()) << p.name;
-    copy_(ours, p.value);
-    count += p.value.numel();
-  }
-  EXPECT_EQ(m.num_parameters(), count);
-}
-
-void expect_param_grads(const Module& m, const Golden& g, const std::vector<GoldenParam>& gp) {
-  for (auto& p : gp) {
-    Tensor grad = m.parameter(p.name).grad();
-    ASSERT_TRUE(grad.defined()) << p.name;
-    EXPECT_TRUE(all_close(grad, g.at("grad." + std::to_string(p.index) + "." + p.name), 1e-5, 1e-4)) << p.name;
-  }
-}
-
-Tensor leaf(const Tensor& t) {
-  Tensor x = t.detach();
-  x.requires_grad_(true);
-  return x;
-}
 
 // Float64 leaves for every parameter after module.to(kFloat64), with the zero-initialised biases made non-zero
 // so that every gradient path is exercised.

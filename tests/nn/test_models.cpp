@@ -14,40 +14,13 @@
 #include "nn/masks.h"
 #include "nn/models.h"
 #include "testing.h"
+#include "nn_golden.h"
 
 using namespace attograd;
 using namespace attograd::testing;
 using namespace attograd::nn;
 
 namespace {
-
-using Golden = std::map<std::string, Tensor>;
-
-struct GoldenParam {
-  int index;
-  std::string name;
-  Tensor value;
-};
-
-// The "param.<i>.<name>" entries of a golden file, in PyTorch's order.
-std::vector<GoldenParam> golden_params(const Golden& g) {
-  std::vector<GoldenParam> out;
-  const std::string prefix = "param.";
-  for (auto& [key, t] : g) {
-    if (key.rfind(prefix, 0) != 0) continue;
-    const std::string rest = key.substr(prefix.size());
-    const size_t dot = rest.find('.');
-    out.push_back({std::stoi(rest.substr(0, dot)), rest.substr(dot + 1), t});
-  }
-  std::sort(out.begin(), out.end(), [](const GoldenParam& a, const GoldenParam& b) { return a.index < b.index; });
-  return out;
-}
-
-std::vector<std::string> names_of(const Module& m) {
-  std::vector<std::string> out;
-  for (auto& [n, p] : m.named_parameters()) out.push_back(n);
-  return out;
-}
 
 Tensor tokens_of(const std::vector<int64_t>& ids, int64_t B, int64_t L) { return from_vector<int64_t>(ids, {B, L}); }
 

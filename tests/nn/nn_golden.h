@@ -1,0 +1,78 @@
+#pragma once
+// Shared by the nn tests: a PyTorch golden's parameters ("param.<i>.<name>" / "grad.<i>.<name>" entries, written
+// by tests/nn/golden_*.py) matched against a module's named_parameters().
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nn/module.h"
+#include "testing.h"
+
+namespace attograd::testing {
+
+/// A golden file's tensors by name.
+using Golden = std::map<std::string, Tensor>;
+
+/// A golden parameter: its position in PyTorch's named_parameters(), name and value.
+struct GoldenParam {
+  int index;          ///< position in PyTorch's named_parameters()
+  std::string name;   ///< PyTorch's dotted name
+  Tensor value;       ///< its value
+};
+
+/// The "param.<i>.<name>" entries of a golden file, in PyTorch's order.
+inline std::vector<GoldenParam> golden_params(const Golden& g) {
+  std::vector<GoldenParam> out;
+  const std::string prefix = "param.";
+  for (auto& [key, t] : g) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    const std::string rest = key.substr(prefix.size());
+    const size_t dot = rest.find('.');
+    out.push_back({std::stoi(rest.substr(0, dot)), rest.substr(dot + 1), t});
+  }
+  std::sort(out.begin(), out.end(), [](const GoldenParam& a, const GoldenParam& b) { return a.index < b.index; });
+  return out;
+}
+
+/// The module's parameter names, in registration order.
+inline std::vector<std::string> names_of(const nn::Module& m) {
+  std::vector<std::string> out;
+  for (auto& [n, p] : m.named_parameters()) out.push_back(n);
+  return out;
+}
+
+/// Checks that `m` has exactly the golden's parameter names (in order) and shapes, then loads the values by name.
+inline void expect_names_and_load(nn::Module& m, const std::vector<GoldenParam>& gp) {
+  std::vector<std::string> theirs;
+  for (auto& p : gp) theirs.push_back(p.name);
+  ASSERT_EQ(names_of(m), theirs);
+  ASSERT_EQ(m.parameters().size(), gp.size());
+  int64_t count = 0;
+  for (auto& p : gp) {
+    Tensor ours = m.parameter(p.name);
+    ASSERT_EQ(ours.shape(), p.value.shape()) << p.name;
+    copy_(ours, p.value);
+    count += p.value.numel();
+  }
+  EXPECT_EQ(m.num_parameters(), count);
+}
+
+/// Every parameter's .grad against the golden's "grad.<i>.<name>" (1e-5 absolute, 1e-4 relative).
+inline void expect_param_grads(const nn::Module& m, const Golden& g, const std::vector<GoldenParam>& gp) {
+  for (auto& p : gp) {
+    Tensor grad = m.parameter(p.name).grad();
+    ASSERT_TRUE(grad.defined()) << p.name;
+    EXPECT_TRUE(all_close(grad, g.at("grad." + std::to_string(p.index) + "." + p.name), 1e-5, 1e-4)) << p.name;
+  }
+}
+
+/// A detached copy of t's handle that requires grad (a fresh leaf on the same values).
+inline Tensor leaf(const Tensor& t) {
+  Tensor x = t.detach();
+  x.requires_grad_(true);
+  return x;
+}
+
+}  // namespace attograd::testing
