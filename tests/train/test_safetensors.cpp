@@ -11,6 +11,7 @@
 #include "nn/layers.h"
 #include "nn/transformer.h"
 #include "testing.h"
+#include "train/files.h"
 #include "train/safetensors.h"
 #include "train/serialize.h"
 
@@ -20,30 +21,6 @@ namespace io = attograd::io;
 namespace fs = std::filesystem;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    char templ[] = "/tmp/attograd_safetensors_XXXXXX";
-    path_ = ::mkdtemp(templ);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  size_t count() const { return static_cast<size_t>(std::distance(fs::directory_iterator(path_), {})); }
-
- private:
-  std::string path_;
-};
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // A safetensors file from a header text and a data section.
 std::string st_file(const std::string& header, const std::string& data) {
@@ -71,7 +48,7 @@ const Tensor& find(const io::NamedTensors& ts, const std::string& name) {
 }  // namespace
 
 TEST(Safetensors, RoundTripAllDtypesBitwiseAndAligned) {
-  TempDir dir;
+  TempDir dir("safetensors");
   io::NamedTensors in = {
       {"mask", from_vector<bool>({true, false, true}, {3})},  // 1-byte elements first in our list
       {"f32", from_vector<float>({1.5f, NAN, -0.0f, 1e-45f, INFINITY}, {5})},
@@ -152,7 +129,7 @@ TEST(Safetensors, PyTorchStateDictNamesMatchOurs) {
 }
 
 TEST(Safetensors, ExportImportModule) {
-  TempDir dir;
+  TempDir dir("safetensors");
   Generator g1(1), g2(2);
   nn::TransformerEncoderLayer a({.d_model = 8, .nhead = 2, .dim_feedforward = 16}, g1);
   nn::TransformerEncoderLayer b({.d_model = 8, .nhead = 2, .dim_feedforward = 16}, g2);
@@ -170,7 +147,7 @@ TEST(Safetensors, ExportImportModule) {
 }
 
 TEST(Safetensors, ImportIsStrictAndConvertsDtypes) {
-  TempDir dir;
+  TempDir dir("safetensors");
   Generator g(1);
   nn::Linear lin(4, 3, true, g);
   lin.to(kFloat64);
@@ -193,7 +170,7 @@ TEST(Safetensors, ImportIsStrictAndConvertsDtypes) {
 }
 
 TEST(Safetensors, SavesAreAtomic) {
-  TempDir dir;
+  TempDir dir("safetensors");
   io::write_safetensors(dir.file("w"), {{"a", zeros({2})}});
   for (int stage : {io::detail::kFaultAfterOpen, io::detail::kFaultMidWrite, io::detail::kFaultBeforeFsync,
                     io::detail::kFaultBeforeRename}) {
@@ -205,7 +182,7 @@ TEST(Safetensors, SavesAreAtomic) {
 }
 
 TEST(Safetensors, WriteErrors) {
-  TempDir dir;
+  TempDir dir("safetensors");
   EXPECT_ATTO_ERROR(io::write_safetensors(dir.file("x"), {{"__metadata__", zeros({1})}}), "cannot name a tensor");
   EXPECT_ATTO_ERROR(io::write_safetensors(dir.file("x"), {{"a", zeros({1})}, {"a", zeros({1})}}), "more than once");
   EXPECT_ATTO_ERROR(io::write_safetensors(dir.file("x"), {{"bad\xff", zeros({1})}}), "must be UTF-8");
@@ -213,7 +190,7 @@ TEST(Safetensors, WriteErrors) {
 }
 
 TEST(Safetensors, ReadErrorsNameTheTensorAndTheProblem) {
-  TempDir dir;
+  TempDir dir("safetensors");
   struct Case {
     std::string bytes, message;
   };
@@ -251,11 +228,11 @@ TEST(Safetensors, ReadErrorsNameTheTensorAndTheProblem) {
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(cases[i].message);
-    write_bytes(dir.file("bad"), cases[i].bytes);
+    write_string(dir.file("bad"), cases[i].bytes);
     EXPECT_ATTO_ERROR(io::read_safetensors(dir.file("bad")), cases[i].message);
     EXPECT_ATTO_ERROR(io::read_safetensors(dir.file("bad")), dir.file("bad"));
   }
   // Empty header object and no data is a valid (empty) file.
-  write_bytes(dir.file("ok"), st_file("{}      ", ""));
+  write_string(dir.file("ok"), st_file("{}      ", ""));
   EXPECT_TRUE(io::read_safetensors(dir.file("ok")).tensors.empty());
 }

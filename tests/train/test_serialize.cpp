@@ -15,6 +15,7 @@
 #include "nn/layers.h"
 #include "nn/positional.h"
 #include "testing.h"
+#include "train/files.h"
 #include "train/optim.h"
 #include "train/safetensors.h"
 #include "train/serialize.h"
@@ -25,36 +26,6 @@ namespace io = attograd::io;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory under /tmp, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char templ[] = "/tmp/attograd_serialize_XXXXXX";
-    path_ = ::mkdtemp(templ);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  std::string path_;
-};
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
 
 // Same dtype, shape and bytes (so NaN payloads and -0.0 count).
 ::testing::AssertionResult bitwise_equal(const Tensor& a, const Tensor& b) {
@@ -120,7 +91,7 @@ TEST(Xxh64, KnownVectors) {
 // Raw tensors
 
 TEST(Serialize, RoundTripIsBitwiseForEveryDtype) {
-  TempDir dir;
+  TempDir dir("serialize");
   const float qnan = std::numeric_limits<float>::quiet_NaN();
   Tensor f32 = from_vector<float>({qnan, f32_bits(0xffc12345u), f32_bits(0x7f800001u), INFINITY, -INFINITY, -0.0f,
                                    1e-45f, std::numeric_limits<float>::max(), 1.0f / 3.0f},
@@ -155,7 +126,7 @@ TEST(Serialize, RoundTripIsBitwiseForEveryDtype) {
 }
 
 TEST(Serialize, FileLayoutIsAsDocumented) {
-  TempDir dir;
+  TempDir dir("serialize");
   io::write_tensors(dir.file("w"), {{"ab", from_vector<float>({1.5f, -2.0f}, {2})}}, "{}");
   std::vector<uint8_t> f = read_bytes(dir.file("w"));
   // magic 8, order 1, version 4, kind 4, metadata 8+2, count 8, name 8+2, dtype 1, rank 1, dim 8, data 8, checksum 8
@@ -187,7 +158,7 @@ TEST(Serialize, FileLayoutIsAsDocumented) {
 namespace {
 // Saves `a`, loads into `b` (built differently), checks b now equals a bitwise and b's tensors kept their storage.
 void check_module_round_trip(const nn::Module& a, nn::Module& b) {
-  TempDir dir;
+  TempDir dir("serialize");
   ASSERT_FALSE(same_state(a, b)) << "the two modules should start different";
   std::vector<std::pair<Tensor, void*>> before;
   for (auto& [n, t] : io::state_dict(b)) before.emplace_back(t, t.raw_data());
@@ -276,7 +247,7 @@ TEST(Serialize, NestedModulesUseDottedNames) {
 // Strict and non-strict loading
 
 TEST(Serialize, StrictLoadNamesEveryProblemInOneError) {
-  TempDir dir;
+  TempDir dir("serialize");
   Bag file_model({{"a", {2}}, {"b", {3}}, {"c", {4}}, {"e", {2, 2}}}, 1.0);
   io::save(file_model, dir.file("w"));
   Bag model({{"a", {2}}, {"b", {5}}, {"d", {1}}, {"e", {4}}, {"f", {1}}}, 7.0);
@@ -298,7 +269,7 @@ TEST(Serialize, StrictLoadNamesEveryProblemInOneError) {
 }
 
 TEST(Serialize, NonStrictLoadReportsWhatItSkipped) {
-  TempDir dir;
+  TempDir dir("serialize");
   Bag file_model({{"a", {2}}, {"b", {3}}, {"c", {4}}}, 1.0);
   io::save(file_model, dir.file("w"));
   Bag model({{"a", {2}}, {"b", {5}}, {"d", {1}}}, 7.0);
@@ -313,7 +284,7 @@ TEST(Serialize, NonStrictLoadReportsWhatItSkipped) {
 }
 
 TEST(Serialize, FloatDtypesConvertOnLoad) {
-  TempDir dir;
+  TempDir dir("serialize");
   Generator g(4);
   nn::Linear a64(3, 2, true, g);
   a64.to(kFloat64);
@@ -334,7 +305,7 @@ TEST(Serialize, FloatDtypesConvertOnLoad) {
 }
 
 TEST(Serialize, NonFloatDtypeDifferenceIsAMismatch) {
-  TempDir dir;
+  TempDir dir("serialize");
   io::write_tensors(dir.file("w"), {{"a", from_vector<int64_t>({1, 2}, {2})}});
   Bag model({{"a", {2}}}, 0.0);
   EXPECT_ATTO_ERROR(io::load(model, dir.file("w")), "a (file [2] int64, model [2] float32)");
@@ -344,7 +315,7 @@ TEST(Serialize, NonFloatDtypeDifferenceIsAMismatch) {
 // Errors
 
 TEST(Serialize, ChecksumCatchesAFlippedByte) {
-  TempDir dir;
+  TempDir dir("serialize");
   Generator g(1);
   nn::Linear a(4, 4, true, g);
   io::save(a, dir.file("w"));
@@ -357,7 +328,7 @@ TEST(Serialize, ChecksumCatchesAFlippedByte) {
 }
 
 TEST(Serialize, ReadErrorsNameTheFileAndTheProblem) {
-  TempDir dir;
+  TempDir dir("serialize");
   EXPECT_ATTO_ERROR(io::read_tensors(dir.file("missing")), "cannot open");
   EXPECT_ATTO_ERROR(io::read_tensors(dir.file("")), "is a directory");
   write_bytes(dir.file("empty"), {});
@@ -376,7 +347,7 @@ TEST(Serialize, ReadErrorsNameTheFileAndTheProblem) {
 }
 
 TEST(Serialize, WriteErrorsLeaveNothingBehind) {
-  TempDir dir;
+  TempDir dir("serialize");
   EXPECT_ATTO_ERROR(io::write_tensors(dir.file("w"), {{"a", zeros({2})}}, "{not json"), "metadata is not valid JSON");
   EXPECT_ATTO_ERROR(io::write_tensors(dir.file("w"), {{"a", zeros({2})}, {"a", zeros({3})}}),
                     "'a' appears more than once");
@@ -397,7 +368,7 @@ TEST(Serialize, AtomicSaveSurvivesAFaultAtEveryStage) {
   for (int stage : {io::detail::kFaultAfterOpen, io::detail::kFaultMidWrite, io::detail::kFaultBeforeFsync,
                     io::detail::kFaultBeforeRename}) {
     SCOPED_TRACE(stage);
-    TempDir dir;
+    TempDir dir("serialize");
     Generator g1(1), g2(2);
     nn::Linear v1(6, 5, true, g1), v2(6, 5, true, g2);
     io::save(v1, dir.file("model.atto"));
@@ -425,7 +396,7 @@ TEST(Serialize, AtomicSaveSurvivesAFaultAtEveryStage) {
 }
 
 TEST(Serialize, SaveKeepsTheModeOfTheFileItReplaces) {
-  TempDir dir;
+  TempDir dir("serialize");
   io::write_tensors(dir.file("w"), {{"a", zeros({2})}});
   ASSERT_EQ(::chmod(dir.file("w").c_str(), 0600), 0);
   io::write_tensors(dir.file("w"), {{"a", ones({2})}});
@@ -439,7 +410,7 @@ TEST(Serialize, SaveKeepsTheModeOfTheFileItReplaces) {
 // Checkpoints
 
 TEST(Checkpoint, RoundTripKeepsEverything) {
-  TempDir dir;
+  TempDir dir("serialize");
   Generator init(11), dropout(12), data(13);
   for (int i = 0; i < 5; ++i) data.next_u64();
   io::Checkpoint ck;
@@ -478,7 +449,7 @@ TEST(Checkpoint, RoundTripKeepsEverything) {
 TEST(Checkpoint, TrainingResumesBitExactly) {
   // Train 3 steps, checkpoint, train 2 more; a fresh model and optimizer restored from the checkpoint must
   // reproduce the last 2 steps bit for bit.
-  TempDir dir;
+  TempDir dir("serialize");
   auto step = [](nn::Linear& m, optim::Optimizer& opt, Generator& data) {
     Tensor x = randn({4, 3}, data);
     Tensor y = m(x);
@@ -518,7 +489,7 @@ TEST(Checkpoint, TrainingResumesBitExactly) {
 // inspect()
 
 TEST(Inspect, ListsAWeightsFileWithoutAModel) {
-  TempDir dir;
+  TempDir dir("serialize");
   io::write_tensors(dir.file("w"),
                     {{"layer.weight", from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3})},
                      {"layer.steps", from_vector<int64_t>({9}, {1})}},
@@ -555,7 +526,7 @@ TEST(Inspect, ListsAWeightsFileWithoutAModel) {
 }
 
 TEST(Inspect, ListsCheckpointsAndSafetensors) {
-  TempDir dir;
+  TempDir dir("serialize");
   io::Checkpoint ck;
   ck.tensors = {{"model.w", zeros({2, 2})}};
   ck.generators = {{"data", Generator(5).get_state()}};
@@ -586,7 +557,7 @@ TEST(Inspect, ListsCheckpointsAndSafetensors) {
 }
 
 TEST(Serialize, ParseAllocatesNoMoreThanTheFileSize) {
-  TempDir dir;
+  TempDir dir("serialize");
   Generator g(1);
   nn::Linear a(16, 16, true, g);
   io::save(a, dir.file("w"));
