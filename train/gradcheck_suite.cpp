@@ -155,8 +155,9 @@ Check op(const std::string& name, std::function<std::pair<std::string, Inputs>(c
          Fn f) {
   return {name, "op", [name, make, f](const CheckConfig& c, const GradcheckOptions& o) {
             Generator gen(c.seed * 1000003 + 17);
-            auto [configuration, inputs] = make(c, gen);
-            return run_check(name, "op", configuration, [&] { return f(inputs); }, inputs, o);
+            const std::pair<std::string, Inputs> made = make(c, gen);  // (no structured binding: clang 14 cannot
+            const Inputs& inputs = made.second;                        // capture one in the lambda below)
+            return run_check(name, "op", made.first, [&] { return f(inputs); }, inputs, o);
           }};
 }
 
