@@ -42,4 +42,14 @@ inline void set_flops(benchmark::State& state, double flops) {
       benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+/// The body of each microbenchmark executable's main: registers its benchmarks, then runs Google Benchmark.
+inline int run_main(int argc, char** argv, void (*register_benchmarks)()) {
+  register_benchmarks();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
 }  // namespace attograd::micro

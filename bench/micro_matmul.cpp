@@ -55,11 +55,4 @@ void register_all() {
 }  // namespace
 }  // namespace attograd::micro
 
-int main(int argc, char** argv) {
-  attograd::micro::register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return attograd::micro::run_main(argc, argv, attograd::micro::register_all); }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -13,6 +14,17 @@
 #include "autograd/autograd.h"
 
 namespace attograd::testing {
+
+/// Asserts that two tensors have the same dtype, shape and bytes (so NaN payloads and -0.0 count).
+inline ::testing::AssertionResult bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype())
+    return ::testing::AssertionFailure() << dtype_name(a.dtype()) << " vs " << dtype_name(b.dtype());
+  if (a.shape() != b.shape())
+    return ::testing::AssertionFailure() << shape_str(a.shape()) << " vs " << shape_str(b.shape());
+  if (a.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) != 0)
+    return ::testing::AssertionFailure() << "data differs";
+  return ::testing::AssertionSuccess();
+}
 
 /// Asserts that two tensors have the same shape and every element within atol + rtol * |expected|.
 inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double atol = 1e-6,

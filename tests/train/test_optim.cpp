@@ -53,10 +53,6 @@ Tensor copy_of(const Tensor& t) {
   return c;
 }
 
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
-}
-
 using Factory = std::function<std::unique_ptr<Optimizer>(const std::vector<Tensor>&)>;
 
 struct Case {

@@ -29,16 +29,6 @@ std::string st_file(const std::string& header, const std::string& data) {
   return out + header + data;
 }
 
-::testing::AssertionResult bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype())
-    return ::testing::AssertionFailure() << dtype_name(a.dtype()) << " vs " << dtype_name(b.dtype());
-  if (a.shape() != b.shape())
-    return ::testing::AssertionFailure() << shape_str(a.shape()) << " vs " << shape_str(b.shape());
-  if (a.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) != 0)
-    return ::testing::AssertionFailure() << "data differs";
-  return ::testing::AssertionSuccess();
-}
-
 const Tensor& find(const io::NamedTensors& ts, const std::string& name) {
   for (auto& [n, t] : ts)
     if (n == name) return t;

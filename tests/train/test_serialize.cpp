@@ -27,17 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Same dtype, shape and bytes (so NaN payloads and -0.0 count).
-::testing::AssertionResult bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype())
-    return ::testing::AssertionFailure() << dtype_name(a.dtype()) << " vs " << dtype_name(b.dtype());
-  if (a.shape() != b.shape())
-    return ::testing::AssertionFailure() << shape_str(a.shape()) << " vs " << shape_str(b.shape());
-  if (a.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) != 0)
-    return ::testing::AssertionFailure() << "data differs";
-  return ::testing::AssertionSuccess();
-}
-
 ::testing::AssertionResult same_state(const nn::Module& a, const nn::Module& b) {
   auto sa = io::state_dict(a), sb = io::state_dict(b);
   if (sa.size() != sb.size()) return ::testing::AssertionFailure() << sa.size() << " vs " << sb.size() << " tensors";
