@@ -1,10 +1,13 @@
-// The caching Storage allocator (see allocator.h): size-class free lists under one mutex.
+// The caching Storage allocator (see allocator.h): size-class free lists for small blocks, split and coalesced
+// segments for large ones, under one mutex.
 
 #include "autograd/allocator.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <set>
+#include <unordered_map>
 #include <vector>
 
 #include "autograd/error.h"
@@ -40,8 +43,29 @@ size_t class_size(int k) {
   return base + static_cast<size_t>(j % 4 + 1) * (base / 4);
 }
 
-// Requests of at least this many bytes may take a block of the next two classes.
-constexpr size_t kBestFitMin = size_t{64} << 10;
+// Requests of at least this many bytes (large) are served from segments that are split and coalesced (below);
+// smaller ones from the size-class free lists.
+constexpr size_t kLargeMin = size_t{64} << 10;
+// Large requests are rounded up to whole pages; segments are page aligned.
+constexpr size_t kPage = 4096;
+
+size_t round_large(size_t n) { return (n + kPage - 1) / kPage * kPage; }
+
+// A piece of a segment (one system allocation): in use, or free in the best-fit set. Neighbours in address order
+// within the segment, so that a freed piece merges with free neighbours and a whole free segment can go back.
+struct Block {
+  char* ptr = nullptr;
+  size_t size = 0;
+  Block* prev = nullptr;
+  Block* next = nullptr;
+  bool free = false;
+};
+
+struct BySizeThenAddress {
+  bool operator()(const Block* a, const Block* b) const {
+    return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
+  }
+};
 
 size_t env_limit() {
   const char* s = std::getenv("ATTOGRAD_CACHE_LIMIT_MB");
@@ -55,53 +79,35 @@ size_t env_limit() {
 class CachingAllocator {
  public:
   void* alloc(size_t nbytes, size_t* capacity) {
+    if (nbytes >= kLargeMin) return alloc_large(nbytes, capacity);
     size_t size = 0;
     const int c = class_index(nbytes, &size);
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++s_.num_allocs;
       s_.requested_bytes += nbytes;
-      // Its own class first; for large requests, then a free block of the next two classes.
-      const int last = size >= kBestFitMin ? std::min(c + 2, kNumClasses - 1) : c;
-      for (int k = c; k <= last; ++k) {
-        std::vector<void*>& list = free_[k];
-        if (list.empty()) continue;
+      std::vector<void*>& list = free_[c];
+      if (!list.empty()) {
         void* p = list.back();
         list.pop_back();
-        const size_t block = class_size(k);
-        s_.cached_bytes -= block;
-        s_.allocated_bytes += block;
-        s_.peak_allocated_bytes = std::max(s_.peak_allocated_bytes, s_.allocated_bytes);
+        s_.cached_bytes -= size;
+        count_allocated(size);
         ++s_.cache_hits;
-        *capacity = block;
+        *capacity = size;
         return p;
       }
-      s_.allocated_bytes += size;
-      s_.peak_allocated_bytes = std::max(s_.peak_allocated_bytes, s_.allocated_bytes);
-      ++s_.cache_misses;
-      s_.reserved_bytes += size;
-      s_.peak_reserved_bytes = std::max(s_.peak_reserved_bytes, s_.reserved_bytes);
+      count_system_alloc(size);
     }
-    void* p = std::aligned_alloc(64, size);
-    if (!p) {  // give the cache back and try once more
-      empty();
-      p = std::aligned_alloc(64, size);
-    }
-    if (!p) {
-      std::lock_guard<std::mutex> lock(mu_);
-      s_.allocated_bytes -= size;
-      s_.requested_bytes -= nbytes;
-      s_.reserved_bytes -= size;
-      throw Error("alloc", cat("out of memory allocating ", nbytes, " bytes"));
-    }
+    void* p = system_alloc(64, size, nbytes);
     *capacity = size;
     return p;
   }
 
   void release(void* p, size_t nbytes, size_t size) {
     if (!p) return;
+    if (nbytes >= kLargeMin) return release_large(p, nbytes);
     size_t ignored = 0;
-    const int c = class_index(size, &ignored);  // the block's own class (a best fit may be larger than nbytes')
+    const int c = class_index(size, &ignored);
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++s_.num_frees;
@@ -122,13 +128,27 @@ class CachingAllocator {
     std::vector<void*> out;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (auto& list : free_) {
-        out.insert(out.end(), list.begin(), list.end());
-        list.clear();
-        list.shrink_to_fit();
+      size_t freed = 0;
+      for (int k = 0; k < kNumClasses; ++k) {
+        out.insert(out.end(), free_[k].begin(), free_[k].end());
+        freed += free_[k].size() * class_size(k);
+        free_[k].clear();
+        free_[k].shrink_to_fit();
       }
-      s_.reserved_bytes -= s_.cached_bytes;
-      s_.cached_bytes = 0;
+      // Whole free segments go back; a free piece of a segment still in use stays until the segment is whole.
+      for (auto it = large_free_.begin(); it != large_free_.end();) {
+        Block* b = *it;
+        if (b->prev || b->next) {
+          ++it;
+          continue;
+        }
+        it = large_free_.erase(it);
+        out.push_back(b->ptr);
+        freed += b->size;
+        delete b;
+      }
+      s_.reserved_bytes -= freed;
+      s_.cached_bytes -= freed;
       s_.system_frees += out.size();
     }
     for (void* p : out) std::free(p);
@@ -161,6 +181,120 @@ class CachingAllocator {
   }
 
  private:
+  // With mu_ held: a block of `size` bytes now in use.
+  void count_allocated(size_t size) {
+    s_.allocated_bytes += size;
+    s_.peak_allocated_bytes = std::max(s_.peak_allocated_bytes, s_.allocated_bytes);
+  }
+
+  // With mu_ held: a new block of `size` bytes about to be asked from the system.
+  void count_system_alloc(size_t size) {
+    count_allocated(size);
+    ++s_.cache_misses;
+    s_.reserved_bytes += size;
+    s_.peak_reserved_bytes = std::max(s_.peak_reserved_bytes, s_.reserved_bytes);
+  }
+
+  // Without mu_: the system allocation counted by count_system_alloc (the cache is emptied and the request retried
+  // once on failure; the counts are undone before throwing).
+  void* system_alloc(size_t alignment, size_t size, size_t nbytes) {
+    void* p = std::aligned_alloc(alignment, size);
+    if (!p) {
+      empty();
+      p = std::aligned_alloc(alignment, size);
+    }
+    if (!p) {
+      std::lock_guard<std::mutex> lock(mu_);
+      s_.allocated_bytes -= size;
+      s_.requested_bytes -= nbytes;
+      s_.reserved_bytes -= size;
+      throw Error("alloc", cat("out of memory allocating ", nbytes, " bytes"));
+    }
+    return p;
+  }
+
+  // A large request: the smallest free piece that fits, split when what is left could serve another large
+  // request; else a new segment of exactly the rounded size.
+  void* alloc_large(size_t nbytes, size_t* capacity) {
+    const size_t size = round_large(nbytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++s_.num_allocs;
+      s_.requested_bytes += nbytes;
+      Block key;
+      key.size = size;
+      auto it = large_free_.lower_bound(&key);
+      if (it != large_free_.end()) {
+        Block* b = *it;
+        large_free_.erase(it);
+        s_.cached_bytes -= b->size;
+        if (b->size - size >= kLargeMin) {
+          Block* rest = new Block{b->ptr + size, b->size - size, b, b->next, true};
+          if (b->next) b->next->prev = rest;
+          b->next = rest;
+          b->size = size;
+          large_free_.insert(rest);
+          s_.cached_bytes += rest->size;
+        }
+        b->free = false;
+        large_live_[b->ptr] = b;
+        count_allocated(b->size);
+        ++s_.cache_hits;
+        *capacity = b->size;
+        return b->ptr;
+      }
+      count_system_alloc(size);
+    }
+    char* p = static_cast<char*>(system_alloc(kPage, size, nbytes));
+    std::lock_guard<std::mutex> lock(mu_);
+    large_live_[p] = new Block{p, size, nullptr, nullptr, false};
+    *capacity = size;
+    return p;
+  }
+
+  // Frees a large block: merged with free neighbours; a whole free segment goes back to the system when the cache
+  // is over its cap (a piece of a segment in use cannot, and stays cached).
+  void release_large(void* p, size_t nbytes) {
+    void* to_system = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto found = large_live_.find(p);
+      if (found == large_live_.end()) return;  // not ours (cannot happen through Storage)
+      Block* b = found->second;
+      large_live_.erase(found);
+      ++s_.num_frees;
+      s_.allocated_bytes -= b->size;
+      s_.requested_bytes -= nbytes;
+      s_.cached_bytes += b->size;
+      b->free = true;
+      if (Block* n = b->next; n && n->free) {
+        large_free_.erase(n);
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next) n->next->prev = b;
+        delete n;
+      }
+      if (Block* pv = b->prev; pv && pv->free) {
+        large_free_.erase(pv);
+        pv->size += b->size;
+        pv->next = b->next;
+        if (b->next) b->next->prev = pv;
+        delete b;
+        b = pv;
+      }
+      if (!b->prev && !b->next && s_.cached_bytes > limit()) {
+        s_.cached_bytes -= b->size;
+        s_.reserved_bytes -= b->size;
+        ++s_.system_frees;
+        to_system = b->ptr;
+        delete b;
+      } else {
+        large_free_.insert(b);
+      }
+    }
+    std::free(to_system);
+  }
+
   size_t limit() {  // with mu_ held
     if (!limit_known_) {
       limit_ = env_limit();
@@ -170,7 +304,9 @@ class CachingAllocator {
   }
 
   std::mutex mu_;
-  std::vector<void*> free_[kNumClasses];
+  std::vector<void*> free_[kNumClasses];                 // small blocks by size class
+  std::set<Block*, BySizeThenAddress> large_free_;       // free pieces of segments
+  std::unordered_map<void*, Block*> large_live_;         // pieces in use, by address
   AllocatorStats s_;
   size_t limit_ = 0;
   bool limit_known_ = false;
@@ -190,6 +326,7 @@ void set_allocator_cache_limit(size_t bytes) { allocator().set_limit(bytes); }
 size_t allocator_cache_limit() { return allocator().get_limit(); }
 
 size_t allocator_size_class(size_t nbytes) {
+  if (nbytes >= kLargeMin) return round_large(nbytes);
   size_t size = 0;
   class_index(nbytes, &size);
   return size;

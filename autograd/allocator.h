@@ -1,20 +1,26 @@
 #pragma once
-// The caching allocator behind every tensor's Storage. Freed blocks go to per-size-class free lists and serve
-// later requests of the same class, so a training loop whose steps allocate the same tensors every time stops
-// calling malloc (and stops page-faulting fresh memory) after its first step. Size classes: multiples of 64 bytes
-// up to 512 bytes, then four steps per power of two (2^k * 5/4, 6/4, 7/4, 8/4: at most 25% slack). Thread-safe
-// (one mutex). A request of 64 KiB or more whose class has no free block takes a free block of one of the next two
-// classes (at most 56% larger) before asking the system, so that the cache needs fewer distinct blocks when the mix of
-// sizes shifts between the forward and the backward pass. The bytes kept in the free lists are capped (default 1 GiB, or ATTOGRAD_CACHE_LIMIT_MB read at
-// first use; 0 disables caching): a freed block that would exceed the cap goes back to the system. When the system
-// allocator fails, the cache is emptied and the request retried before throwing.
+// The caching allocator behind every tensor's Storage. Freed blocks are kept and serve later requests, so a training
+// loop whose steps allocate the same tensors every time stops calling malloc (and stops page-faulting fresh memory)
+// after its first step. Thread-safe (one mutex).
+// - Small requests (under 64 KiB) use size classes: multiples of 64 bytes up to 512 bytes, then four steps per power
+//   of two (2^k * 5/4, 6/4, 7/4, 8/4: at most 25% slack), each class with its own free list.
+// - Large requests (64 KiB and up) are rounded up to whole 4 KiB pages and served like PyTorch's CUDA caching
+//   allocator: the smallest free piece that fits is taken and split when the rest could serve another large request;
+//   a freed piece merges with free neighbours of its segment (one system allocation, page aligned); only when nothing
+//   fits is a new segment of exactly the request asked from the system. So the memory the activations of the forward
+//   pass leave behind serves the gradients of the backward pass whatever their sizes, and what the allocator holds
+//   stays close to the peak of live tensors.
+// The bytes kept free are capped (default 1 GiB, or ATTOGRAD_CACHE_LIMIT_MB read at first use; 0 disables caching):
+// a freed small block or whole free segment that would exceed the cap goes back to the system (a free piece of a
+// segment still in use stays until the segment is whole). When the system allocator fails, the cache is emptied and
+// the request retried before throwing.
 
 #include <cstddef>
 #include <cstdint>
 
 namespace attograd {
 
-/// Counters of the Storage allocator (bytes are size-class rounded unless noted).
+/// Counters of the Storage allocator (bytes are as reserved: size-class or page rounded, unless noted).
 struct AllocatorStats {
   size_t allocated_bytes = 0;       ///< bytes in live storages
   size_t peak_allocated_bytes = 0;  ///< maximum of allocated_bytes since start or reset_peak_allocator_stats()
@@ -33,13 +39,14 @@ struct AllocatorStats {
 AllocatorStats allocator_stats();
 /// Sets both peaks to the current values (and leaves every other counter alone).
 void reset_peak_allocator_stats();
-/// Gives every cached block back to the system.
+/// Gives every cached small block and whole free segment back to the system.
 void empty_cache();
 /// Sets the cap on cached bytes (0 disables caching); blocks above the new cap are released at once.
 void set_allocator_cache_limit(size_t bytes);
 /// The cap on cached bytes.
 size_t allocator_cache_limit();
-/// The size class (bytes actually reserved) of a request of `nbytes`.
+/// The bytes reserved for a request of `nbytes`: its size class under 64 KiB, whole 4 KiB pages from 64 KiB (a large
+/// request served by a free piece too small to split may get up to 64 KiB more).
 size_t allocator_size_class(size_t nbytes);
 
 namespace detail {

@@ -265,6 +265,7 @@ void fill_(Tensor& a, double value) {
 void copy_(Tensor& dst, const Tensor& src) {
   ATTO_CHECK(dst.shape() == src.shape(), "copy_", "destination shape ", dst.shape(), " differs from source shape ",
              src.shape());
+  if (dst.defined() && dst.impl()->storage) dst.impl()->storage->modified = true;  // see Storage::modified
   if (dst.dtype() == src.dtype()) {
     std::memmove(dst.raw_data(), src.raw_data(), src.nbytes());
     return;

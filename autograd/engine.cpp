@@ -12,6 +12,7 @@ namespace attograd {
 
 namespace {
 thread_local bool g_grad_enabled = true;
+thread_local bool g_backward_frees_saved = false;
 
 // Releases a chain of nodes with a loop instead of nested shared_ptr destructors, so that a
 // graph of any depth is freed without overflowing the stack (as PyTorch's deleteNode does).
@@ -71,6 +72,27 @@ void Tensor::release_data_if_unreachable() noexcept {
   if (t->grad_fn && t->storage && impl_.use_count() == t->graph_refs.load(std::memory_order_relaxed) + 1)
     t->storage.reset();
 }
+
+SavedTensor::SavedTensor(const Tensor& t) {
+  if (!t.defined()) return;
+  const TensorImpl& impl = *t.impl();
+  if (impl.recompute && impl.storage && !impl.storage->modified)
+    recompute_ = impl.recompute;
+  else
+    value_ = t.detach();
+}
+
+Tensor SavedTensor::get() const {
+  if (recompute_) return (*recompute_)();
+  return value_;
+}
+
+void SavedTensor::reset() {
+  value_ = Tensor();
+  recompute_.reset();
+}
+
+bool backward_frees_saved() { return g_backward_frees_saved; }
 
 bool is_grad_enabled() { return g_grad_enabled; }
 void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }
@@ -212,7 +234,14 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
       for (size_t i = 0; i < need.size(); ++i) need[i] = static_cast<bool>(node->inputs[i]);
       return need;
     }());
-    node->backward(g, gi);
+    {
+      struct FreesSaved {  // set for this call only (restored on exceptions too)
+        bool prev = g_backward_frees_saved;
+        explicit FreesSaved(bool on) { g_backward_frees_saved = on; }
+        ~FreesSaved() { g_backward_frees_saved = prev; }
+      } frees_saved(!retain_graph);
+      node->backward(g, gi);
+    }
     for (size_t i = 0; i < node->inputs.size(); ++i) {
       TensorImpl* in = node->inputs[i].get();
       if (!in) continue;
@@ -241,6 +270,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
         t->grad_fn->backward = nullptr;  // frees the saved values
         t->grad_fn->inputs.clear();       // frees the forward activations the graph kept alive
       }
+      t->recompute.reset();  // the recipe's saved inputs too
     }
   }
 }

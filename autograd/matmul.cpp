@@ -217,25 +217,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
          false, T(1), true, has_bias ? bias.data<T>() : nullptr);
   });
   if (!any_requires_grad({x, weight, bias})) return out;
-  Tensor saved_x = weight.requires_grad() ? x.detach() : Tensor();
+  SavedTensor saved_x(weight.requires_grad() ? x : Tensor());
   Tensor saved_w = x.requires_grad() ? weight.detach() : Tensor();
   Shape shape_x = x.shape();
+  // The weight and bias gradients first, then x is dropped (when the pass frees the graph as it goes) before dX is
+  // allocated: when nothing else keeps x (an FFN's hidden layer), dX takes its memory.
   return record("linear", out, {x, weight, bias},
-                [saved_x, saved_w, shape_x, rows, in_f, out_f](const Tensor& g, GradInputs& gi) {
+                [saved_x, saved_w, shape_x, rows, in_f, out_f](const Tensor& g, GradInputs& gi) mutable {
                   dispatch_float(g.dtype(), "linear_backward", [&]<typename T>() {
                     const T* pg = g.data<T>();
-                    if (gi.needs(0)) {  // dX (rows, in) = G (rows, out) W
-                      Tensor dx = empty(shape_x, {.dtype = g.dtype()});
-                      gemm(rows, in_f, out_f, operand(pg, out_f), operand(saved_w.data<T>(), in_f), dx.data<T>(),
-                           in_f, false);
-                      gi[0] = dx;
-                    }
                     if (gi.needs(1)) {  // dW (out, in) = G^T X
                       Tensor dw = empty({out_f, in_f}, {.dtype = g.dtype()});
-                      gemm(out_f, in_f, rows, operand(pg, out_f, true), operand(saved_x.data<T>(), in_f), dw.data<T>(),
+                      const Tensor xs = saved_x.get();
+                      gemm(out_f, in_f, rows, operand(pg, out_f, true), operand(xs.data<T>(), in_f), dw.data<T>(),
                            in_f, false);
                       gi[1] = dw;
                     }
+                    if (backward_frees_saved()) saved_x.reset();
                     if (gi.needs(2)) {  // db = column sums of G, each thread summing its own columns over all rows
                       Tensor db = empty({out_f}, {.dtype = g.dtype()});
                       T* pdb = db.data<T>();
@@ -246,6 +244,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                                        for (int64_t o = o0; o < o1; ++o) pdb[o] += pg[r * out_f + o];
                                    });
                       gi[2] = db;
+                    }
+                    if (gi.needs(0)) {  // dX (rows, in) = G (rows, out) W
+                      Tensor dx = empty(shape_x, {.dtype = g.dtype()});
+                      gemm(rows, in_f, out_f, operand(pg, out_f), operand(saved_w.data<T>(), in_f), dx.data<T>(),
+                           in_f, false);
+                      gi[0] = dx;
                     }
                   });
                 });

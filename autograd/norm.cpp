@@ -285,6 +285,24 @@ Tensor softmax_op(const Tensor& x, int64_t dim, const char* name) {
 // ---------------------------------------------------------------------------------------------
 // LayerNorm kernels over `rows` rows of N contiguous elements.
 
+// One row of y = (x - mean) * rstd * w + b from its double mean and rstd. The forward and the recompute (for
+// consumers that saved the recipe, see SavedTensor) both call this, so the two give the same bits.
+template <class T>
+inline void layer_norm_apply_row(const T* xr, const T* w, const T* b, T* yr, double mean, double rstd, int64_t N) {
+  // The mean as a float pair m + ml: x - m is exact near the mean, so xhat keeps the double mean's
+  // accuracy (a lone float mean would shift every row by up to half an ulp of the mean).
+  const T m = static_cast<T>(mean), ml = static_cast<T>(mean - static_cast<double>(m)), rs = static_cast<T>(rstd);
+  if (w && b) {
+    for (int64_t i = 0; i < N; ++i) yr[i] = ((xr[i] - m) - ml) * rs * w[i] + b[i];
+  } else if (w) {
+    for (int64_t i = 0; i < N; ++i) yr[i] = ((xr[i] - m) - ml) * rs * w[i];
+  } else if (b) {
+    for (int64_t i = 0; i < N; ++i) yr[i] = ((xr[i] - m) - ml) * rs + b[i];
+  } else {
+    for (int64_t i = 0; i < N; ++i) yr[i] = ((xr[i] - m) - ml) * rs;
+  }
+}
+
 // y = (x - mean) * rstd * w + b, with mean and the biased variance accumulated in double over two
 // passes (never E[x^2] - E[x]^2). Writes mean and rstd per row when `mean_out` is non-null.
 template <class T>
@@ -293,7 +311,6 @@ void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean_o
   if (N == 0) return;
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * N;
-    T* yr = y + r * N;
     const double mean = detail::row_sum(xr, N) / static_cast<double>(N);
     const double var = detail::lane_sum(N, [&](int64_t i) {
                          const double d = static_cast<double>(xr[i]) - mean;
@@ -305,19 +322,15 @@ void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean_o
       mean_out[r] = mean;
       rstd_out[r] = rstd;
     }
-    // The mean as a float pair m + ml: x - m is exact near the mean, so xhat keeps the double mean's
-    // accuracy (a lone float mean would shift every row by up to half an ulp of the mean).
-    const T m = static_cast<T>(mean), ml = static_cast<T>(mean - static_cast<double>(m)), rs = static_cast<T>(rstd);
-    if (w && b) {
-      for (int64_t i = 0; i < N; ++i) yr[i] = ((xr[i] - m) - ml) * rs * w[i] + b[i];
-    } else if (w) {
-      for (int64_t i = 0; i < N; ++i) yr[i] = ((xr[i] - m) - ml) * rs * w[i];
-    } else if (b) {
-      for (int64_t i = 0; i < N; ++i) yr[i] = ((xr[i] - m) - ml) * rs + b[i];
-    } else {
-      for (int64_t i = 0; i < N; ++i) yr[i] = ((xr[i] - m) - ml) * rs;
-    }
+    layer_norm_apply_row(xr, w, b, y + r * N, mean, rstd, N);
   }
+}
+
+// The forward's y again from the saved per-row mean and rstd (no statistics pass).
+template <class T>
+void layer_norm_recompute(const T* x, const T* w, const T* b, T* y, const double* mean, const double* rstd,
+                          int64_t rows, int64_t N) {
+  for (int64_t r = 0; r < rows; ++r) layer_norm_apply_row(x + r * N, w, b, y + r * N, mean[r], rstd[r], N);
 }
 
 // Backward of layer_norm (llm.c's layernorm_backward), xhat = (x - mean) * rstd recomputed per row:
@@ -434,6 +447,19 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
   Tensor xd = x.detach();
   Tensor wd = weight.defined() ? weight.detach() : Tensor();
+  // A consumer that saves `out` (linear) keeps this recipe instead of out's data: out is rebuilt from what this
+  // node keeps anyway (x, the statistics, the weight) plus the bias, so a pre-norm block stores no normalised copy.
+  Tensor bd = bias.defined() ? bias.detach() : Tensor();
+  out.impl()->recompute = std::make_shared<const std::function<Tensor()>>([xd, wd, bd, stats, rows, N]() {
+    Tensor y = empty(xd.shape(), {.dtype = xd.dtype()});
+    dispatch_float(xd.dtype(), "layer_norm_recompute", [&]<typename T>() {
+      const double* mean = stats.data<double>();
+      layer_norm_recompute<T>(xd.data<T>(), wd.defined() ? wd.data<T>() : nullptr, bd.defined() ? bd.data<T>() : nullptr,
+                              y.data<T>(), mean, mean + rows, rows, N);
+    });
+    return y;
+  });
+  out.impl()->storage->modified = false;  // the recipe describes the data just written
   return record(op, out, {x, weight, bias}, [xd, wd, stats, rows, N, ns](const Tensor& g, GradInputs& gi) {
     dispatch_float(xd.dtype(), "layer_norm_backward", [&]<typename T>() {
       Tensor dx;

@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <ostream>
 #include <sstream>
+#include <utility>
 
 #include "autograd/allocator.h"
 #include "autograd/elementwise.h"
@@ -63,15 +64,17 @@ void* Tensor::raw_data() const {
 
 template <class T>
 T* Tensor::data() {
-  check_defined("data");
-  ATTO_CHECK(impl_->dtype == dtype_of<T>(), "data", "requested ", dtype_name(dtype_of<T>()),
-             " pointer from a ", dtype_name(impl_->dtype), " tensor");
-  return static_cast<T*>(raw_data());
+  T* p = const_cast<T*>(std::as_const(*this).data<T>());
+  impl_->storage->modified = true;  // a write access (see Storage::modified)
+  return p;
 }
 
 template <class T>
 const T* Tensor::data() const {
-  return const_cast<Tensor*>(this)->data<T>();
+  check_defined("data");
+  ATTO_CHECK(impl_->dtype == dtype_of<T>(), "data", "requested ", dtype_name(dtype_of<T>()),
+             " pointer from a ", dtype_name(impl_->dtype), " tensor");
+  return static_cast<const T*>(raw_data());
 }
 
 template float* Tensor::data<float>();

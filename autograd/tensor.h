@@ -33,6 +33,9 @@ struct Storage {
   void* data = nullptr;  ///< start of the buffer
   size_t nbytes = 0;     ///< size in bytes
   size_t capacity = 0;   ///< size of the allocator block holding it (>= nbytes)
+  /// Set by every write access (non-const Tensor::data<T>(), copy_): a recompute recipe (TensorImpl::recompute)
+  /// describes the data only while this is clear (the op that attaches one clears it after writing).
+  bool modified = false;
 };
 
 class Tensor;
@@ -52,6 +55,10 @@ struct TensorImpl {
   /// is such an op (no Tensor handle is left), the data is released: backward never reads it (ops save what they
   /// need with detach()), so a forward pass keeps only what the backward will use.
   std::atomic<int32_t> graph_refs{0};
+  /// Set by ops whose output is cheap to rebuild, bit for bit, from values their own node already keeps
+  /// (layer_norm): consumers then save this recipe instead of the data (see SavedTensor), so the output's memory
+  /// goes with the forward pass. Dropped when the graph is freed.
+  std::shared_ptr<const std::function<Tensor()>> recompute;
   ~TensorImpl();
 };
 
@@ -252,6 +259,31 @@ class GradInputs {
 /// An op's backward: receives the output's gradient and fills the inputs' gradients.
 /// It must not capture the output's own handle (use out.detach()).
 using BackwardFn = std::function<void(const Tensor& grad_output, GradInputs& grads)>;
+
+/// A value a backward function keeps: a detached view of the tensor, or, for an output with a recompute recipe
+/// (TensorImpl::recompute), only the recipe, the value being rebuilt (bit-identical) when the backward asks for it.
+class SavedTensor {
+ public:
+  /// Nothing saved.
+  SavedTensor() = default;
+  /// Saves t (undefined stays undefined).
+  explicit SavedTensor(const Tensor& t);
+  /// The saved value; a fresh tensor when it is recomputed.
+  Tensor get() const;
+  /// True when something is saved.
+  bool defined() const { return value_.defined() || recompute_ != nullptr; }
+  /// Drops the value (or its recipe).
+  void reset();
+
+ private:
+  Tensor value_;
+  std::shared_ptr<const std::function<Tensor()>> recompute_;
+};
+
+/// True while a backward pass that frees the graph as it goes (retain_graph = false) runs a backward function on
+/// this thread: the function may then drop a saved value as soon as it has used it, so that its memory serves
+/// the function's later results.
+bool backward_frees_saved();
 
 /// A recorded op's reference to one of its inputs (null when that input gets no gradient). While it holds a
 /// non-leaf input it counts in the input's graph_refs.

@@ -199,8 +199,8 @@ def main(argv):
 
     def step(inp, tgt):
         opt.zero_grad(set_to_none=True)
-        logits = model(inp)  # (B, L, V)
-        loss = Fn.cross_entropy(logits.view(B * L, V), tgt, ignore_index=IGNORE)
+        # the logits (B, L, V) are not kept past the loss, as on attograd's side
+        loss = Fn.cross_entropy(model(inp).view(B * L, V), tgt, ignore_index=IGNORE)
         loss.backward()
         opt.step()
         return loss.item()

@@ -171,8 +171,8 @@ BenchResult run_bench(const BenchConfig& config) {
   const CrossEntropyOptions ce{.ignore_index = data::kIgnore};
   auto step = [&](const Batch& b) {
     adam.zero_grad(/*set_to_none=*/true);
-    Tensor logits = model->forward(b.input);                                       // (B, L, V)
-    Tensor loss = cross_entropy(reshape(logits, {config.B * config.L, config.V}),  // (B*L, V)
+    // The logits are not kept past the loss (it keeps what its backward needs); bench/torch_reference.py does the same.
+    Tensor loss = cross_entropy(reshape(model->forward(b.input), {config.B * config.L, config.V}),  // (B*L, V)
                                 reshape(b.target, {config.B * config.L}), ce);
     loss.backward();
     adam.step();

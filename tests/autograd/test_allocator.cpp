@@ -23,13 +23,48 @@ TEST(Allocator, SizeClasses) {
   EXPECT_EQ(allocator_size_class(1025), 1280u);
   EXPECT_EQ(allocator_size_class(1536), 1536u);
   EXPECT_EQ(allocator_size_class(1537), 1792u);
-  EXPECT_EQ(allocator_size_class(size_t{3} << 20), size_t{3} << 20);  // 2 MiB * 6/4
+  EXPECT_EQ(allocator_size_class(65535), size_t{64} << 10);  // 32 KiB * 8/4, the largest class
+  // From 64 KiB: whole 4 KiB pages
+  EXPECT_EQ(allocator_size_class(size_t{64} << 10), size_t{64} << 10);
+  EXPECT_EQ(allocator_size_class((size_t{64} << 10) + 1), size_t{68} << 10);
+  EXPECT_EQ(allocator_size_class(size_t{3} << 20), size_t{3} << 20);
+  EXPECT_EQ(allocator_size_class(12345678), size_t{3015} * 4096);
   for (size_t n : {size_t{100}, size_t{777}, size_t{4097}, size_t{1} << 20, (size_t{1} << 20) + 1, size_t{12345678}}) {
     const size_t c = allocator_size_class(n);
     EXPECT_GE(c, n);
     EXPECT_EQ(c % 64, 0u);
     EXPECT_LE(c, n + n / 4 + 64);  // at most 25% slack above 512 bytes
   }
+}
+
+// Large blocks: a free segment is split for smaller requests and its pieces merge again when freed.
+TEST(Allocator, LargeSegmentsSplitAndCoalesce) {
+  empty_cache();
+  const AllocatorStats s0 = allocator_stats();
+  char* base = nullptr;
+  { Tensor a = empty({1 << 18}); base = static_cast<char*>(a.raw_data()); }  // a 1 MiB segment, now free
+  const AllocatorStats s1 = allocator_stats();
+  EXPECT_EQ(s1.cache_misses, s0.cache_misses + 1);
+  {
+    Tensor b = empty({1 << 16});  // 256 KiB: the front of the segment
+    Tensor c = empty({1 << 17});  // 512 KiB: the next piece
+    EXPECT_EQ(b.raw_data(), base);
+    EXPECT_EQ(c.raw_data(), base + (256 << 10));
+    EXPECT_EQ(allocator_stats().cache_misses, s1.cache_misses);  // no new system block
+    EXPECT_EQ(allocator_stats().reserved_bytes, s1.reserved_bytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(c.raw_data()) % 4096, 0u);
+    { Tensor d = empty({1 << 17}); EXPECT_NE(d.raw_data(), base); }  // 512 KiB: only 256 KiB left, a new segment
+    b = Tensor();  // the front piece is free, c still in use
+    empty_cache();  // gives back whole free segments only: d's, not the piece of a's
+    EXPECT_EQ(allocator_stats().reserved_bytes, s1.reserved_bytes);
+  }
+  // All pieces free again: merged into the 1 MiB segment, which serves a 1 MiB request at the same address
+  Tensor e = empty({1 << 18});
+  EXPECT_EQ(e.raw_data(), base);
+  EXPECT_EQ(allocator_stats().cache_misses, s1.cache_misses + 1);  // only d's segment was new
+  e = Tensor();
+  empty_cache();
+  EXPECT_EQ(allocator_stats().cached_bytes, 0u);
 }
 
 TEST(Allocator, FreedBlocksAreReused) {

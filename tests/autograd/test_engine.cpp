@@ -3,6 +3,7 @@
 
 #include <thread>
 
+#include "autograd/allocator.h"
 #include "testing.h"
 
 using namespace attograd;
@@ -223,4 +224,108 @@ TEST(Engine, CloneIsDeepAndDifferentiable) {
   EXPECT_NE(c.raw_data(), x.raw_data());
   (c * c).backward(ones({2}, {.dtype = kFloat64}));
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 4}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Saved values: layer_norm's output is saved by its consumers as a recompute recipe (not its data), and linear drops
+// its saved input before allocating dX when the pass frees the graph.
+
+namespace {
+struct LnLinear {  // layer_norm (rows, N) then linear to M features, float32
+  Tensor x, w_ln, b_ln, w, b;
+  LnLinear(int64_t rows, int64_t N, int64_t M, uint64_t seed) {
+    Generator gen(seed);
+    x = randn({rows, N}, gen).requires_grad_();
+    w_ln = randn({N}, gen).requires_grad_();
+    b_ln = randn({N}, gen).requires_grad_();
+    w = randn({M, N}, gen).requires_grad_();
+    b = randn({M}, gen).requires_grad_();
+  }
+  Tensor norm() const { return layer_norm(x, {x.size(1)}, w_ln, b_ln, 1e-5); }
+  void zero() {
+    for (Tensor* t : {&x, &w_ln, &b_ln, &w, &b}) t->zero_grad();
+  }
+};
+}  // namespace
+
+TEST(SavedTensor, LayerNormRecipeGivesTheSavedValuesBitForBit) {
+  for (int64_t N : {1, 7, 64, 301}) {  // vector bodies and tails
+    LnLinear m(9, N, 5, 11 + static_cast<uint64_t>(N));
+    Tensor g = randn({9, 5}, *std::make_unique<Generator>(3));
+    linear(m.norm(), m.w, m.b).backward(g);  // linear keeps the recipe: the normalised rows are rebuilt in backward
+    std::vector<Tensor> recipe = {m.x.grad(), m.w_ln.grad(), m.b_ln.grad(), m.w.grad(), m.b.grad()};
+    m.zero();
+    linear(m.norm().clone(), m.w, m.b).backward(g);  // clone's output has no recipe: linear keeps its data
+    std::vector<Tensor> data = {m.x.grad(), m.w_ln.grad(), m.b_ln.grad(), m.w.grad(), m.b.grad()};
+    for (size_t i = 0; i < recipe.size(); ++i) EXPECT_TRUE(bitwise_equal(recipe[i], data[i])) << "N " << N << " grad " << i;
+  }
+}
+
+TEST(SavedTensor, LayerNormOutputIsFreedWithTheForwardPass) {
+  LnLinear m(256, 256, 8, 5);  // a 256 KiB normalised output
+  const size_t before = allocator_stats().allocated_bytes;
+  Tensor with_recipe = linear(m.norm(), m.w, m.b);
+  const size_t recipe_bytes = allocator_stats().allocated_bytes - before;
+  with_recipe = Tensor();
+  const size_t before2 = allocator_stats().allocated_bytes;
+  Tensor with_copy = linear(m.norm().clone(), m.w, m.b);
+  const size_t copy_bytes = allocator_stats().allocated_bytes - before2;
+  EXPECT_EQ(copy_bytes - recipe_bytes, allocator_size_class(256 * 256 * 4));
+}
+
+TEST(SavedTensor, OutputWrittenBeforeUseIsSavedAsData) {
+  for (int mode = 0; mode < 3; ++mode) {
+    LnLinear m(4, 6, 3, 21);
+    Tensor y = m.norm();
+    Tensor expected = y.detach().clone();
+    if (mode == 0) {  // an in-place op
+      Tensor yy = y;
+      mul_(yy, 2.0);
+      mul_(expected, 2.0);
+    } else if (mode == 1) {  // a write through a view's data pointer
+      Tensor v = reshape(y, {24});
+      v.data<float>()[5] = 100.0f;
+      expected.data<float>()[5] = 100.0f;
+    } else {  // copy_
+      Tensor yy = y;
+      Tensor src = full({4, 6}, 0.5);
+      copy_(yy, src);
+      copy_(expected, src);
+    }
+    Tensor g = ones({4, 3});
+    linear(y, m.w, m.b).backward(g);
+    // dW = g^T y for the values y held when linear read them
+    EXPECT_TRUE(all_close(m.w.grad(), matmul(transpose(g, 0, 1), expected), 1e-4)) << "mode " << mode;
+  }
+}
+
+TEST(SavedTensor, RecipeServesASecondBackwardWithRetainGraph) {
+  LnLinear m(5, 8, 3, 31);
+  Tensor out = sum(linear(m.norm(), m.w, m.b));
+  out.backward(Tensor(), /*retain_graph=*/true);
+  Tensor once = m.w.grad().clone();
+  out.backward();
+  EXPECT_TRUE(all_close(m.w.grad(), once * 2.0, 0));
+  EXPECT_ATTO_ERROR(out.backward(), "backward through the graph a second time");
+}
+
+// linear computes dW first and drops its saved input before allocating dX: in an FFN, dX of the second layer takes
+// the memory of the hidden layer (kept by nothing else: relu_dropout keeps a bit mask), so the backward's peak is one
+// hidden layer lower than with retain_graph (which must keep everything).
+TEST(SavedTensor, LinearInputGradientTakesTheMemoryOfItsSavedInput) {
+  const int64_t rows = 512, D = 16, F = 512;  // hidden (rows, F) float32: 1 MiB
+  Generator gen(41);
+  Tensor x = randn({rows, D}, gen), w1 = randn({F, D}, gen).requires_grad_(), w2 = randn({D, F}, gen).requires_grad_();
+  auto peak_rise = [&](bool retain) {
+    Generator drop(42);
+    Tensor loss = sum(linear(relu_dropout(linear(x, w1), 0.1, true, drop), w2));
+    w1.zero_grad();
+    w2.zero_grad();
+    reset_peak_allocator_stats();
+    const size_t start = allocator_stats().allocated_bytes;
+    loss.backward(Tensor(), retain);
+    return allocator_stats().peak_allocated_bytes - start;
+  };
+  const size_t kept = peak_rise(true), dropped = peak_rise(false);
+  EXPECT_EQ(kept - dropped, allocator_size_class(rows * F * 4));
 }
