@@ -201,6 +201,14 @@ T exp_shifted(T* row, int64_t lk, T m) {
   return a.sum();
 }
 
+// row <- exp_shifted(row) * inv_sum in one pass: the backward's probabilities, bitwise the forward's (which stores
+// exp_shifted's values and then multiplies them by the same inv_sum).
+template <class T>
+void exp_shifted_scaled(T* row, int64_t lk, T m, T inv_sum) {
+  exp_shifted(row, lk, m);
+  for (int64_t j = 0; j < lk; ++j) row[j] *= inv_sum;
+}
+
 // The row's largest element (-inf for an empty or fully blocked row).
 template <class T>
 T row_max(const T* row, int64_t n) {
@@ -228,6 +236,35 @@ inline __attribute__((always_inline)) float exp_shifted<float>(float* row, int64
     else
       _mm512_mask_storeu_ps(row + j, k, e);
     acc = _mm512_add_ps(acc, e);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+template <>
+inline __attribute__((always_inline)) void exp_shifted_scaled<float>(float* row, int64_t lk, float m, float inv_sum) {
+  using Eigen::internal::Packet16f;
+  const __m512 vm = _mm512_set1_ps(m), tiny = _mm512_set1_ps(std::numeric_limits<float>::min());
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), vinv = _mm512_set1_ps(inv_sum);
+  for (int64_t j = 0; j < lk; j += 16) {
+    const __mmask16 k = lk - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (lk - j)) - 1u);
+    const __m512 x = _mm512_mask_loadu_ps(ninf, k, row + j);
+    __m512 e = Eigen::internal::pexp<Packet16f>(_mm512_sub_ps(x, vm));
+    e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_GE_OQ), e);
+    e = _mm512_mul_ps(e, vinv);
+    if (k == static_cast<__mmask16>(0xffff))
+      _mm512_storeu_ps(row + j, e);
+    else
+      _mm512_mask_storeu_ps(row + j, k, e);
+  }
+}
+
+// sum_x a[x] b[x]: one vector of partial sums, then a tree (the backward's D_i, once per row).
+template <>
+inline float dot<float>(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t x = 0; x < n; x += 16) {
+    const __mmask16 k = n - x >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - x)) - 1u);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + x), _mm512_maskz_loadu_ps(k, b + x), acc);
   }
   return _mm512_reduce_add_ps(acc);
 }
@@ -335,15 +372,23 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
         T* s = s_buf;  // (n, lk)
         block_scores(p, q_bh, q.sl, kt, mask, b, h, i0, n, lk, s);
         // P = softmax(S) row by row over the row's visible keys, with the max shifted out; then dropout,
-        // P <- P * keep / (1 - p).
+        // P <- P * keep / (1 - p). First every row's exp and sum, then the scaling: the rows' reductions and
+        // divisions overlap instead of each row waiting on its own.
+        T row_m[kBlockRows], row_sum[kBlockRows];
         for (int64_t r = 0; r < n; ++r) {
           T* row = s + r * lk;
           const T m = row_max(row, lk);
+          row_m[r] = m;
+          row_sum[r] = m == kNegInf ? T(0) : exp_shifted(row, lk, m);
+        }
+        for (int64_t r = 0; r < n; ++r) {
+          T* row = s + r * lk;
+          const T m = row_m[r];
           T inv_sum = 0;
           if (m == kNegInf) {
             std::fill(row, row + lk, T(0));  // all keys blocked: zero probabilities, zero output
           } else {
-            inv_sum = T(1) / exp_shifted(row, lk, m);
+            inv_sum = T(1) / row_sum[r];
             if (p.dropout) {
               dropout_row(p, b, h, i0 + r, lk, mult);
               for (int64_t j = 0; j < lk; ++j) row[j] = (row[j] * inv_sum) * mult[j];
@@ -433,8 +478,7 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
             if (pd) std::fill(pd + r * lk, pd + (r + 1) * lk, T(0));
             continue;
           }
-          exp_shifted(row, lk, m);
-          for (int64_t j = 0; j < lk; ++j) row[j] *= inv_sum;
+          exp_shifted_scaled(row, lk, m, inv_sum);
           if (mrow) {
             dropout_row(p, b, h, i0 + r, lk, mrow);
             if (pd) {
