@@ -8,7 +8,12 @@
 #include <mutex>
 #include <set>
 #include <unordered_map>
+#include <utility>
 #include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#endif
 
 #include "autograd/error.h"
 
@@ -46,10 +51,33 @@ size_t class_size(int k) {
 // Requests of at least this many bytes (large) are served from segments that are split and coalesced (below);
 // smaller ones from the size-class free lists.
 constexpr size_t kLargeMin = size_t{64} << 10;
-// Large requests are rounded up to whole pages; segments are page aligned.
+// Large requests are rounded up to whole pages; segments (one system mapping each) to whole 2 MiB, so that tensors
+// whose sizes change from step to step (variable sequence lengths) share segments instead of each leaving its own.
 constexpr size_t kPage = 4096;
+constexpr size_t kSegmentRound = size_t{2} << 20;
 
 size_t round_large(size_t n) { return (n + kPage - 1) / kPage * kPage; }
+size_t segment_bytes(size_t n) { return (n + kSegmentRound - 1) / kSegmentRound * kSegmentRound; }
+
+// Segments come straight from the kernel (mmap) and go straight back (munmap): malloc would keep freed ones
+// mapped (its heap does not shrink and its mmap threshold adapts upwards), and giving memory back is their point.
+void* map_segment(size_t bytes) {
+#if defined(__unix__) || defined(__APPLE__)
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+#else
+  return std::aligned_alloc(kPage, bytes);
+#endif
+}
+
+void unmap_segment(void* p, size_t bytes) {
+#if defined(__unix__) || defined(__APPLE__)
+  munmap(p, bytes);
+#else
+  (void)bytes;
+  std::free(p);
+#endif
+}
 
 // A piece of a segment (one system allocation): in use, or free in the best-fit set. Neighbours in address order
 // within the segment, so that a freed piece merges with free neighbours and a whole free segment can go back.
@@ -126,6 +154,7 @@ class CachingAllocator {
 
   void empty() {
     std::vector<void*> out;
+    std::vector<std::pair<void*, size_t>> segments;
     {
       std::lock_guard<std::mutex> lock(mu_);
       size_t freed = 0;
@@ -143,15 +172,16 @@ class CachingAllocator {
           continue;
         }
         it = large_free_.erase(it);
-        out.push_back(b->ptr);
+        segments.emplace_back(b->ptr, b->size);
         freed += b->size;
         delete b;
       }
       s_.reserved_bytes -= freed;
       s_.cached_bytes -= freed;
-      s_.system_frees += out.size();
+      s_.system_frees += out.size() + segments.size();
     }
     for (void* p : out) std::free(p);
+    for (auto [p, bytes] : segments) unmap_segment(p, bytes);
   }
 
   void set_limit(size_t bytes) {
@@ -214,9 +244,12 @@ class CachingAllocator {
   }
 
   // A large request: the smallest free piece that fits, split when what is left could serve another large
-  // request; else a new segment of exactly the rounded size.
+  // request. When none fits, the whole free segments (each too small for it) go back to the system first, then a
+  // new segment of the request rounded up to 2 MiB is mapped and split the same way.
   void* alloc_large(size_t nbytes, size_t* capacity) {
     const size_t size = round_large(nbytes);
+    std::vector<std::pair<void*, size_t>> unmap;
+    size_t seg = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++s_.num_allocs;
@@ -228,34 +261,65 @@ class CachingAllocator {
         Block* b = *it;
         large_free_.erase(it);
         s_.cached_bytes -= b->size;
-        if (b->size - size >= kLargeMin) {
-          Block* rest = new Block{b->ptr + size, b->size - size, b, b->next, true};
-          if (b->next) b->next->prev = rest;
-          b->next = rest;
-          b->size = size;
-          large_free_.insert(rest);
-          s_.cached_bytes += rest->size;
-        }
-        b->free = false;
-        large_live_[b->ptr] = b;
-        count_allocated(b->size);
         ++s_.cache_hits;
-        *capacity = b->size;
-        return b->ptr;
+        return take(b, size, capacity);
       }
-      count_system_alloc(size);
+      for (auto f = large_free_.begin(); f != large_free_.end();) {
+        Block* b = *f;
+        if (b->prev || b->next) {
+          ++f;
+          continue;
+        }
+        f = large_free_.erase(f);
+        unmap.emplace_back(b->ptr, b->size);
+        s_.cached_bytes -= b->size;
+        s_.reserved_bytes -= b->size;
+        ++s_.system_frees;
+        delete b;
+      }
+      seg = segment_bytes(size);
+      ++s_.cache_misses;
+      s_.reserved_bytes += seg;
+      s_.peak_reserved_bytes = std::max(s_.peak_reserved_bytes, s_.reserved_bytes);
     }
-    char* p = static_cast<char*>(system_alloc(kPage, size, nbytes));
+    for (auto [p, bytes] : unmap) unmap_segment(p, bytes);
+    char* p = static_cast<char*>(map_segment(seg));
+    if (!p) {  // give the cache back and try once more
+      empty();
+      p = static_cast<char*>(map_segment(seg));
+    }
     std::lock_guard<std::mutex> lock(mu_);
-    large_live_[p] = new Block{p, size, nullptr, nullptr, false};
-    *capacity = size;
-    return p;
+    if (!p) {
+      s_.reserved_bytes -= seg;
+      s_.requested_bytes -= nbytes;
+      throw Error("alloc", cat("out of memory allocating ", nbytes, " bytes (a segment of ", seg, ")"));
+    }
+    return take(new Block{p, seg, nullptr, nullptr, true}, size, capacity);
+  }
+
+  // With mu_ held: hands out the front `size` bytes of the free piece b (taken out of the free set and the cached
+  // count), the rest staying a free piece when it could serve another large request.
+  void* take(Block* b, size_t size, size_t* capacity) {
+    if (b->size - size >= kLargeMin) {
+      Block* rest = new Block{b->ptr + size, b->size - size, b, b->next, true};
+      if (b->next) b->next->prev = rest;
+      b->next = rest;
+      b->size = size;
+      large_free_.insert(rest);
+      s_.cached_bytes += rest->size;
+    }
+    b->free = false;
+    large_live_[b->ptr] = b;
+    count_allocated(b->size);
+    *capacity = b->size;
+    return b->ptr;
   }
 
   // Frees a large block: merged with free neighbours; a whole free segment goes back to the system when the cache
   // is over its cap (a piece of a segment in use cannot, and stays cached).
   void release_large(void* p, size_t nbytes) {
     void* to_system = nullptr;
+    size_t to_system_bytes = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto found = large_live_.find(p);
@@ -287,12 +351,13 @@ class CachingAllocator {
         s_.reserved_bytes -= b->size;
         ++s_.system_frees;
         to_system = b->ptr;
+        to_system_bytes = b->size;
         delete b;
       } else {
         large_free_.insert(b);
       }
     }
-    std::free(to_system);
+    if (to_system) unmap_segment(to_system, to_system_bytes);
   }
 
   size_t limit() {  // with mu_ held

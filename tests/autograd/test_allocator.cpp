@@ -42,24 +42,30 @@ TEST(Allocator, LargeSegmentsSplitAndCoalesce) {
   empty_cache();
   const AllocatorStats s0 = allocator_stats();
   char* base = nullptr;
-  { Tensor a = empty({1 << 18}); base = static_cast<char*>(a.raw_data()); }  // a 1 MiB segment, now free
+  { Tensor a = empty({1 << 19}); base = static_cast<char*>(a.raw_data()); }  // a 2 MiB segment, now free
   const AllocatorStats s1 = allocator_stats();
   EXPECT_EQ(s1.cache_misses, s0.cache_misses + 1);
+  EXPECT_EQ(s1.reserved_bytes, s0.reserved_bytes + (size_t{2} << 20));
   {
-    Tensor b = empty({1 << 16});  // 256 KiB: the front of the segment
-    Tensor c = empty({1 << 17});  // 512 KiB: the next piece
+    Tensor b = empty({1 << 17});  // 512 KiB: the front of the segment
+    Tensor c = empty({1 << 18});  // 1 MiB: the next piece
     EXPECT_EQ(b.raw_data(), base);
-    EXPECT_EQ(c.raw_data(), base + (256 << 10));
+    EXPECT_EQ(c.raw_data(), base + (512 << 10));
     EXPECT_EQ(allocator_stats().cache_misses, s1.cache_misses);  // no new system block
     EXPECT_EQ(allocator_stats().reserved_bytes, s1.reserved_bytes);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(c.raw_data()) % 4096, 0u);
-    { Tensor d = empty({1 << 17}); EXPECT_NE(d.raw_data(), base); }  // 512 KiB: only 256 KiB left, a new segment
+    {  // 1 MiB: only 512 KiB left in the segment, so a new one
+      Tensor d = empty({1 << 18});
+      const char* pd = static_cast<const char*>(d.raw_data());
+      EXPECT_TRUE(pd < base || pd >= base + (2 << 20));
+    }
+    EXPECT_EQ(allocator_stats().cache_misses, s1.cache_misses + 1);
     b = Tensor();  // the front piece is free, c still in use
     empty_cache();  // gives back whole free segments only: d's, not the piece of a's
     EXPECT_EQ(allocator_stats().reserved_bytes, s1.reserved_bytes);
   }
-  // All pieces free again: merged into the 1 MiB segment, which serves a 1 MiB request at the same address
-  Tensor e = empty({1 << 18});
+  // All pieces free again: merged into the 2 MiB segment, which serves a 2 MiB request at the same address
+  Tensor e = empty({1 << 19});
   EXPECT_EQ(e.raw_data(), base);
   EXPECT_EQ(allocator_stats().cache_misses, s1.cache_misses + 1);  // only d's segment was new
   e = Tensor();
@@ -67,21 +73,39 @@ TEST(Allocator, LargeSegmentsSplitAndCoalesce) {
   EXPECT_EQ(allocator_stats().cached_bytes, 0u);
 }
 
+// A large request that no free piece fits first gives the whole free segments back, so tensors whose sizes change
+// from step to step (variable sequence lengths) do not leave one cached segment per size behind.
+TEST(Allocator, WholeFreeSegmentsGoBackBeforeANewOne) {
+  empty_cache();
+  const AllocatorStats s0 = allocator_stats();
+  { Tensor a = empty({3 << 18}); }  // 3 MiB: a 4 MiB segment, then free
+  EXPECT_EQ(allocator_stats().reserved_bytes, s0.reserved_bytes + (size_t{4} << 20));
+  {
+    Tensor b = empty({5 << 18});  // 5 MiB: does not fit; the free 4 MiB segment goes back, a 6 MiB one comes
+    const AllocatorStats s1 = allocator_stats();
+    EXPECT_EQ(s1.reserved_bytes, s0.reserved_bytes + (size_t{6} << 20));
+    EXPECT_EQ(s1.system_frees, s0.system_frees + 1);
+    EXPECT_EQ(s1.reserved_bytes, s1.allocated_bytes + s1.cached_bytes);
+  }
+  empty_cache();
+  EXPECT_EQ(allocator_stats().reserved_bytes, s0.reserved_bytes);
+}
+
 TEST(Allocator, FreedBlocksAreReused) {
   empty_cache();
   const AllocatorStats s0 = allocator_stats();
   void* first = nullptr;
   {
-    Tensor a = empty({1000, 100});  // 400000 bytes
+    Tensor a = empty({1000, 10});  // 40000 bytes: a small size class
     first = a.raw_data();
   }
   const AllocatorStats s1 = allocator_stats();
   EXPECT_EQ(s1.cache_misses, s0.cache_misses + 1);
-  EXPECT_EQ(s1.cached_bytes, s0.cached_bytes + allocator_size_class(400000));
+  EXPECT_EQ(s1.cached_bytes, s0.cached_bytes + allocator_size_class(40000));
   {
-    Tensor b = empty({100, 1000});  // same size class: the same block again, no system allocation
+    Tensor b = empty({100, 100});  // same size class: the same block again, no system allocation
     EXPECT_EQ(b.raw_data(), first);
-    Tensor c = zeros({99, 1001});  // 396396 bytes: also the 400000-byte class (a second block)
+    Tensor c = zeros({99, 101});  // 39996 bytes: also the 40000-byte class (a second block)
     EXPECT_NE(c.raw_data(), first);
   }
   const AllocatorStats s2 = allocator_stats();
@@ -90,6 +114,15 @@ TEST(Allocator, FreedBlocksAreReused) {
   EXPECT_EQ(s2.num_allocs, s0.num_allocs + 3);
   EXPECT_EQ(s2.num_frees, s0.num_frees + 3);
   EXPECT_EQ(s2.allocated_bytes, s0.allocated_bytes);
+  {  // large: 400000 bytes (page-rounded to 401408) from a 2 MiB segment; a second one from the same segment
+    Tensor a = empty({1000, 100});
+    Tensor b = zeros({99, 1001});
+    EXPECT_EQ(static_cast<char*>(b.raw_data()), static_cast<char*>(a.raw_data()) + 401408);
+  }
+  const AllocatorStats s3 = allocator_stats();
+  EXPECT_EQ(s3.cache_misses, s2.cache_misses + 1);
+  EXPECT_EQ(s3.cache_hits, s2.cache_hits + 1);
+  EXPECT_EQ(s3.cached_bytes, s2.cached_bytes + (size_t{2} << 20));  // the whole segment, merged again
 }
 
 TEST(Allocator, PeakAccounting) {
@@ -132,13 +165,13 @@ TEST(Allocator, EmptyCacheAndCapReleaseBlocks) {
   EXPECT_EQ(allocator_stats().system_frees, frees + 1);
   EXPECT_EQ(allocator_stats().cached_bytes, 0u);
 
-  set_allocator_cache_limit(allocator_size_class(1 << 18));  // room for one 256 KiB block
+  set_allocator_cache_limit(size_t{2} << 20);  // room for one 2 MiB segment
   {
-    Tensor c = empty({1 << 16});
-    Tensor d = empty({1 << 16});
+    Tensor c = empty({1 << 19});  // 2 MiB each: two segments
+    Tensor d = empty({1 << 19});
   }
   s = allocator_stats();
-  EXPECT_EQ(s.cached_bytes, allocator_size_class(1 << 18));
+  EXPECT_EQ(s.cached_bytes, size_t{2} << 20);  // d's segment kept, c's given back
   EXPECT_EQ(s.system_frees, frees + 2);
   set_allocator_cache_limit(old_limit);
 }
