@@ -6,10 +6,12 @@
 //   of two (2^k * 5/4, 6/4, 7/4, 8/4: at most 25% slack), each class with its own free list.
 // - Large requests (64 KiB and up) are rounded up to whole 4 KiB pages and served like PyTorch's CUDA caching
 //   allocator: the smallest free piece that fits is taken and split when the rest could serve another large request;
-//   a freed piece merges with free neighbours of its segment (one system allocation, page aligned); only when nothing
-//   fits is a new segment of exactly the request asked from the system. So the memory the activations of the forward
-//   pass leave behind serves the gradients of the backward pass whatever their sizes, and what the allocator holds
-//   stays close to the peak of live tensors.
+//   a freed piece merges with free neighbours of its segment. Segments are mapped from the kernel in multiples of
+//   2 MiB (several tensors share one) and unmapped when given back. When no free piece fits, the whole free segments
+//   (each too small for the request) are given back before a new one is mapped. So the memory the activations of the
+//   forward pass leave behind serves the gradients of the backward pass whatever their sizes, tensors whose sizes
+//   change from step to step (variable sequence lengths) do not pile up one cached segment per size, and what the
+//   allocator holds stays close to the peak of live tensors.
 // The bytes kept free are capped (default 1 GiB, or ATTOGRAD_CACHE_LIMIT_MB read at first use; 0 disables caching):
 // a freed small block or whole free segment that would exceed the cap goes back to the system (a free piece of a
 // segment still in use stays until the segment is whole). When the system allocator fails, the cache is emptied and
