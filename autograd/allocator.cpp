@@ -164,21 +164,11 @@ class CachingAllocator {
         free_[k].clear();
         free_[k].shrink_to_fit();
       }
-      // Whole free segments go back; a free piece of a segment still in use stays until the segment is whole.
-      for (auto it = large_free_.begin(); it != large_free_.end();) {
-        Block* b = *it;
-        if (b->prev || b->next) {
-          ++it;
-          continue;
-        }
-        it = large_free_.erase(it);
-        segments.emplace_back(b->ptr, b->size);
-        freed += b->size;
-        delete b;
-      }
       s_.reserved_bytes -= freed;
       s_.cached_bytes -= freed;
-      s_.system_frees += out.size() + segments.size();
+      s_.system_frees += out.size();
+      // Whole free segments go back; a free piece of a segment still in use stays until the segment is whole.
+      take_whole_free_segments(&segments);
     }
     for (void* p : out) std::free(p);
     for (auto [p, bytes] : segments) unmap_segment(p, bytes);
@@ -264,19 +254,7 @@ class CachingAllocator {
         ++s_.cache_hits;
         return take(b, size, capacity);
       }
-      for (auto f = large_free_.begin(); f != large_free_.end();) {
-        Block* b = *f;
-        if (b->prev || b->next) {
-          ++f;
-          continue;
-        }
-        f = large_free_.erase(f);
-        unmap.emplace_back(b->ptr, b->size);
-        s_.cached_bytes -= b->size;
-        s_.reserved_bytes -= b->size;
-        ++s_.system_frees;
-        delete b;
-      }
+      take_whole_free_segments(&unmap);
       seg = segment_bytes(size);
       ++s_.cache_misses;
       s_.reserved_bytes += seg;
@@ -295,6 +273,34 @@ class CachingAllocator {
       throw Error("alloc", cat("out of memory allocating ", nbytes, " bytes (a segment of ", seg, ")"));
     }
     return take(new Block{p, seg, nullptr, nullptr, true}, size, capacity);
+  }
+
+  // With mu_ held: merges b's right neighbour (free) into b; the neighbour leaves the free set and is deleted.
+  void absorb_next(Block* b) {
+    Block* n = b->next;
+    large_free_.erase(n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    delete n;
+  }
+
+  // With mu_ held: takes every entirely free segment out of the cache and the counts (they are to be unmapped, by
+  // the caller, without the lock).
+  void take_whole_free_segments(std::vector<std::pair<void*, size_t>>* out) {
+    for (auto it = large_free_.begin(); it != large_free_.end();) {
+      Block* b = *it;
+      if (b->prev || b->next) {
+        ++it;
+        continue;
+      }
+      it = large_free_.erase(it);
+      out->emplace_back(b->ptr, b->size);
+      s_.cached_bytes -= b->size;
+      s_.reserved_bytes -= b->size;
+      ++s_.system_frees;
+      delete b;
+    }
   }
 
   // With mu_ held: hands out the front `size` bytes of the free piece b (taken out of the free set and the cached
@@ -331,19 +337,10 @@ class CachingAllocator {
       s_.requested_bytes -= nbytes;
       s_.cached_bytes += b->size;
       b->free = true;
-      if (Block* n = b->next; n && n->free) {
-        large_free_.erase(n);
-        b->size += n->size;
-        b->next = n->next;
-        if (n->next) n->next->prev = b;
-        delete n;
-      }
+      if (b->next && b->next->free) absorb_next(b);
       if (Block* pv = b->prev; pv && pv->free) {
-        large_free_.erase(pv);
-        pv->size += b->size;
-        pv->next = b->next;
-        if (b->next) b->next->prev = pv;
-        delete b;
+        large_free_.erase(pv);  // its size changes: out of the set first
+        absorb_next(pv);
         b = pv;
       }
       if (!b->prev && !b->next && s_.cached_bytes > limit()) {
