@@ -67,10 +67,14 @@ void InputRef::reset() noexcept {
 // impl is such an op (use_count = graph_refs + this handle), no handle can ever read the data again, and the
 // backward does not need it (ops save their own detached views of what they use), so the storage is released
 // now instead of when the graph is freed. Only outputs of recorded ops (non-leaves) are counted.
+// The recompute recipe goes too: no new op can take the tensor as an input any more, and the ops that did keep their
+// own copy (SavedTensor), so the impl's copy would only keep the recipe's inputs alive past their own op's backward.
 void Tensor::release_data_if_unreachable() noexcept {
   TensorImpl* t = impl_.get();
-  if (t->grad_fn && t->storage && impl_.use_count() == t->graph_refs.load(std::memory_order_relaxed) + 1)
+  if (t->grad_fn && t->storage && impl_.use_count() == t->graph_refs.load(std::memory_order_relaxed) + 1) {
     t->storage.reset();
+    t->recompute.reset();
+  }
 }
 
 SavedTensor::SavedTensor(const Tensor& t) {
@@ -219,6 +223,9 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   grads[impl_.get()] = seed;
 
   for (const auto& t : order) {
+    // Every op that uses t has run its backward (reverse topological order) and keeps its own copy of t's recipe:
+    // the impl's copy (which `order` would keep until the end of the pass) goes now.
+    t->recompute.reset();
     auto it = grads.find(t.get());
     if (it == grads.end()) continue;
     Tensor g = std::move(it->second);
@@ -270,7 +277,6 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
         t->grad_fn->backward = nullptr;  // frees the saved values
         t->grad_fn->inputs.clear();       // frees the forward activations the graph kept alive
       }
-      t->recompute.reset();  // the recipe's saved inputs too
     }
   }
 }

@@ -329,3 +329,33 @@ TEST(SavedTensor, LinearInputGradientTakesTheMemoryOfItsSavedInput) {
   const size_t kept = peak_rise(true), dropped = peak_rise(false);
   EXPECT_EQ(kept - dropped, allocator_size_class(rows * F * 4));
 }
+
+// A recipe keeps its op's saved input (layer_norm's x) alive only as long as something may still need it: once the
+// consumers and the op itself have run their backward, x is freed, even while the pass goes on (and whether or not a
+// handle to the output is still held).
+TEST(SavedTensor, RecipeInputsAreFreedAfterTheirOpsBackward) {
+  for (bool keep_output_handle : {false, true}) {
+    Generator gen(51);
+    Tensor x = randn({64, 256}, gen).requires_grad_();
+    Tensor w = randn({8, 256}, gen).requires_grad_();
+    std::weak_ptr<Storage> a_storage;
+    bool checked = false, expired = false;
+    Tensor loss, y;
+    {
+      // a = x through an op whose backward runs after layer_norm's and looks at a's memory then
+      Tensor a = record("probe", x.detach().clone(), {x}, [&](const Tensor& g, GradInputs& gi) {
+        expired = a_storage.expired();
+        checked = true;
+        gi[0] = g;
+      });
+      a_storage = a.impl()->storage;
+      Tensor norm = layer_norm(a, {256}, Tensor(), Tensor(), 1e-5);
+      if (keep_output_handle) y = norm;
+      loss = sum(linear(norm, w));
+    }
+    EXPECT_FALSE(a_storage.expired());  // layer_norm keeps it for its backward
+    loss.backward();
+    EXPECT_TRUE(checked);
+    EXPECT_TRUE(expired) << "output handle kept: " << keep_output_handle;
+  }
+}
