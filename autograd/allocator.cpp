@@ -24,7 +24,7 @@ namespace {
 constexpr size_t kSmallStep = 64;    // classes 64, 128, ..., 512
 constexpr size_t kSmallMax = 512;
 constexpr int kSmallClasses = 8;
-constexpr int kNumClasses = kSmallClasses + 4 * 64;
+constexpr int kNumClasses = kSmallClasses + 4 * 7;  // classes up to 64 KiB (2^15 * 8/4); larger requests use segments
 
 // Class index and size of a request: multiples of 64 up to 512, then 2^k * (4 + i) / 4 for i = 1..4.
 int class_index(size_t n, size_t* size) {
@@ -159,6 +159,7 @@ class CachingAllocator {
       std::lock_guard<std::mutex> lock(mu_);
       size_t freed = 0;
       for (int k = 0; k < kNumClasses; ++k) {
+        if (free_[k].empty()) continue;  // (only the classes under 64 KiB are ever used)
         out.insert(out.end(), free_[k].begin(), free_[k].end());
         freed += free_[k].size() * class_size(k);
         free_[k].clear();
