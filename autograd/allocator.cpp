@@ -126,7 +126,7 @@ class CachingAllocator {
       }
       count_system_alloc(size);
     }
-    void* p = system_alloc(64, size, nbytes);
+    void* p = system_alloc(size, nbytes);
     *capacity = size;
     return p;
   }
@@ -159,7 +159,6 @@ class CachingAllocator {
       std::lock_guard<std::mutex> lock(mu_);
       size_t freed = 0;
       for (int k = 0; k < kNumClasses; ++k) {
-        if (free_[k].empty()) continue;  // (only the classes under 64 KiB are ever used)
         out.insert(out.end(), free_[k].begin(), free_[k].end());
         freed += free_[k].size() * class_size(k);
         free_[k].clear();
@@ -216,14 +215,20 @@ class CachingAllocator {
     s_.peak_reserved_bytes = std::max(s_.peak_reserved_bytes, s_.reserved_bytes);
   }
 
-  // Without mu_: the system allocation counted by count_system_alloc (the cache is emptied and the request retried
-  // once on failure; the counts are undone before throwing).
-  void* system_alloc(size_t alignment, size_t size, size_t nbytes) {
-    void* p = std::aligned_alloc(alignment, size);
+  // Without mu_: get() from the system; when it fails, the cache is given back and get() tried once more.
+  template <class Get>
+  void* from_system(Get get) {
+    void* p = get();
     if (!p) {
       empty();
-      p = std::aligned_alloc(alignment, size);
+      p = get();
     }
+    return p;
+  }
+
+  // Without mu_: the small block counted by count_system_alloc (the counts are undone before throwing).
+  void* system_alloc(size_t size, size_t nbytes) {
+    void* p = from_system([size] { return std::aligned_alloc(64, size); });
     if (!p) {
       std::lock_guard<std::mutex> lock(mu_);
       s_.allocated_bytes -= size;
@@ -262,11 +267,7 @@ class CachingAllocator {
       s_.peak_reserved_bytes = std::max(s_.peak_reserved_bytes, s_.reserved_bytes);
     }
     for (auto [p, bytes] : unmap) unmap_segment(p, bytes);
-    char* p = static_cast<char*>(map_segment(seg));
-    if (!p) {  // give the cache back and try once more
-      empty();
-      p = static_cast<char*>(map_segment(seg));
-    }
+    char* p = static_cast<char*>(from_system([seg] { return map_segment(seg); }));
     std::lock_guard<std::mutex> lock(mu_);
     if (!p) {
       s_.reserved_bytes -= seg;

@@ -191,22 +191,16 @@ void block_scores(const Plan& p, const T* q_bh, int64_t q_sl, const HeadOperand<
 
 // In place row <- exp(row - m) with results below the smallest normal number flushed to exactly zero: the
 // vectorised exp maps -inf (a blocked key) to a denormal rather than 0, and a blocked key must get
-// probability 0 (and no denormals should slow the products that follow). Returns the sum of the new row.
+// probability 0 (and no denormals should slow the products that follow). Each value is then multiplied by `scale`:
+// the forward passes 1 (exact) and divides by the returned sum later, the backward passes the saved 1 / sum and gets
+// the forward's probabilities bitwise in one pass. Returns the sum of the new row.
 template <class T>
-T exp_shifted(T* row, int64_t lk, T m) {
+T exp_shifted(T* row, int64_t lk, T m, T scale = T(1)) {
   RowMap<T> a(row, lk);
   a = (a - m).exp();
   constexpr T tiny = std::numeric_limits<T>::min();
-  for (int64_t j = 0; j < lk; ++j) row[j] = row[j] < tiny ? T(0) : row[j];
+  for (int64_t j = 0; j < lk; ++j) row[j] = (row[j] < tiny ? T(0) : row[j]) * scale;
   return a.sum();
-}
-
-// row <- exp_shifted(row) * inv_sum in one pass: the backward's probabilities, bitwise the forward's (which stores
-// exp_shifted's values and then multiplies them by the same inv_sum).
-template <class T>
-void exp_shifted_scaled(T* row, int64_t lk, T m, T inv_sum) {
-  exp_shifted(row, lk, m);
-  for (int64_t j = 0; j < lk; ++j) row[j] *= inv_sum;
 }
 
 // The row's largest element (-inf for an empty or fully blocked row).
@@ -219,16 +213,16 @@ T row_max(const T* row, int64_t n) {
 // float32: the same row kernels on whole AVX-512 vectors with a masked tail (Eigen's reductions cost more than the
 // arithmetic on rows this short), exp being Eigen's own vectorised pexp.
 template <>
-inline __attribute__((always_inline)) float exp_shifted<float>(float* row, int64_t lk, float m) {
+inline __attribute__((always_inline)) float exp_shifted<float>(float* row, int64_t lk, float m, float scale) {
   using Eigen::internal::Packet16f;
   const __m512 vm = _mm512_set1_ps(m), tiny = _mm512_set1_ps(std::numeric_limits<float>::min());
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), vscale = _mm512_set1_ps(scale);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t j = 0; j < lk; j += 16) {
     const __mmask16 k = lk - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (lk - j)) - 1u);
     const __m512 x = _mm512_mask_loadu_ps(ninf, k, row + j);
     __m512 e = Eigen::internal::pexp<Packet16f>(_mm512_sub_ps(x, vm));
-    e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_GE_OQ), e);
+    e = _mm512_mul_ps(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_GE_OQ), e), vscale);
     // A whole vector takes a plain store: AMD cores do not forward a masked store to the loads that read the row
     // right after (measured: a fifth of the attention backward was that stall).
     if (k == static_cast<__mmask16>(0xffff))
@@ -238,24 +232,6 @@ inline __attribute__((always_inline)) float exp_shifted<float>(float* row, int64
     acc = _mm512_add_ps(acc, e);
   }
   return _mm512_reduce_add_ps(acc);
-}
-
-template <>
-inline __attribute__((always_inline)) void exp_shifted_scaled<float>(float* row, int64_t lk, float m, float inv_sum) {
-  using Eigen::internal::Packet16f;
-  const __m512 vm = _mm512_set1_ps(m), tiny = _mm512_set1_ps(std::numeric_limits<float>::min());
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), vinv = _mm512_set1_ps(inv_sum);
-  for (int64_t j = 0; j < lk; j += 16) {
-    const __mmask16 k = lk - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (lk - j)) - 1u);
-    const __m512 x = _mm512_mask_loadu_ps(ninf, k, row + j);
-    __m512 e = Eigen::internal::pexp<Packet16f>(_mm512_sub_ps(x, vm));
-    e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_GE_OQ), e);
-    e = _mm512_mul_ps(e, vinv);
-    if (k == static_cast<__mmask16>(0xffff))
-      _mm512_storeu_ps(row + j, e);
-    else
-      _mm512_mask_storeu_ps(row + j, k, e);
-  }
 }
 
 // sum_x a[x] b[x]: one vector of partial sums, then a tree (the backward's D_i, once per row).
@@ -478,7 +454,7 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
             if (pd) std::fill(pd + r * lk, pd + (r + 1) * lk, T(0));
             continue;
           }
-          exp_shifted_scaled(row, lk, m, inv_sum);
+          exp_shifted(row, lk, m, inv_sum);
           if (mrow) {
             dropout_row(p, b, h, i0 + r, lk, mrow);
             if (pd) {

@@ -57,7 +57,8 @@ struct TensorImpl {
   std::atomic<int32_t> graph_refs{0};
   /// Set by ops whose output is cheap to rebuild, bit for bit, from values their own node already keeps
   /// (layer_norm): consumers then save this recipe instead of the data (see SavedTensor), so the output's memory
-  /// goes with the forward pass. Dropped when the graph is freed.
+  /// goes with the forward pass. Dropped as soon as no new op can use it (the last handle goes, or the backward
+  /// pass reaches the tensor): the consumers keep their own copies.
   std::shared_ptr<const std::function<Tensor()>> recompute;
   ~TensorImpl();
 };
@@ -270,8 +271,6 @@ class SavedTensor {
   explicit SavedTensor(const Tensor& t);
   /// The saved value; a fresh tensor when it is recomputed.
   Tensor get() const;
-  /// True when something is saved.
-  bool defined() const { return value_.defined() || recompute_ != nullptr; }
   /// Drops the value (or its recipe).
   void reset();
 
