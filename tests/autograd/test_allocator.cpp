@@ -226,3 +226,16 @@ TEST(Allocator, NoGrowthAcrossIdenticalTrainingSteps) {
   EXPECT_EQ(after.allocated_bytes, warm.allocated_bytes);
   EXPECT_GT(after.cache_hits, warm.cache_hits);
 }
+
+// A request the system cannot map gives the cache back, retries once, then throws an error naming the size; the
+// counters are as before.
+TEST(Allocator, ImpossibleRequestThrowsAndLeavesCountsAlone) {
+  const AllocatorStats s0 = allocator_stats();
+  EXPECT_ATTO_ERROR(empty({int64_t{1} << 50}), "out of memory allocating 4503599627370496 bytes");  // 4 PiB
+  const AllocatorStats s1 = allocator_stats();
+  EXPECT_EQ(s1.allocated_bytes, s0.allocated_bytes);
+  EXPECT_EQ(s1.requested_bytes, s0.requested_bytes);
+  EXPECT_EQ(s1.reserved_bytes, s1.allocated_bytes + s1.cached_bytes);
+  Tensor ok = ones({4});  // still usable
+  EXPECT_EQ(ok.at({3}), 1.0);
+}
