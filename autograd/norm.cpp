@@ -3,7 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "autograd/elementwise.h"
 
@@ -303,12 +308,84 @@ inline void layer_norm_apply_row(const T* xr, const T* w, const T* b, T* yr, dou
   }
 }
 
+#if defined(__AVX512F__)
+inline __mmask16 tail_lanes(int64_t count) {
+  return static_cast<__mmask16>(count >= 16 ? 0xffffu : (1u << count) - 1u);
+}
+
+// The 16 float lanes of v as two vectors of 8 doubles (lanes 0-7, lanes 8-15).
+inline void to_doubles(__m512 v, __m512d& lo, __m512d& hi) {
+  lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+  hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+// The sum of v's 16 float lanes, added in double (as the generic code folds its float lanes into a double).
+inline double lanes_sum_in_double(__m512 v) {
+  __m512d lo, hi;
+  to_doubles(v, lo, hi);
+  return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+}
+
+// Sum of a float32 row in double, on whole vectors (lanes past N read as 0).
+inline double row_sum_f32(const float* x, int64_t N) {
+  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+  for (int64_t i = 0; i < N; i += 16) {
+    __m512d lo, hi;
+    to_doubles(_mm512_maskz_loadu_ps(tail_lanes(N - i), x + i), lo, hi);
+    s0 = _mm512_add_pd(s0, lo);
+    s1 = _mm512_add_pd(s1, hi);
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+}
+
+// sum (x - mean)^2 over a float32 row, in double.
+inline double row_sq_dev_f32(const float* x, int64_t N, double mean) {
+  const __m512d vm = _mm512_set1_pd(mean);
+  __m512d v0 = _mm512_setzero_pd(), v1 = _mm512_setzero_pd();
+  for (int64_t i = 0; i < N; i += 16) {
+    const __mmask16 k = tail_lanes(N - i);
+    __m512d lo, hi;
+    to_doubles(_mm512_maskz_loadu_ps(k, x + i), lo, hi);
+    const __m512d d0 = _mm512_maskz_sub_pd(static_cast<__mmask8>(k), lo, vm);
+    const __m512d d1 = _mm512_maskz_sub_pd(static_cast<__mmask8>(k >> 8), hi, vm);
+    v0 = _mm512_fmadd_pd(d0, d0, v0);
+    v1 = _mm512_fmadd_pd(d1, d1, v1);
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(v0, v1));
+}
+#endif
+
 // y = (x - mean) * rstd * w + b, with mean and the biased variance accumulated in double over two
 // passes (never E[x^2] - E[x]^2). Writes mean and rstd per row when `mean_out` is non-null.
 template <class T>
 void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean_out, double* rstd_out,
                         int64_t rows, int64_t N, double eps) {
   if (N == 0) return;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    // Eight rows at a time: their sums on whole vectors, then the eight divisions and square roots as one vector
+    // each (correctly rounded, so the same bits as one row at a time; a lone row waits on its divider chain).
+    constexpr int G = 8;
+    const __m512d vn = _mm512_set1_pd(static_cast<double>(N)), veps = _mm512_set1_pd(eps), one = _mm512_set1_pd(1.0);
+    alignas(64) double acc[G], mean[G], rstd[G];
+    for (int64_t r0 = 0; r0 < rows; r0 += G) {
+      const int g = static_cast<int>(std::min<int64_t>(G, rows - r0));
+      for (int q = 0; q < G; ++q) acc[q] = q < g ? row_sum_f32(x + (r0 + q) * N, N) : 0.0;
+      _mm512_store_pd(mean, _mm512_div_pd(_mm512_load_pd(acc), vn));
+      for (int q = 0; q < G; ++q) acc[q] = q < g ? row_sq_dev_f32(x + (r0 + q) * N, N, mean[q]) : 0.0;
+      const __m512d var = _mm512_div_pd(_mm512_load_pd(acc), vn);
+      _mm512_store_pd(rstd, _mm512_div_pd(one, _mm512_sqrt_pd(_mm512_add_pd(var, veps))));
+      for (int q = 0; q < g; ++q) {
+        if (mean_out) {
+          mean_out[r0 + q] = mean[q];
+          rstd_out[r0 + q] = rstd[q];
+        }
+        layer_norm_apply_row(x + (r0 + q) * N, w, b, y + (r0 + q) * N, mean[q], rstd[q], N);
+      }
+    }
+    return;
+  }
+#endif
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * N;
     const double mean = detail::row_sum(xr, N) / static_cast<double>(N);
@@ -341,6 +418,43 @@ void layer_norm_recompute(const T* x, const T* w, const T* b, T* y, const double
 // Two passes per row: one for the two row sums (kAccLanes independent accumulators of T, so the loop vectorises) and
 // the dweight/dbias terms, one for dx. dweight and dbias gather kBlockRows rows in T, then add into double.
 // dx, dw, db may each be null when not needed.
+#if defined(__AVX512F__)
+// One float32 row of layer_norm_backward below on whole vectors (masked tail): the dbias/dweight terms and the two
+// row sums in one pass (sums of 16 float lanes, folded in double), then dx. dx may be g itself.
+template <bool HasW>
+inline void backward_row_f32(const float* xr, const float* w, const float* gr, float m, float ml, float rs, double invN,
+                             float* dr, float* dwb, float* dbb, int64_t N) {
+  const __m512 vm = _mm512_set1_ps(m), vml = _mm512_set1_ps(ml), vrs = _mm512_set1_ps(rs);
+  __m512 s_dn = _mm512_setzero_ps(), s_dnx = _mm512_setzero_ps();
+  for (int64_t i = 0; i < N; i += 16) {
+    const __mmask16 k = tail_lanes(N - i);
+    const __m512 g = _mm512_maskz_loadu_ps(k, gr + i);  // 0 past N: adds nothing below
+    const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xr + i), vm), vml), vrs);
+    if (dbb) _mm512_mask_storeu_ps(dbb + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, dbb + i), g));
+    if (dwb) _mm512_mask_storeu_ps(dwb + i, k, _mm512_fmadd_ps(g, xh, _mm512_maskz_loadu_ps(k, dwb + i)));
+    if (dr) {
+      const __m512 dn = HasW ? _mm512_mul_ps(g, _mm512_maskz_loadu_ps(k, w + i)) : g;
+      s_dn = _mm512_add_ps(s_dn, dn);
+      s_dnx = _mm512_fmadd_ps(dn, xh, s_dnx);
+    }
+  }
+  if (!dr) return;
+  const __m512 mean_dn = _mm512_set1_ps(static_cast<float>(lanes_sum_in_double(s_dn) * invN));
+  const __m512 mean_dnx = _mm512_set1_ps(static_cast<float>(lanes_sum_in_double(s_dnx) * invN));
+  for (int64_t i = 0; i < N; i += 16) {
+    const __mmask16 k = tail_lanes(N - i);
+    const __m512 g = _mm512_maskz_loadu_ps(k, gr + i);
+    const __m512 dn = HasW ? _mm512_mul_ps(g, _mm512_maskz_loadu_ps(k, w + i)) : g;
+    const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xr + i), vm), vml), vrs);
+    const __m512 d = _mm512_mul_ps(vrs, _mm512_sub_ps(_mm512_sub_ps(dn, mean_dn), _mm512_mul_ps(xh, mean_dnx)));
+    if (k == static_cast<__mmask16>(0xffff))
+      _mm512_storeu_ps(dr + i, d);
+    else
+      _mm512_mask_storeu_ps(dr + i, k, d);
+  }
+}
+#endif
+
 template <class T, bool HasW>
 void layer_norm_backward(const T* x, const T* w, const T* g, const double* mean, const double* rstd, T* dx,
                          double* dw, double* db, int64_t rows, int64_t N) {
@@ -362,6 +476,13 @@ void layer_norm_backward(const T* x, const T* w, const T* g, const double* mean,
     const T* gr = g + r * N;
     const T m = static_cast<T>(mean[r]), ml = static_cast<T>(mean[r] - static_cast<double>(m));  // as in forward
     const T rs = static_cast<T>(rstd[r]);
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+      backward_row_f32<HasW>(xr, w, gr, m, ml, rs, invN, dx ? dx + r * N : nullptr, dwb, dbb, N);
+      if ((r + 1) % kBlockRows == 0) flush();
+      continue;
+    }
+#endif
     if (dbb)
       for (int64_t i = 0; i < N; ++i) dbb[i] += gr[i];
     if (dwb)

@@ -565,6 +565,41 @@ TEST(LayerNorm, Float32LargeMeanMatchesFloat64) {
   }
 }
 
+TEST(LayerNorm, Float32VectorPathMatchesFloat64AtEveryTail) {
+  // The float32 kernels work on 16 features and 8 rows at a time: every remainder of both against float64.
+  Generator gen(21);
+  for (int64_t rows : {1, 7, 8, 9, 19}) {
+    for (int64_t n : {1, 5, 16, 17, 33, 64}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        Tensor x64 = rand_leaf({rows, n}, gen, -2, 3).to(kFloat32).to(kFloat64).detach();
+        x64.requires_grad_(true);
+        Tensor w64 = variant > 0 ? rand_leaf({n}, gen, 0.5, 1.5).to(kFloat32).to(kFloat64).detach() : Tensor();
+        Tensor b64 = variant > 1 ? rand_leaf({n}, gen).to(kFloat32).to(kFloat64).detach() : Tensor();
+        std::vector<Tensor> in64{x64}, in32;
+        for (Tensor* t : {&w64, &b64})
+          if (t->defined()) {
+            t->requires_grad_(true);
+            in64.push_back(*t);
+          }
+        for (const Tensor& t : in64) {
+          Tensor c = t.to(kFloat32).detach();
+          c.requires_grad_(true);
+          in32.push_back(c);
+        }
+        auto at = [](const std::vector<Tensor>& v, size_t i) { return i < v.size() ? v[i] : Tensor(); };
+        Tensor seed = randn({rows, n}, gen, {.dtype = kFloat64});
+        Result a = run([&] { return layer_norm(in64[0], {n}, at(in64, 1), at(in64, 2), 1e-5); }, in64, seed);
+        Result b = run([&] { return layer_norm(in32[0], {n}, at(in32, 1), at(in32, 2), 1e-5); }, in32,
+                       seed.to(kFloat32));
+        const std::string what = "rows " + std::to_string(rows) + ", n " + std::to_string(n) + ", variant " +
+                                 std::to_string(variant);
+        EXPECT_TRUE(all_close(b.out, a.out, 1e-5, 1e-5)) << what;
+        for (size_t i = 0; i < in64.size(); ++i) EXPECT_TRUE(all_close(b.grads[i], a.grads[i], 1e-4, 1e-4)) << what << " grad " << i;
+      }
+    }
+  }
+}
+
 TEST(LayerNorm, Float32Gradcheck) {
   // float32 needs a large step and loose bounds (REFERENCE.md): a smoke check of the float path.
   Generator gen(12);
