@@ -34,13 +34,26 @@ inline uint32_t xsh_rr(uint64_t old) {
 
 // Eight 64-bit lanes (one AVX-512 register; GCC/Clang vector extension, lowered on narrower machines).
 typedef uint64_t U64x8 __attribute__((vector_size(64)));
-typedef int8_t I8x8 __attribute__((vector_size(8)));
 
-// Sets keep[i] = (draw_i >= threshold) for i in [0, n), where draw_i is exactly what the i-th of n calls to
-// gen.next_u32() would return, and leaves gen in the state those calls would leave. The serial LCG chain is
-// split into 16 interleaved chains held in two vectors, each chain jumping 16 steps at once (s' = A s + C),
-// so the draws run in SIMD instead of waiting on one multiply after another (about 6x faster than next_u32()).
-void draw_keep(Generator& gen, int64_t n, uint64_t threshold, uint8_t* keep) {
+#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+#define ATTOGRAD_DROPOUT_AVX512 1
+// The keep bits of eight consecutive draws from eight LCG states: xsh_rr on whole vectors (the 32-bit rotate is one
+// instruction once the lanes are narrowed), then an unsigned compare.
+inline __mmask8 keep8(__m512i old, __m256i threshold) {
+  const __m512i x = _mm512_srli_epi64(_mm512_xor_si512(_mm512_srli_epi64(old, 18), old), 27);
+  const __m256i draw = _mm256_rorv_epi32(_mm512_cvtepi64_epi32(x), _mm512_cvtepi64_epi32(_mm512_srli_epi64(old, 59)));
+  return _mm256_cmpge_epu32_mask(draw, threshold);
+}
+#else
+#define ATTOGRAD_DROPOUT_AVX512 0
+#endif
+
+// Sets bit i % 16 of words[i / 16] to (draw_i >= threshold) for i in [0, n) (the last word's unused bits 0), where
+// draw_i is exactly what the i-th of n calls to gen.next_u32() would return, and leaves gen in the state those calls
+// would leave. The serial LCG chain is split into 16 interleaved chains held in two vectors, each chain jumping 16
+// steps at once (s' = A s + C), so the draws run in SIMD instead of waiting on one multiply after another; the
+// result is a bit mask that masked vector instructions apply directly.
+void draw_keep_bits(Generator& gen, int64_t n, uint64_t threshold, uint16_t* words) {
   constexpr int kLanes = 8, kVecs = 2, kStep = kLanes * kVecs;
   const GeneratorState st = gen.get_state();
   uint64_t jump_mul = 1, jump_add = 0;  // s_{t + kStep} = jump_mul * s_t + jump_add
@@ -56,28 +69,51 @@ void draw_keep(Generator& gen, int64_t n, uint64_t threshold, uint8_t* keep) {
       s = s * kPcgMultiplier + st.inc;
     }
   int64_t i = 0;
+  s = st.state;
   if (n >= kStep) {
+#if ATTOGRAD_DROPOUT_AVX512
+    // threshold 2^32 (p rounds to 1) keeps nothing: the draws still advance the generator.
+    const bool none = threshold > 0xffffffffu;
+    const __m256i vt = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(none ? 0 : threshold)));
+    const __m512i jm = _mm512_set1_epi64(static_cast<int64_t>(jump_mul)), ja = _mm512_set1_epi64(static_cast<int64_t>(jump_add));
+    __m512i l0, l1;
+    std::memcpy(&l0, &lanes[0], sizeof(l0));
+    std::memcpy(&l1, &lanes[1], sizeof(l1));
     for (; i + kStep <= n; i += kStep) {
+      const unsigned w = keep8(l0, vt) | (static_cast<unsigned>(keep8(l1, vt)) << 8);
+      words[i / kStep] = none ? 0 : static_cast<uint16_t>(w);
+      l0 = _mm512_add_epi64(_mm512_mullo_epi64(l0, jm), ja);
+      l1 = _mm512_add_epi64(_mm512_mullo_epi64(l1, jm), ja);
+    }
+    s = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm512_castsi512_si128(l0)));  // the state before draw i
+#else
+    for (; i + kStep <= n; i += kStep) {
+      unsigned w = 0;
       for (int v = 0; v < kVecs; ++v) {
         const U64x8 old = lanes[v];  // xsh_rr on 64-bit lanes, masked to 32 bits
         const U64x8 x = (((old >> 18) ^ old) >> 27) & 0xffffffffu;
         const U64x8 rot = old >> 59;
         const U64x8 draw = ((x >> rot) | (x << ((32 - rot) & 31))) & 0xffffffffu;
-        const I8x8 k = __builtin_convertvector(draw >= threshold, I8x8) & 1;
-        std::memcpy(keep + i + v * kLanes, &k, kLanes);
+        for (int j = 0; j < kLanes; ++j) w |= static_cast<unsigned>(draw[j] >= threshold) << (v * kLanes + j);
         lanes[v] = old * jump_mul + jump_add;
       }
+      words[i / kStep] = static_cast<uint16_t>(w);
     }
-    s = lanes[0][0];  // the state before draw i
-  } else {
-    s = st.state;
+    s = lanes[0][0];
+#endif
   }
-  for (; i < n; ++i) {
-    keep[i] = xsh_rr(s) >= threshold ? 1 : 0;
-    s = s * kPcgMultiplier + st.inc;
+  if (i < n) {
+    unsigned w = 0;
+    for (int j = 0; i + j < n; ++j) {
+      w |= static_cast<unsigned>(xsh_rr(s) >= threshold) << j;
+      s = s * kPcgMultiplier + st.inc;
+    }
+    words[i / kStep] = static_cast<uint16_t>(w);
   }
   gen.set_state({s, st.inc});
 }
+
+constexpr int64_t kBlock = 4096;  // elements per block of keep bits (a multiple of 16)
 
 // dst[i] = base[i] + src[i] * (keep_i ? scale : 0) (base may be null: no addition), keep_i drawn exactly as
 // dropout_mask draws its n flags from gen (which advances by n draws). The backward replays a mask by calling this
@@ -85,18 +121,27 @@ void draw_keep(Generator& gen, int64_t n, uint64_t threshold, uint8_t* keep) {
 template <class T>
 void apply_keep(Generator& gen, uint64_t threshold, double scale, int64_t n, const T* base, const T* src, T* dst) {
   const T s = static_cast<T>(scale);
-  constexpr int64_t kBlock = 4096;
-  alignas(64) uint8_t keep[kBlock];
+  uint16_t words[kBlock / 16];
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t len = std::min(kBlock, n - start);
-    draw_keep(gen, len, threshold, keep);
+    draw_keep_bits(gen, len, threshold, words);
     const T* sb = src + start;
+    const T* bb = base ? base + start : nullptr;
     T* db = dst + start;
-    if (base) {
-      const T* bb = base + start;
-      for (int64_t i = 0; i < len; ++i) db[i] = bb[i] + sb[i] * (keep[i] ? s : T(0));
-    } else {
-      for (int64_t i = 0; i < len; ++i) db[i] = sb[i] * (keep[i] ? s : T(0));
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+      const __m512 vs = _mm512_set1_ps(s);
+      for (; i + 16 <= len; i += 16) {
+        const __m512 f = _mm512_maskz_mov_ps(words[i / 16], vs);  // scale where kept, 0 where dropped
+        const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(sb + i), f);
+        _mm512_storeu_ps(db + i, bb ? _mm512_add_ps(_mm512_loadu_ps(bb + i), x) : x);
+      }
+    }
+#endif
+    for (; i < len; ++i) {
+      const T f = (words[i / 16] >> (i % 16)) & 1 ? s : T(0);
+      db[i] = bb ? bb[i] + sb[i] * f : sb[i] * f;
     }
   }
 }
@@ -113,19 +158,14 @@ Tensor dropout_mask(const Shape& shape, double p, Generator& gen, Dtype dtype) {
   }
   const int64_t n = mask.numel();
   const uint64_t threshold = keep_threshold(p);
-  if (dtype == kBool) {
-    draw_keep(gen, n, threshold, reinterpret_cast<uint8_t*>(mask.data<bool>()));
-    return mask;
-  }
-  dispatch_float(dtype, "dropout_mask", [&]<typename T>() {
-    const T scale = static_cast<T>(1.0 / (1.0 - p));
-    T* q = mask.data<T>();
-    constexpr int64_t kBlock = 4096;  // draw a block of keep flags, then scale them
-    uint8_t keep[kBlock];
-    for (int64_t start = 0; start < n; start += kBlock) {
+  uint16_t words[kBlock / 16];
+  dispatch_all(dtype, [&]<typename T>() {
+    const T kept = dtype == kBool ? T(1) : static_cast<T>(1.0 / (1.0 - p));
+    T* q = static_cast<T*>(mask.raw_data());
+    for (int64_t start = 0; start < n; start += kBlock) {  // a block of keep bits, then their values
       const int64_t len = std::min(kBlock, n - start);
-      draw_keep(gen, len, threshold, keep);
-      for (int64_t i = 0; i < len; ++i) q[start + i] = keep[i] ? scale : T(0);
+      draw_keep_bits(gen, len, threshold, words);
+      for (int64_t i = 0; i < len; ++i) q[start + i] = (words[i / 16] >> (i % 16)) & 1 ? kept : T(0);
     }
   });
   return mask;
@@ -231,21 +271,34 @@ Tensor relu_dropout_impl(const Tensor& x, double p, bool training, Generator& ge
     const T s = static_cast<T>(scale);
     const T* px = x.data<T>();
     T* q = out.data<T>();
-    // Draw a block of keep flags (the draws dropout_mask makes), then apply them. The flags stay a local array here
-    // and in apply_keep rather than behind a shared helper's pointer: through a pointer GCC can no longer tell them
-    // apart from the output and stops vectorising (measured: the small benchmark step 15% slower).
-    constexpr int64_t kBlock = 4096;  // a multiple of 8: each block fills whole bytes of the mask
-    alignas(64) uint8_t keep[kBlock];
+    // A block of keep bits (the draws dropout_mask makes), then applied (kBlock is a multiple of 16: each block
+    // fills whole bytes of the saved mask).
+    uint16_t words[kBlock / 16];
     for (int64_t start = 0; start < n; start += kBlock) {
       const int64_t len = std::min(kBlock, n - start);
-      draw_keep(gen, len, threshold, keep);
+      draw_keep_bits(gen, len, threshold, words);
       const T* xb = px + start;
       T* qb = q + start;
-      for (int64_t i = 0; i < len; ++i) {
-        const T r = xb[i] > T(0) ? xb[i] : T(0);
-        qb[i] = r * (keep[i] ? s : T(0));
+      int64_t i = 0;
+#if defined(__AVX512F__)
+      if constexpr (std::is_same_v<T, float>) {
+        const __m512 vs = _mm512_set1_ps(s), zero = _mm512_setzero_ps();
+        for (; i + 16 <= len; i += 16) {
+          // max(x, 0) is 0 for NaN and -0, as x > 0 ? x : 0 is.
+          const __m512 y = _mm512_mul_ps(_mm512_max_ps(_mm512_loadu_ps(xb + i), zero), _mm512_maskz_mov_ps(words[i / 16], vs));
+          _mm512_storeu_ps(qb + i, y);
+          if (bits) {
+            const __mmask16 m = _mm512_cmp_ps_mask(y, zero, _CMP_GT_OQ);
+            std::memcpy(bits + (start + i) / 8, &m, 2);
+          }
+        }
       }
-      if (bits) positive_bits(qb, len, bits + start / 8);
+#endif
+      for (int64_t j = i; j < len; ++j) {
+        const T r = xb[j] > T(0) ? xb[j] : T(0);
+        qb[j] = r * ((words[j / 16] >> (j % 16)) & 1 ? s : T(0));
+      }
+      if (bits && i < len) positive_bits(qb + i, len - i, bits + (start + i) / 8);
     }
   });
   if (!save) return out;

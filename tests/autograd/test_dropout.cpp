@@ -120,22 +120,35 @@ TEST(Dropout, MaskMatchesSequentialDraws) {
   // Element i is kept when the i-th gen.next_u32() is >= round(p * 2^32); sizes cover the vectorised
   // lanes' tail (16 at a time) and the float mask's blocks (4096 at a time).
   for (int64_t n : {0, 1, 15, 16, 17, 100, 4096, 4096 * 2 + 37}) {
-    for (double p : {0.5, 0.3}) {
+    // 1e-12 and 1 - 1e-12 round to the thresholds 0 (every draw kept) and 2^32 (none kept, draws still made).
+    for (double p : {0.5, 0.3, 1e-12, 1 - 1e-12}) {
       SCOPED_TRACE("n = " + std::to_string(n) + ", p = " + std::to_string(p));
       const uint64_t seed = 1000 + static_cast<uint64_t>(n);
-      Generator gb(seed), gf(seed), ref(seed);
+      Generator gb(seed), gf(seed), gd(seed), ref(seed);
       const auto keep = dropout_mask({n}, p, gb, kBool).to_vector<double>();
       const auto mask = dropout_mask({n}, p, gf, kFloat64).to_vector<double>();
+      // The float32 op itself (whole vectors of 16 plus a tail) on ones: the kept value is 1 / (1 - p) in float.
+      const auto dropped = dropout(ones({n}, {.dtype = kFloat32}), p, true, gd).to_vector<double>();
+      const auto kept32 = static_cast<double>(static_cast<float>(1.0 / (1.0 - p)));
       const auto threshold = static_cast<uint64_t>(std::llround(p * 4294967296.0));
-      int64_t mismatches = 0;
+      int64_t mismatches = 0, kept = 0;
       for (int64_t i = 0; i < n; ++i) {
         const bool expected = ref.next_u32() >= threshold;
+        kept += expected;
         mismatches += (keep[static_cast<size_t>(i)] != 0) != expected;
         mismatches += mask[static_cast<size_t>(i)] != (expected ? 1.0 / (1.0 - p) : 0.0);
+        mismatches += dropped[static_cast<size_t>(i)] != (expected ? kept32 : 0.0);
       }
       EXPECT_EQ(mismatches, 0);
+      if (p == 1e-12) {
+        EXPECT_EQ(kept, n);
+      }
+      if (p == 1 - 1e-12) {
+        EXPECT_EQ(kept, 0);
+      }
       EXPECT_EQ(gb.get_state(), ref.get_state());
       EXPECT_EQ(gf.get_state(), ref.get_state());
+      EXPECT_EQ(gd.get_state(), ref.get_state());
     }
   }
 }
