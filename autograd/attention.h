@@ -35,9 +35,11 @@ struct AttentionResult {
 /// out = softmax(q k^T * scale + mask) v over the last two dims, optionally with causal masking and dropout.
 /// q (B, H, Lq, d_k), k (B, H, Lk, d_k), v (B, H, Lk, d_v); 3-D inputs (N, L, d) are treated as H = 1 and
 /// give 3-D results. Blocked scores are -inf. A query row whose keys are ALL blocked gives a zero output row
-/// and zero gradients (never NaN; PyTorch 1.13 gives NaN there). Saves only q, k, v, the output and per-row
+/// and zero gradients (never NaN; PyTorch 1.13 gives NaN there). Saves q, k, v, the output and per-row
 /// softmax statistics (memory linear in L); the backward recomputes the probabilities in blocks of query
-/// rows and replays the dropout mask from a counter-based hash of (seed, flat index of (b, h, i, j)), where
+/// rows, except for short sequences (Lq * Lk <= detail::attention_saved_probs_limit(), 64 * 64 by default), whose
+/// probabilities the forward keeps (4 Lq Lk bytes per head in float32) so that the backward reads them. The
+/// dropout mask is replayed from a counter-based hash of (seed, flat index of (b, h, i, j)), where
 /// the seed is drawn once per call from the generator: the same generator state replays the same mask.
 AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const AttentionOptions& opts = {});
@@ -54,5 +56,11 @@ AttentionResult multi_head_attention(const Tensor& q, const Tensor& k, const Ten
 /// (x in_proj_weight^T + in_proj_bias, E = H * d) -> output (B, L, E). The same result as multi_head_attention on
 /// the three slices; the gradient reaches qkv as one (B, L, 3 * E) tensor, so no slice or concatenation is copied.
 AttentionResult packed_self_attention(const Tensor& qkv, int64_t num_heads, const AttentionOptions& opts = {});
+
+namespace detail {
+/// Largest Lq * Lk whose probabilities attention keeps for its backward instead of recomputing them (default
+/// 64 * 64; 0 always recomputes). Either way the gradients are bitwise the same.
+int64_t& attention_saved_probs_limit();
+}  // namespace detail
 
 }  // namespace attograd

@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "autograd/allocator.h"
 #include "autograd/attention.h"
 #include "testing.h"
 
@@ -540,6 +541,86 @@ TEST(AttentionGradcheck, WithDropout) {
   o.is_causal = true;
   o.attn_mask = bool_tensor({0, 0, 0, 0, 1, 0, 1, 0, 0, 0}, {2, 1, 1, 5});
   EXPECT_GRADCHECK(f, {q, k, v});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Short sequences: the forward keeps the probabilities and the backward reads them instead of recomputing them.
+
+// Sets detail::attention_saved_probs_limit() for one scope.
+struct SavedProbsLimit {
+  int64_t old;
+  explicit SavedProbsLimit(int64_t limit) : old(detail::attention_saved_probs_limit()) {
+    detail::attention_saved_probs_limit() = limit;
+  }
+  ~SavedProbsLimit() { detail::attention_saved_probs_limit() = old; }
+};
+
+TEST(AttentionSavedProbs, SameBitsAsRecomputing) {
+  // Every option that touches the probabilities, float32 and float64: kept (default limit) and recomputed (limit
+  // 0) give the same output and gradients, bit for bit, and the same generator state afterwards.
+  struct Case {
+    Shape q, k, v;
+    bool causal;
+    int mask;  // 0 none, 1 bool with a fully blocked row, 2 float
+    double p;
+  };
+  const std::vector<Case> cases = {
+      {{2, 2, 5, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, false, 0, 0.0},  {{2, 2, 33, 8}, {2, 2, 33, 8}, {2, 2, 33, 8}, true, 0, 0.2},
+      {{2, 3, 6, 4}, {2, 3, 7, 4}, {2, 3, 7, 5}, false, 1, 0.3},  {{1, 2, 64, 16}, {1, 2, 64, 16}, {1, 2, 64, 16}, true, 2, 0.1},
+      {{3, 7, 4}, {3, 9, 4}, {3, 9, 2}, true, 1, 0.5}};
+  for (Dtype dt : {kFloat32, kFloat64}) {
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const Case& c = cases[ci];
+      SCOPED_TRACE("case " + std::to_string(ci) + " " + dtype_name(dt));
+      Generator gen(60 + ci);
+      Tensor q0 = rand_leaf(c.q, gen), k0 = rand_leaf(c.k, gen), v0 = rand_leaf(c.v, gen);
+      Shape ms = c.q;
+      ms.back() = c.k[c.k.size() - 2];
+      Tensor mask;
+      if (c.mask == 1) {
+        mask = random_bool_mask(ms, 0.3, gen);
+        bool* m = mask.data<bool>();
+        for (int64_t j = 0; j < ms.back(); ++j) m[j] = true;  // the first row: every key blocked
+      } else if (c.mask == 2) {
+        mask = (rand(ms, gen, {.dtype = kFloat64}) * -3.0).to(dt);
+      }
+      Tensor dout;
+      auto run = [&](int64_t limit) {
+        SavedProbsLimit l(limit);
+        Tensor q = leaf_as(q0, dt), k = leaf_as(k0, dt), v = leaf_as(v0, dt);
+        Generator g(99);
+        AttentionResult r = scaled_dot_product_attention(
+            q, k, v, {.attn_mask = mask, .is_causal = c.causal, .dropout_p = c.p, .generator = &g});
+        if (!dout.defined()) dout = randn(r.output.shape(), gen, {.dtype = dt});
+        r.output.backward(dout);
+        return std::vector<Tensor>{r.output.detach(), q.grad(), k.grad(), v.grad(),
+                                   from_vector<double>({static_cast<double>(g.get_state().state)}, {1})};
+      };
+      const auto kept = run(1 << 30), recomputed = run(0);
+      for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(bitwise_equal(kept[i], recomputed[i])) << "tensor " << i;
+    }
+  }
+}
+
+TEST(AttentionSavedProbs, OnlyShortSequencesKeepThem) {
+  // The probabilities are kept when Lq * Lk <= the limit: 4 Lq Lk bytes per head more between forward and backward.
+  Generator gen(70);
+  for (int64_t L : {32, 64, 65}) {
+    Tensor q = rand({2, 2, L, 8}, gen).requires_grad_(), k = rand({2, 2, L, 8}, gen), v = rand({2, 2, L, 8}, gen);
+    const auto before = static_cast<int64_t>(allocator_stats().requested_bytes);
+    Tensor out = scaled_dot_product_attention(q, k, v, {.is_causal = true}).output;
+    const int64_t held = static_cast<int64_t>(allocator_stats().requested_bytes) - before;
+    const int64_t output = 2 * 2 * L * 8 * 4, stats = 2 * 2 * L * 2 * 4, probs = 2 * 2 * L * L * 4;
+    EXPECT_EQ(held, output + stats + (L <= 64 ? probs : 0)) << "L = " << L;
+  }
+}
+
+TEST(AttentionSavedProbs, GradcheckWhenRecomputing) {
+  // The gradchecks above run on short sequences, i.e. with kept probabilities: the recomputing backward too.
+  SavedProbsLimit l(0);
+  check_gradients({2, 2, 3, 4}, {2, 2, 4, 4}, {2, 2, 4, 3}, {});
+  check_gradients({2, 2, 5, 3}, {2, 2, 5, 3}, {2, 2, 5, 2}, {.is_causal = true});
+  check_gradients({2, 3, 4}, {2, 5, 4}, {2, 5, 3}, {.attn_mask = bool_tensor({0, 1, 0, 0, 1}, {5})});
 }
 
 // ---------------------------------------------------------------------------------------------
