@@ -11,6 +11,7 @@
 
 #include "autograd/activation.h"
 #include "autograd/elementwise.h"
+#include "autograd/parallel.h"
 
 namespace attograd {
 
@@ -75,7 +76,8 @@ void draw_keep_bits(Generator& gen, int64_t n, uint64_t threshold, uint16_t* wor
     // threshold 2^32 (p rounds to 1) keeps nothing: the draws still advance the generator.
     const bool none = threshold > 0xffffffffu;
     const __m256i vt = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(none ? 0 : threshold)));
-    const __m512i jm = _mm512_set1_epi64(static_cast<int64_t>(jump_mul)), ja = _mm512_set1_epi64(static_cast<int64_t>(jump_add));
+    const __m512i jm = _mm512_set1_epi64(static_cast<int64_t>(jump_mul)),
+                  ja = _mm512_set1_epi64(static_cast<int64_t>(jump_add));
     __m512i l0, l1;
     std::memcpy(&l0, &lanes[0], sizeof(l0));
     std::memcpy(&l1, &lanes[1], sizeof(l1));
@@ -115,35 +117,73 @@ void draw_keep_bits(Generator& gen, int64_t n, uint64_t threshold, uint16_t* wor
 
 constexpr int64_t kBlock = 4096;  // elements per block of keep bits (a multiple of 16)
 
+// The LCG state `delta` steps after s (Brown, "Random number generation with arbitrary strides", 1994: the jump's
+// multiplier and increment by repeated squaring).
+uint64_t lcg_advance(uint64_t s, uint64_t inc, uint64_t delta) {
+  uint64_t mul = kPcgMultiplier, add = inc, acc_mul = 1, acc_add = 0;
+  for (; delta > 0; delta >>= 1) {
+    if (delta & 1) {
+      acc_mul *= mul;
+      acc_add = acc_add * mul + add;
+    }
+    add = (mul + 1) * add;
+    mul *= mul;
+  }
+  return acc_mul * s + acc_add;
+}
+
+// Calls f(start, len, words) for the consecutive blocks [start, start + len) of [0, n) (len <= kBlock), words holding
+// the block's keep bits exactly as n sequential draws from gen give them (draw_keep_bits). Blocks run in parallel,
+// each from gen's state advanced to its first draw, so the bits never depend on the thread count; gen ends n draws
+// further, as after the sequential draws.
+template <class F>
+void for_keep_blocks(Generator& gen, int64_t n, uint64_t threshold, F&& f) {
+  const GeneratorState st = gen.get_state();
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  parallel_for(0, blocks, 8, [&](int64_t b0, int64_t b1) {
+    Generator g;
+    g.set_state({lcg_advance(st.state, st.inc, static_cast<uint64_t>(b0 * kBlock)), st.inc});
+    uint16_t words[kBlock / 16];
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t start = b * kBlock, len = std::min(kBlock, n - start);
+      draw_keep_bits(g, len, threshold, words);
+      f(start, len, words);
+    }
+  });
+  gen.set_state({lcg_advance(st.state, st.inc, static_cast<uint64_t>(n)), st.inc});
+}
+
+// dst[i] = base[i] + src[i] * (keep_i ? s : 0) for i in [0, len) (base may be null: no addition), keep_i bit i % 16 of
+// words[i / 16]. Never inlined: one compiled body, so that GCC cannot fuse the multiply and the add differently at
+// different call sites (the serial and the parallel paths give the same bits).
+template <class T>
+__attribute__((noinline)) void apply_block(const uint16_t* words, int64_t len, T s, const T* bb, const T* sb, T* db) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m512 vs = _mm512_set1_ps(s);
+    for (; i + 16 <= len; i += 16) {
+      const __m512 f = _mm512_maskz_mov_ps(words[i / 16], vs);  // scale where kept, 0 where dropped
+      const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(sb + i), f);
+      _mm512_storeu_ps(db + i, bb ? _mm512_add_ps(_mm512_loadu_ps(bb + i), x) : x);
+    }
+  }
+#endif
+  for (; i < len; ++i) {
+    const T f = (words[i / 16] >> (i % 16)) & 1 ? s : T(0);
+    db[i] = bb ? bb[i] + sb[i] * f : sb[i] * f;
+  }
+}
+
 // dst[i] = base[i] + src[i] * (keep_i ? scale : 0) (base may be null: no addition), keep_i drawn exactly as
 // dropout_mask draws its n flags from gen (which advances by n draws). The backward replays a mask by calling this
 // with a generator restored to the state the forward started from, so no mask is stored.
 template <class T>
 void apply_keep(Generator& gen, uint64_t threshold, double scale, int64_t n, const T* base, const T* src, T* dst) {
   const T s = static_cast<T>(scale);
-  uint16_t words[kBlock / 16];
-  for (int64_t start = 0; start < n; start += kBlock) {
-    const int64_t len = std::min(kBlock, n - start);
-    draw_keep_bits(gen, len, threshold, words);
-    const T* sb = src + start;
-    const T* bb = base ? base + start : nullptr;
-    T* db = dst + start;
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {
-      const __m512 vs = _mm512_set1_ps(s);
-      for (; i + 16 <= len; i += 16) {
-        const __m512 f = _mm512_maskz_mov_ps(words[i / 16], vs);  // scale where kept, 0 where dropped
-        const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(sb + i), f);
-        _mm512_storeu_ps(db + i, bb ? _mm512_add_ps(_mm512_loadu_ps(bb + i), x) : x);
-      }
-    }
-#endif
-    for (; i < len; ++i) {
-      const T f = (words[i / 16] >> (i % 16)) & 1 ? s : T(0);
-      db[i] = bb ? bb[i] + sb[i] * f : sb[i] * f;
-    }
-  }
+  for_keep_blocks(gen, n, threshold, [&](int64_t start, int64_t len, const uint16_t* words) {
+    apply_block<T>(words, len, s, base ? base + start : nullptr, src + start, dst + start);
+  });
 }
 
 }  // namespace
@@ -158,15 +198,12 @@ Tensor dropout_mask(const Shape& shape, double p, Generator& gen, Dtype dtype) {
   }
   const int64_t n = mask.numel();
   const uint64_t threshold = keep_threshold(p);
-  uint16_t words[kBlock / 16];
   dispatch_all(dtype, [&]<typename T>() {
     const T kept = dtype == kBool ? T(1) : static_cast<T>(1.0 / (1.0 - p));
     T* q = static_cast<T*>(mask.raw_data());
-    for (int64_t start = 0; start < n; start += kBlock) {  // a block of keep bits, then their values
-      const int64_t len = std::min(kBlock, n - start);
-      draw_keep_bits(gen, len, threshold, words);
+    for_keep_blocks(gen, n, threshold, [&](int64_t start, int64_t len, const uint16_t* words) {
       for (int64_t i = 0; i < len; ++i) q[start + i] = (words[i / 16] >> (i % 16)) & 1 ? kept : T(0);
-    }
+    });
   });
   return mask;
 }
@@ -190,9 +227,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   const double scale = 1.0 / (1.0 - p);
   const int64_t n = x.numel();
   Tensor out = empty(x.shape(), {.dtype = x.dtype()});
-  dispatch_float(x.dtype(), "dropout", [&]<typename T>() {
-    apply_keep<T>(gen, threshold, scale, n, nullptr, x.data<T>(), out.data<T>());
-  });
+  dispatch_float(x.dtype(), "dropout",
+                 [&]<typename T>() { apply_keep<T>(gen, threshold, scale, n, nullptr, x.data<T>(), out.data<T>()); });
   if (!any_requires_grad({x})) return out;
   return record("dropout", out, {x}, [start, threshold, scale](const Tensor& g, GradInputs& gi) {
     Tensor dx = reuse_or_empty_like(g);  // elementwise: may overwrite g
@@ -220,7 +256,8 @@ void positive_bits(const T* y, int64_t n, uint8_t* bits) {
       std::memcpy(bits + i / 8, &m, 2);
     }
   } else {
-    for (; i + 8 <= n; i += 8) bits[i / 8] = _mm512_cmp_pd_mask(_mm512_loadu_pd(y + i), _mm512_setzero_pd(), _CMP_GT_OQ);
+    for (; i + 8 <= n; i += 8)
+      bits[i / 8] = _mm512_cmp_pd_mask(_mm512_loadu_pd(y + i), _mm512_setzero_pd(), _CMP_GT_OQ);
   }
 #endif
   for (; i < n; i += 8) {
@@ -271,12 +308,9 @@ Tensor relu_dropout_impl(const Tensor& x, double p, bool training, Generator& ge
     const T s = static_cast<T>(scale);
     const T* px = x.data<T>();
     T* q = out.data<T>();
-    // A block of keep bits (the draws dropout_mask makes), then applied (kBlock is a multiple of 16: each block
+    // Blocks of keep bits (the draws dropout_mask makes), then applied (kBlock is a multiple of 16: each block
     // fills whole bytes of the saved mask).
-    uint16_t words[kBlock / 16];
-    for (int64_t start = 0; start < n; start += kBlock) {
-      const int64_t len = std::min(kBlock, n - start);
-      draw_keep_bits(gen, len, threshold, words);
+    for_keep_blocks(gen, n, threshold, [&](int64_t start, int64_t len, const uint16_t* words) {
       const T* xb = px + start;
       T* qb = q + start;
       int64_t i = 0;
@@ -285,7 +319,8 @@ Tensor relu_dropout_impl(const Tensor& x, double p, bool training, Generator& ge
         const __m512 vs = _mm512_set1_ps(s), zero = _mm512_setzero_ps();
         for (; i + 16 <= len; i += 16) {
           // max(x, 0) is 0 for NaN and -0, as x > 0 ? x : 0 is.
-          const __m512 y = _mm512_mul_ps(_mm512_max_ps(_mm512_loadu_ps(xb + i), zero), _mm512_maskz_mov_ps(words[i / 16], vs));
+          const __m512 y =
+              _mm512_mul_ps(_mm512_max_ps(_mm512_loadu_ps(xb + i), zero), _mm512_maskz_mov_ps(words[i / 16], vs));
           _mm512_storeu_ps(qb + i, y);
           if (bits) {
             const __mmask16 m = _mm512_cmp_ps_mask(y, zero, _CMP_GT_OQ);
@@ -299,7 +334,7 @@ Tensor relu_dropout_impl(const Tensor& x, double p, bool training, Generator& ge
         qb[j] = r * ((words[j / 16] >> (j % 16)) & 1 ? s : T(0));
       }
       if (bits && i < len) positive_bits(qb + i, len - i, bits + (start + i) / 8);
-    }
+    });
   });
   if (!save) return out;
   return record("relu_dropout", out, {x}, [mask, scale](const Tensor& g, GradInputs& gi) {
@@ -330,7 +365,8 @@ Tensor dropout_add_impl(const Tensor& x, const Tensor& y, double p, bool trainin
   ATTO_CHECK(x.defined() && y.defined(), "dropout_add", "called with an undefined tensor");
   check_probability(p, "dropout_add");
   ATTO_CHECK(x.shape() == y.shape() && x.dtype() == y.dtype(), "dropout_add", "x ", x.shape(), " (",
-             dtype_name(x.dtype()), ") and y ", y.shape(), " (", dtype_name(y.dtype()), ") must have the same shape and dtype");
+             dtype_name(x.dtype()), ") and y ", y.shape(), " (", dtype_name(y.dtype()),
+             ") must have the same shape and dtype");
   ATTO_CHECK(is_floating(x.dtype()), "dropout_add", "expected float32 or float64 tensors, got ", dtype_name(x.dtype()));
   if (!training || p == 0.0 || p == 1.0) return add(x, dropout(y, p, training, gen));
   const GeneratorState start = gen.get_state();  // the backward replays the mask from here (nothing stored)

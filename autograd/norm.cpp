@@ -11,6 +11,7 @@
 #endif
 
 #include "autograd/elementwise.h"
+#include "autograd/parallel.h"
 
 namespace attograd {
 
@@ -185,8 +186,8 @@ void softmax_backward(const T* y, const T* g, T* dx, const Slices s) {
       const T* yr = y + o * s.n;
       const T* gr = g + o * s.n;
       T* dr = dx + o * s.n;
-      const T dot = static_cast<T>(detail::lane_sum(
-          s.n, [&](int64_t i) { return static_cast<double>(gr[i]) * static_cast<double>(yr[i]); }));
+      const T dot = static_cast<T>(
+          detail::lane_sum(s.n, [&](int64_t i) { return static_cast<double>(gr[i]) * static_cast<double>(yr[i]); }));
       for (int64_t i = 0; i < s.n; ++i) dr[i] = yr[i] * (gr[i] - dot);
     }
     return;
@@ -280,8 +281,10 @@ Tensor softmax_op(const Tensor& x, int64_t dim, const char* name) {
   return record(name, out, {x}, [y, s](const Tensor& g, GradInputs& gi) {
     Tensor dx = empty(y.shape(), {.dtype = y.dtype()});
     dispatch_float(y.dtype(), Log ? "log_softmax_backward" : "softmax_backward", [&]<typename T>() {
-      if constexpr (Log) log_softmax_backward<T>(y.data<T>(), g.data<T>(), dx.data<T>(), s);
-      else softmax_backward<T>(y.data<T>(), g.data<T>(), dx.data<T>(), s);
+      if constexpr (Log)
+        log_softmax_backward<T>(y.data<T>(), g.data<T>(), dx.data<T>(), s);
+      else
+        softmax_backward<T>(y.data<T>(), g.data<T>(), dx.data<T>(), s);
     });
     gi[0] = dx;
   });
@@ -291,9 +294,12 @@ Tensor softmax_op(const Tensor& x, int64_t dim, const char* name) {
 // LayerNorm kernels over `rows` rows of N contiguous elements.
 
 // One row of y = (x - mean) * rstd * w + b from its double mean and rstd. The forward and the recompute (for
-// consumers that saved the recipe, see SavedTensor) both call this, so the two give the same bits.
+// consumers that saved the recipe, see SavedTensor) both call this, so the two give the same bits. The row kernels
+// are never inlined: GCC may fuse a multiply and an add differently in each copy of an inlined body (the serial and
+// the parallel call sites), and one compiled body gives the same bits at every call site and thread count.
 template <class T>
-inline void layer_norm_apply_row(const T* xr, const T* w, const T* b, T* yr, double mean, double rstd, int64_t N) {
+__attribute__((noinline)) void layer_norm_apply_row(const T* xr, const T* w, const T* b, T* yr, double mean,
+                                                    double rstd, int64_t N) {
   // The mean as a float pair m + ml: x - m is exact near the mean, so xhat keeps the double mean's
   // accuracy (a lone float mean would shift every row by up to half an ulp of the mean).
   const T m = static_cast<T>(mean), ml = static_cast<T>(mean - static_cast<double>(m)), rs = static_cast<T>(rstd);
@@ -358,8 +364,8 @@ inline double row_sq_dev_f32(const float* x, int64_t N, double mean) {
 // y = (x - mean) * rstd * w + b, with mean and the biased variance accumulated in double over two
 // passes (never E[x^2] - E[x]^2). Writes mean and rstd per row when `mean_out` is non-null.
 template <class T>
-void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean_out, double* rstd_out,
-                        int64_t rows, int64_t N, double eps) {
+void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean_out, double* rstd_out, int64_t rows,
+                        int64_t N, double eps) {
   if (N == 0) return;
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, float>) {
@@ -367,32 +373,37 @@ void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean_o
     // each (correctly rounded, so the same bits as one row at a time; a lone row waits on its divider chain).
     constexpr int G = 8;
     const __m512d vn = _mm512_set1_pd(static_cast<double>(N)), veps = _mm512_set1_pd(eps), one = _mm512_set1_pd(1.0);
-    alignas(64) double acc[G], mean[G], rstd[G];
-    for (int64_t r0 = 0; r0 < rows; r0 += G) {
-      const int g = static_cast<int>(std::min<int64_t>(G, rows - r0));
-      for (int q = 0; q < G; ++q) acc[q] = q < g ? row_sum_f32(x + (r0 + q) * N, N) : 0.0;
-      _mm512_store_pd(mean, _mm512_div_pd(_mm512_load_pd(acc), vn));
-      for (int q = 0; q < G; ++q) acc[q] = q < g ? row_sq_dev_f32(x + (r0 + q) * N, N, mean[q]) : 0.0;
-      const __m512d var = _mm512_div_pd(_mm512_load_pd(acc), vn);
-      _mm512_store_pd(rstd, _mm512_div_pd(one, _mm512_sqrt_pd(_mm512_add_pd(var, veps))));
-      for (int q = 0; q < g; ++q) {
-        if (mean_out) {
-          mean_out[r0 + q] = mean[q];
-          rstd_out[r0 + q] = rstd[q];
-        }
-        layer_norm_apply_row(x + (r0 + q) * N, w, b, y + (r0 + q) * N, mean[q], rstd[q], N);
-      }
-    }
+    // Groups of rows in parallel (each row's result is independent of the split).
+    parallel_for(0, (rows + G - 1) / G, std::max<int64_t>(1, (int64_t{1} << 15) / (G * N)),
+                 [&](int64_t g0, int64_t g1) {
+                   alignas(64) double acc[G], mean[G], rstd[G];
+                   for (int64_t r0 = g0 * G; r0 < std::min(rows, g1 * G); r0 += G) {
+                     const int g = static_cast<int>(std::min<int64_t>(G, rows - r0));
+                     for (int q = 0; q < G; ++q) acc[q] = q < g ? row_sum_f32(x + (r0 + q) * N, N) : 0.0;
+                     _mm512_store_pd(mean, _mm512_div_pd(_mm512_load_pd(acc), vn));
+                     for (int q = 0; q < G; ++q) acc[q] = q < g ? row_sq_dev_f32(x + (r0 + q) * N, N, mean[q]) : 0.0;
+                     const __m512d var = _mm512_div_pd(_mm512_load_pd(acc), vn);
+                     _mm512_store_pd(rstd, _mm512_div_pd(one, _mm512_sqrt_pd(_mm512_add_pd(var, veps))));
+                     for (int q = 0; q < g; ++q) {
+                       if (mean_out) {
+                         mean_out[r0 + q] = mean[q];
+                         rstd_out[r0 + q] = rstd[q];
+                       }
+                       layer_norm_apply_row(x + (r0 + q) * N, w, b, y + (r0 + q) * N, mean[q], rstd[q], N);
+                     }
+                   }
+                 });
     return;
   }
 #endif
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * N;
     const double mean = detail::row_sum(xr, N) / static_cast<double>(N);
-    const double var = detail::lane_sum(N, [&](int64_t i) {
-                         const double d = static_cast<double>(xr[i]) - mean;
-                         return d * d;
-                       }) /
+    const double var = detail::lane_sum(N,
+                                        [&](int64_t i) {
+                                          const double d = static_cast<double>(xr[i]) - mean;
+                                          return d * d;
+                                        }) /
                        static_cast<double>(N);
     const double rstd = 1.0 / std::sqrt(var + eps);
     if (mean_out) {
@@ -407,7 +418,11 @@ void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean_o
 template <class T>
 void layer_norm_recompute(const T* x, const T* w, const T* b, T* y, const double* mean, const double* rstd,
                           int64_t rows, int64_t N) {
-  for (int64_t r = 0; r < rows; ++r) layer_norm_apply_row(x + r * N, w, b, y + r * N, mean[r], rstd[r], N);
+  parallel_for(0, rows, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(N, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r)
+                   layer_norm_apply_row(x + r * N, w, b, y + r * N, mean[r], rstd[r], N);
+               });
 }
 
 // Backward of layer_norm (llm.c's layernorm_backward), xhat = (x - mean) * rstd recomputed per row:
@@ -422,8 +437,8 @@ void layer_norm_recompute(const T* x, const T* w, const T* b, T* y, const double
 // One float32 row of layer_norm_backward below on whole vectors (masked tail): the dbias/dweight terms and the two
 // row sums in one pass (sums of 16 float lanes, folded in double), then dx. dx may be g itself.
 template <bool HasW>
-inline void backward_row_f32(const float* xr, const float* w, const float* gr, float m, float ml, float rs, double invN,
-                             float* dr, float* dwb, float* dbb, int64_t N) {
+__attribute__((noinline)) void backward_row_f32(const float* xr, const float* w, const float* gr, float m, float ml,
+                                                float rs, double invN, float* dr, float* dwb, float* dbb, int64_t N) {
   const __m512 vm = _mm512_set1_ps(m), vml = _mm512_set1_ps(ml), vrs = _mm512_set1_ps(rs);
   __m512 s_dn = _mm512_setzero_ps(), s_dnx = _mm512_setzero_ps();
   for (int64_t i = 0; i < N; i += 16) {
@@ -455,65 +470,76 @@ inline void backward_row_f32(const float* xr, const float* w, const float* gr, f
 }
 #endif
 
+// One row of layer_norm_backward below (any T): the dbias/dweight terms, the two row sums over kAccLanes independent
+// accumulators (so the loop vectorises), then dx. dr may be gr itself.
 template <class T, bool HasW>
-void layer_norm_backward(const T* x, const T* w, const T* g, const double* mean, const double* rstd, T* dx,
-                         double* dw, double* db, int64_t rows, int64_t N) {
-  if (N == 0) return;
+__attribute__((noinline)) void backward_row(const T* xr, const T* w, const T* gr, T m, T ml, T rs, double invN, T* dr,
+                                            T* dwb, T* dbb, int64_t N) {
   constexpr int kAccLanes = 64 / sizeof(T);  // one 512-bit register of T
+  if (dbb)
+    for (int64_t i = 0; i < N; ++i) dbb[i] += gr[i];
+  if (dwb)
+    for (int64_t i = 0; i < N; ++i) dwb[i] += gr[i] * (((xr[i] - m) - ml) * rs);
+  if (!dr) return;
+  T s_dn[kAccLanes] = {}, s_dnx[kAccLanes] = {};
+  int64_t i = 0;
+  for (; i + kAccLanes <= N; i += kAccLanes)
+    for (int k = 0; k < kAccLanes; ++k) {
+      const T dn = HasW ? gr[i + k] * w[i + k] : gr[i + k];
+      s_dn[k] += dn;
+      s_dnx[k] += dn * (((xr[i + k] - m) - ml) * rs);
+    }
+  for (int k = 0; i + k < N; ++k) {
+    const T dn = HasW ? gr[i + k] * w[i + k] : gr[i + k];
+    s_dn[k] += dn;
+    s_dnx[k] += dn * (((xr[i + k] - m) - ml) * rs);
+  }
+  double sum_dn = 0, sum_dnx = 0;
+  for (int k = 0; k < kAccLanes; ++k) sum_dn += static_cast<double>(s_dn[k]), sum_dnx += static_cast<double>(s_dnx[k]);
+  const T mean_dn = static_cast<T>(sum_dn * invN), mean_dnx = static_cast<T>(sum_dnx * invN);
+  for (int64_t j = 0; j < N; ++j) {
+    const T dn = HasW ? gr[j] * w[j] : gr[j];
+    const T xh = ((xr[j] - m) - ml) * rs;
+    dr[j] = rs * (dn - mean_dn - xh * mean_dnx);
+  }
+}
+
+template <class T, bool HasW>
+void layer_norm_backward(const T* x, const T* w, const T* g, const double* mean, const double* rstd, T* dx, double* dw,
+                         double* db, int64_t rows, int64_t N) {
+  if (N == 0 || rows == 0) return;
   constexpr int64_t kBlockRows = 32;
   const double invN = 1.0 / static_cast<double>(N);
-  std::vector<T> dw_blk(dw ? static_cast<size_t>(N) : 0, T(0)), db_blk(db ? static_cast<size_t>(N) : 0, T(0));
-  T* dwb = dw ? dw_blk.data() : nullptr;
-  T* dbb = db ? db_blk.data() : nullptr;
-  auto flush = [&] {
-    if (dw)
-      for (int64_t i = 0; i < N; ++i) dw[i] += static_cast<double>(dwb[i]), dwb[i] = T(0);
-    if (db)
-      for (int64_t i = 0; i < N; ++i) db[i] += static_cast<double>(dbb[i]), dbb[i] = T(0);
-  };
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * N;
-    const T* gr = g + r * N;
-    const T m = static_cast<T>(mean[r]), ml = static_cast<T>(mean[r] - static_cast<double>(m));  // as in forward
-    const T rs = static_cast<T>(rstd[r]);
+  // Blocks of kBlockRows rows run in parallel: each gathers its dweight/dbias terms in T, and the blocks are then
+  // added into the double accumulators in block order, the same sums in the same order whatever the threads.
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  std::vector<T> dw_part(dw ? static_cast<size_t>(blocks * N) : 0), db_part(db ? static_cast<size_t>(blocks * N) : 0);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / (kBlockRows * N));
+  parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      T* dwb = dw ? dw_part.data() + blk * N : nullptr;
+      T* dbb = db ? db_part.data() + blk * N : nullptr;
+      for (int64_t r = blk * kBlockRows; r < std::min(rows, (blk + 1) * kBlockRows); ++r) {
+        const T* xr = x + r * N;
+        const T* gr = g + r * N;
+        const T m = static_cast<T>(mean[r]), ml = static_cast<T>(mean[r] - static_cast<double>(m));  // as in forward
+        const T rs = static_cast<T>(rstd[r]);
 #if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {
-      backward_row_f32<HasW>(xr, w, gr, m, ml, rs, invN, dx ? dx + r * N : nullptr, dwb, dbb, N);
-      if ((r + 1) % kBlockRows == 0) flush();
-      continue;
-    }
-#endif
-    if (dbb)
-      for (int64_t i = 0; i < N; ++i) dbb[i] += gr[i];
-    if (dwb)
-      for (int64_t i = 0; i < N; ++i) dwb[i] += gr[i] * (((xr[i] - m) - ml) * rs);
-    if (dx) {
-      T s_dn[kAccLanes] = {}, s_dnx[kAccLanes] = {};
-      int64_t i = 0;
-      for (; i + kAccLanes <= N; i += kAccLanes)
-        for (int k = 0; k < kAccLanes; ++k) {
-          const T dn = HasW ? gr[i + k] * w[i + k] : gr[i + k];
-          s_dn[k] += dn;
-          s_dnx[k] += dn * (((xr[i + k] - m) - ml) * rs);
+        if constexpr (std::is_same_v<T, float>) {
+          backward_row_f32<HasW>(xr, w, gr, m, ml, rs, invN, dx ? dx + r * N : nullptr, dwb, dbb, N);
+          continue;
         }
-      for (int k = 0; i + k < N; ++k) {
-        const T dn = HasW ? gr[i + k] * w[i + k] : gr[i + k];
-        s_dn[k] += dn;
-        s_dnx[k] += dn * (((xr[i + k] - m) - ml) * rs);
-      }
-      double sum_dn = 0, sum_dnx = 0;
-      for (int k = 0; k < kAccLanes; ++k) sum_dn += static_cast<double>(s_dn[k]), sum_dnx += static_cast<double>(s_dnx[k]);
-      const T mean_dn = static_cast<T>(sum_dn * invN), mean_dnx = static_cast<T>(sum_dnx * invN);
-      T* dr = dx + r * N;
-      for (int64_t j = 0; j < N; ++j) {
-        const T dn = HasW ? gr[j] * w[j] : gr[j];
-        const T xh = ((xr[j] - m) - ml) * rs;
-        dr[j] = rs * (dn - mean_dn - xh * mean_dnx);
+#endif
+        backward_row<T, HasW>(xr, w, gr, m, ml, rs, invN, dx ? dx + r * N : nullptr, dwb, dbb, N);
       }
     }
-    if ((r + 1) % kBlockRows == 0) flush();
+  });
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    if (dw)
+      for (int64_t i = 0; i < N; ++i) dw[i] += static_cast<double>(dw_part[static_cast<size_t>(blk * N + i)]);
+    if (db)
+      for (int64_t i = 0; i < N; ++i) db[i] += static_cast<double>(db_part[static_cast<size_t>(blk * N + i)]);
   }
-  flush();
 }
 
 // Converts a double accumulator into a new tensor of dtype T and the given shape.
@@ -575,8 +601,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     Tensor y = empty(xd.shape(), {.dtype = xd.dtype()});
     dispatch_float(xd.dtype(), "layer_norm_recompute", [&]<typename T>() {
       const double* mean = stats.data<double>();
-      layer_norm_recompute<T>(xd.data<T>(), wd.defined() ? wd.data<T>() : nullptr, bd.defined() ? bd.data<T>() : nullptr,
-                              y.data<T>(), mean, mean + rows, rows, N);
+      layer_norm_recompute<T>(xd.data<T>(), wd.defined() ? wd.data<T>() : nullptr,
+                              bd.defined() ? bd.data<T>() : nullptr, y.data<T>(), mean, mean + rows, rows, N);
     });
     return y;
   });

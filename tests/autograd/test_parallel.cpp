@@ -191,3 +191,39 @@ TEST(Parallel, TrainingIsReproducibleForAGivenThreadCount) {
     EXPECT_EQ(first.second, second.second);
   }
 }
+
+// layer_norm and the dropout ops split rows / mask blocks between threads: every thread count gives the same bits
+// (outputs, gradients, the generator's state afterwards).
+TEST(Parallel, LayerNormAndDropoutAreTheSameForEveryThreadCount) {
+  ThreadsGuard guard;
+  Generator gen(21);
+  const Tensor x0 = randn({1285, 64}, gen), w0 = randn({64}, gen), b0 = randn({64}, gen), g0 = randn({1285, 64}, gen);
+  const Tensor h0 = randn({20 * 4096 + 37}, gen), r0 = randn({20 * 4096 + 37}, gen);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    std::vector<Tensor> out;
+    Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+    Tensor y = layer_norm(x, {64}, w, b, 1e-6);
+    y.backward(g0);
+    for (const Tensor& t : {y.detach(), x.grad(), w.grad(), b.grad()}) out.push_back(t);
+    Generator drop(5);
+    Tensor h = h0.clone().requires_grad_(), r = r0.clone().requires_grad_();
+    Tensor d = dropout(h, 0.1, true, drop);
+    Tensor a = dropout_add(r, h, 0.2, true, drop);
+    Tensor e = relu_dropout(h, 0.3, true, drop);
+    Tensor m = dropout_mask({3, 4096 * 7}, 0.4, drop, kBool);
+    (sum(d) + sum(a * r0) + sum(e * h0)).backward();
+    for (const Tensor& t : {d.detach(), a.detach(), e.detach(), m, h.grad(), r.grad()}) out.push_back(t);
+    out.push_back(from_vector<double>({static_cast<double>(drop.get_state().state)}, {1}));
+    return out;
+  };
+  const auto one = run(1);
+  for (int threads : {2, 3}) {
+    const auto many = run(threads);
+    for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bitwise_equal(many[i], one[i])) << threads << " threads, tensor " << i;
+  }
+  // The generator ends as many draws further as the elements masked.
+  Generator seq(5);
+  for (int64_t i = 0; i < 3 * (20 * 4096 + 37) + 3 * 4096 * 7; ++i) seq.next_u32();
+  EXPECT_EQ(static_cast<double>(seq.get_state().state), one.back().to_vector<double>()[0]);
+}
