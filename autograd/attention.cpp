@@ -87,7 +87,8 @@ inline uint64_t mix64(uint64_t z) {
 // replays the forward's mask without storing it (and any memory layout of q, k, v gives the same mask). 32-bit
 // lanes: sixteen hashes per AVX-512 instruction sequence.
 template <class T>
-inline __attribute__((always_inline)) void dropout_row(const Plan& p, int64_t b, int64_t h, int64_t i, int64_t len, T* mult) {
+inline __attribute__((always_inline)) void dropout_row(const Plan& p, int64_t b, int64_t h, int64_t i, int64_t len,
+                                                       T* mult) {
   constexpr uint64_t kGamma64 = 0x9e3779b97f4a7c15ULL;
   constexpr uint32_t kGamma32 = 0x9e3779b9u;
   const uint64_t row = static_cast<uint64_t>((b * p.H + h) * p.Lq + i);
@@ -155,7 +156,8 @@ struct HeadOperand {
   }
 };
 
-// s (n x lk) = scale * Q[i0:i0+n] K[0:lk]^T + mask, with -inf at blocked entries (bool mask, causal). The forward and the backward both call this, so they see bitwise the same scores.
+// s (n x lk) = scale * Q[i0:i0+n] K[0:lk]^T + mask, with -inf at blocked entries (bool mask, causal). The forward and
+// the backward both call this, so they see bitwise the same scores.
 template <class T>
 void block_scores(const Plan& p, const T* q_bh, int64_t q_sl, const HeadOperand<T>& kt, const void* mask, int64_t b,
                   int64_t h, int64_t i0, int64_t n, int64_t lk, T* s) {
@@ -206,7 +208,8 @@ T exp_shifted(T* row, int64_t lk, T m, T scale = T(1)) {
 // The row's largest element (-inf for an empty or fully blocked row).
 template <class T>
 T row_max(const T* row, int64_t n) {
-  return n == 0 ? -std::numeric_limits<T>::infinity() : Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>(row, n).maxCoeff();
+  return n == 0 ? -std::numeric_limits<T>::infinity()
+                : Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>(row, n).maxCoeff();
 }
 
 #if defined(__AVX512F__)
@@ -260,7 +263,6 @@ inline __attribute__((always_inline)) float row_max<float>(const float* row, int
 // Number of keys a block of query rows [i0, i0 + n) can see: causal blocks skip the keys past their last row.
 inline int64_t visible_keys(const Plan& p, int64_t i0, int64_t n) { return p.causal ? std::min(p.Lk, i0 + n) : p.Lk; }
 
-
 // Per-thread scratch, 64-byte aligned (so that the forward and the backward run Eigen's exp over identically
 // aligned rows and get bitwise the same probabilities), grown on demand and kept: no allocation in steady state.
 // take<U>(n) hands out consecutive 64-byte aligned buffers of n elements.
@@ -300,8 +302,8 @@ Scratch& scratch() {
 
 // Heads per parallel chunk: enough work to pay for waking a thread.
 int64_t head_grain(const Plan& p) {
-  const double per_head = 2.0 * static_cast<double>(p.Lq) * static_cast<double>(p.Lk) *
-                          static_cast<double>(p.dk + p.dv + 8);
+  const double per_head =
+      2.0 * static_cast<double>(p.Lq) * static_cast<double>(p.Lk) * static_cast<double>(p.dk + p.dv + 8);
   return std::max<int64_t>(1, static_cast<int64_t>(2e6 / std::max(per_head, 1.0)));
 }
 
@@ -327,10 +329,11 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
     float* v_buf = sc.take<float>(n_v);
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / p.H, h = bh % p.H;
-      const T* q_bh = q.head(b, h);  // (Lq, d_k), row stride q.sl
-      const T* k_bh = k.head(b, h);  // (Lk, d_k)
-      const T* v_bh = v.head(b, h);  // (Lk, d_v)
-      T* out_bh = out.head(b, h);    // (Lq, d_v)
+      T* probs_bh = probs ? probs + bh * p.Lq * p.Lk : nullptr;  // the head's kept blocks, one after another
+      const T* q_bh = q.head(b, h);                              // (Lq, d_k), row stride q.sl
+      const T* k_bh = k.head(b, h);                              // (Lk, d_k)
+      const T* v_bh = v.head(b, h);                              // (Lk, d_v)
+      T* out_bh = out.head(b, h);                                // (Lq, d_v)
       const HeadOperand<T> kt(p.dk, p.Lk, operand(k_bh, k.sl, true), kt_buf);  // K^T (d_k, Lk)
       const HeadOperand<T> vv(p.Lk, p.dv, operand(v_bh, v.sl), v_buf);         // V (Lk, d_v)
       for (int64_t i0 = 0; i0 < p.Lq; i0 += nb) {
@@ -338,7 +341,8 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
         const int64_t lk = visible_keys(p, i0, n);
         T* w_blk = weights ? weights + (bh * p.Lq + i0) * p.Lk : nullptr;  // (n, Lk)
         if (lk == 0) {                                                     // no keys at all: every row is blocked
-          for (int64_t r = 0; r < n; ++r) std::fill(out_bh + (i0 + r) * out.sl, out_bh + (i0 + r) * out.sl + p.dv, T(0));
+          for (int64_t r = 0; r < n; ++r)
+            std::fill(out_bh + (i0 + r) * out.sl, out_bh + (i0 + r) * out.sl + p.dv, T(0));
           if (stats)
             for (int64_t r = 0; r < n; ++r) {
               stats[2 * (bh * p.Lq + i0 + r)] = kNegInf;
@@ -368,17 +372,23 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
           } else {
             inv_sum = T(1) / row_sum[r];
             for (int64_t j = 0; j < lk; ++j) row[j] *= inv_sum;
-            if (probs) std::copy(row, row + lk, probs + (bh * p.Lq + i0 + r) * p.Lk);  // for the backward
-            if (p.dropout) {
-              dropout_row(p, b, h, i0 + r, lk, mult);
-              for (int64_t j = 0; j < lk; ++j) row[j] *= mult[j];
-            }
           }
           if (stats) {
             stats[2 * (bh * p.Lq + i0 + r)] = m;
             stats[2 * (bh * p.Lq + i0 + r) + 1] = inv_sum;
           }
         }
+        if (probs_bh) {  // P (n, lk) as the backward reads it, the blocks of a head one after another
+          std::copy(s, s + n * lk, probs_bh);
+          probs_bh += n * lk;
+        }
+        if (p.dropout)
+          for (int64_t r = 0; r < n; ++r) {
+            if (row_m[r] == kNegInf) continue;
+            T* row = s + r * lk;
+            dropout_row(p, b, h, i0 + r, lk, mult);
+            for (int64_t j = 0; j < lk; ++j) row[j] *= mult[j];
+          }
         // O = P V.
         vv.mul(n, p.dv, lk, operand<T>(s, lk), out_bh + i0 * out.sl, out.sl, false);
         if (w_blk)
@@ -423,14 +433,15 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
     float* k_buf = sc.take<float>(n_k);
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / p.H, h = bh % p.H;
-      const T* q_bh = q.head(b, h);      // (Lq, d_k)
-      const T* k_bh = k.head(b, h);      // (Lk, d_k)
-      const T* v_bh = v.head(b, h);      // (Lk, d_v)
-      const T* o_bh = out.head(b, h);    // (Lq, d_v)
-      const T* do_bh = dout.head(b, h);  // (Lq, d_v)
-      const HeadOperand<T> kt(probs ? 0 : p.dk, p.Lk, operand(k_bh, k.sl, true), kt_buf);           // K^T (d_k, Lk)
-      const HeadOperand<T> vt(need_ds ? p.dv : 0, p.Lk, operand(v_bh, v.sl, true), vt_buf);          // V^T (d_v, Lk)
-      const HeadOperand<T> kk(dq ? p.Lk : 0, p.dk, operand(k_bh, k.sl), k_buf);                     // K (Lk, d_k)
+      const T* probs_bh = probs ? probs + bh * p.Lq * p.Lk : nullptr;  // the forward's blocks of P, in order
+      const T* q_bh = q.head(b, h);                                    // (Lq, d_k)
+      const T* k_bh = k.head(b, h);                                    // (Lk, d_k)
+      const T* v_bh = v.head(b, h);                                    // (Lk, d_v)
+      const T* o_bh = out.head(b, h);                                  // (Lq, d_v)
+      const T* do_bh = dout.head(b, h);                                // (Lq, d_v)
+      const HeadOperand<T> kt(probs ? 0 : p.dk, p.Lk, operand(k_bh, k.sl, true), kt_buf);    // K^T (d_k, Lk)
+      const HeadOperand<T> vt(need_ds ? p.dv : 0, p.Lk, operand(v_bh, v.sl, true), vt_buf);  // V^T (d_v, Lk)
+      const HeadOperand<T> kk(dq ? p.Lk : 0, p.dk, operand(k_bh, k.sl), k_buf);              // K (Lk, d_k)
       for (int64_t i0 = 0; i0 < p.Lq; i0 += nb) {
         const int64_t n = std::min(nb, p.Lq - i0);
         const int64_t lk = visible_keys(p, i0, n);
@@ -444,37 +455,38 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
         const T* dob = do_bh + i0 * dout.sl;  // dO block (n, d_v)
         // P = exp(S - m) / sum, recomputed exactly as in the forward; blocked rows and keys are zero. Pd = P * keep /
         // (1 - p), the dropped-out probabilities, replayed from the same hash (mult holds each row's multipliers).
-        T* pr = prob;  // (n, lk)
-        if (!probs) block_scores(p, q_bh, q.sl, kt, mask, b, h, i0, n, lk, pr);
+        const T* pr = prob;  // (n, lk)
+        if (probs_bh) {      // kept by the forward (blocked rows already zero)
+          pr = probs_bh;
+          probs_bh += n * lk;
+        } else {
+          block_scores(p, q_bh, q.sl, kt, mask, b, h, i0, n, lk, prob);
+        }
         for (int64_t r = 0; r < n; ++r) {
-          T* row = pr + r * lk;
+          T* row = prob + r * lk;
           const T m = stats[2 * (bh * p.Lq + i0 + r)];
           const T inv_sum = stats[2 * (bh * p.Lq + i0 + r) + 1];
           T* mrow = p.dropout ? mult + r * lk : nullptr;
           if (m == kNegInf) {
-            std::fill(row, row + lk, T(0));
+            if (!probs) std::fill(row, row + lk, T(0));
             if (mrow) std::fill(mrow, mrow + lk, T(0));
             if (pd) std::fill(pd + r * lk, pd + (r + 1) * lk, T(0));
             continue;
           }
-          if (probs) {
-            const T* saved = probs + (bh * p.Lq + i0 + r) * p.Lk;
-            std::copy(saved, saved + lk, row);
-          } else {
-            exp_shifted(row, lk, m, inv_sum);
-          }
+          if (!probs) exp_shifted(row, lk, m, inv_sum);
           if (mrow) {
             dropout_row(p, b, h, i0 + r, lk, mrow);
             if (pd) {
+              const T* prow = pr + r * lk;
               T* pdr = pd + r * lk;
-              for (int64_t j = 0; j < lk; ++j) pdr[j] = row[j] * mrow[j];
+              for (int64_t j = 0; j < lk; ++j) pdr[j] = prow[j] * mrow[j];
             }
           }
         }
         // dV += Pd^T dO  (O = Pd V).
         if (dv)
-          gemm(lk, p.dv, n, operand<T>(p.dropout ? pd : pr, lk, true), operand(dob, dout.sl), dv.head(b, h), dv.sl, true,
-               T(1), false);
+          gemm(lk, p.dv, n, operand<T>(p.dropout ? pd : pr, lk, true), operand(dob, dout.sl), dv.head(b, h), dv.sl,
+               true, T(1), false);
         if (!need_ds) continue;
         // dPd = dO V^T  (gradient of the dropped-out probabilities); dP = dPd * keep / (1 - p).
         vt.mul(n, lk, p.dv, operand(dob, dout.sl), ds, lk, false);
@@ -622,28 +634,27 @@ AttentionResult run_attention(const Plan& plan, const std::vector<Tensor>& input
   for (const Tensor& t : inputs) saved.push_back(t.detach());
   Tensor md = mask.defined() ? mask.detach() : Tensor();
   Tensor od = out.detach();
-  result.output = record(kOp, out, inputs,
-                         [plan, saved, md, od, stats, probs, qi, ki, vi, lq, lk, lv, lo](const Tensor& g,
-                                                                                 GradInputs& gi) {
-                           ATTO_CHECK(g.dtype() == od.dtype(), kOp, "gradient dtype ", dtype_name(g.dtype()),
-                                      " differs from the output's ", dtype_name(od.dtype()));
-                           std::vector<Tensor> grads(saved.size());
-                           for (size_t i = 0; i < saved.size(); ++i)
-                             if (gi.needs(i)) grads[i] = zeros(saved[i].shape(), {.dtype = saved[i].dtype()});
-                           dispatch_float(od.dtype(), kOp, [&]<typename T>() {
-                             auto grad_view = [&](size_t i, const Layout& l) {
-                               return grads[i].defined() ? view_of<T>(grads[i].data<T>(), l) : HeadView<T>{};
-                             };
-                             attention_backward<T>(
-                                 plan, view_of<const T>(saved[qi].data<T>(), lq), view_of<const T>(saved[ki].data<T>(), lk),
-                                 view_of<const T>(saved[vi].data<T>(), lv), md.defined() ? md.raw_data() : nullptr,
-                                 view_of<const T>(od.data<T>(), lo), stats.data<T>(),
-                                 probs.defined() ? probs.data<T>() : nullptr, view_of<const T>(g.data<T>(), lo),
-                                 grad_view(qi, lq), grad_view(ki, lk), grad_view(vi, lv));
-                           });
-                           for (size_t i = 0; i < saved.size(); ++i)
-                             if (gi.needs(i)) gi[i] = grads[i];
-                         });
+  result.output =
+      record(kOp, out, inputs,
+             [plan, saved, md, od, stats, probs, qi, ki, vi, lq, lk, lv, lo](const Tensor& g, GradInputs& gi) {
+               ATTO_CHECK(g.dtype() == od.dtype(), kOp, "gradient dtype ", dtype_name(g.dtype()),
+                          " differs from the output's ", dtype_name(od.dtype()));
+               std::vector<Tensor> grads(saved.size());
+               for (size_t i = 0; i < saved.size(); ++i)
+                 if (gi.needs(i)) grads[i] = zeros(saved[i].shape(), {.dtype = saved[i].dtype()});
+               dispatch_float(od.dtype(), kOp, [&]<typename T>() {
+                 auto grad_view = [&](size_t i, const Layout& l) {
+                   return grads[i].defined() ? view_of<T>(grads[i].data<T>(), l) : HeadView<T>{};
+                 };
+                 attention_backward<T>(
+                     plan, view_of<const T>(saved[qi].data<T>(), lq), view_of<const T>(saved[ki].data<T>(), lk),
+                     view_of<const T>(saved[vi].data<T>(), lv), md.defined() ? md.raw_data() : nullptr,
+                     view_of<const T>(od.data<T>(), lo), stats.data<T>(), probs.defined() ? probs.data<T>() : nullptr,
+                     view_of<const T>(g.data<T>(), lo), grad_view(qi, lq), grad_view(ki, lk), grad_view(vi, lv));
+               });
+               for (size_t i = 0; i < saved.size(); ++i)
+                 if (gi.needs(i)) gi[i] = grads[i];
+             });
   return result;
 }
 
@@ -701,8 +712,8 @@ AttentionResult packed_self_attention(const Tensor& qkv, int64_t num_heads, cons
   ATTO_CHECK(is_floating(qkv.dtype()), kOp, "qkv must be float32 or float64, got ", dtype_name(qkv.dtype()), " qkv ",
              qkv.shape());
   const int64_t E = qkv.shape()[2] / 3;
-  ATTO_CHECK(num_heads > 0 && E % num_heads == 0, kOp, "num_heads = ", num_heads, " must be positive and divide E = ",
-             E, " of qkv ", qkv.shape());
+  ATTO_CHECK(num_heads > 0 && E % num_heads == 0, kOp, "num_heads = ", num_heads,
+             " must be positive and divide E = ", E, " of qkv ", qkv.shape());
   Plan p;
   p.B = qkv.shape()[0];
   p.H = num_heads;
