@@ -30,10 +30,12 @@ namespace attograd::detail {
 namespace {
 
 // Splits C (m, n) into blocks for the threads of the pool and calls run(i0, i1, j0, j1) for each. Rows are split
-// in multiples of `mr` when there are enough of them, else columns in multiples of `nr`. Small products run on
-// the calling thread: waking a worker costs more than a few million flops.
+// in multiples of `mr` when there are enough of them, else columns in multiples of `nr`; with prefer_cols, columns
+// whenever there are enough of them. Small products run on the calling thread: waking a worker costs more than a
+// few million flops.
 template <class F>
-void split_for_threads(int64_t m, int64_t n, int64_t k, int64_t mr, int64_t nr, bool parallel, F run) {
+void split_for_threads(int64_t m, int64_t n, int64_t k, int64_t mr, int64_t nr, bool parallel, F run,
+                       bool prefer_cols = false) {
   constexpr double kMinFlopsPerChunk = 1.5e6;
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(std::max<int64_t>(k, 1));
   if (!parallel || get_num_threads() <= 1 || in_parallel_region() || flops < 2 * kMinFlopsPerChunk) {
@@ -42,7 +44,7 @@ void split_for_threads(int64_t m, int64_t n, int64_t k, int64_t mr, int64_t nr, 
   }
   const int64_t threads = get_num_threads();
   const int64_t row_units = (m + mr - 1) / mr, col_units = (n + nr - 1) / nr;
-  if (row_units >= 4 * threads || row_units >= col_units) {
+  if (!(prefer_cols && col_units >= 2 * threads) && (row_units >= 4 * threads || row_units >= col_units)) {
     const double unit_flops = flops / static_cast<double>(row_units);
     const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kMinFlopsPerChunk / unit_flops));
     parallel_for(0, row_units, grain, [&](int64_t u0, int64_t u1) { run(u0 * mr, std::min(m, u1 * mr), 0, n); });
@@ -472,11 +474,18 @@ void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<flo
   }
   // The bias goes in the first k panel's epilogue where C's old values would be added: the same sums, in the same
   // order, as filling C with the bias rows and accumulating, without the extra pass over C.
-  split_for_threads(m, n, k, 24, 32, parallel, [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-    GemmOperand<float> as = {sub_operand_rows(a, i0), a.ld, a.trans};
-    GemmOperand<float> bs = {sub_operand_cols(b, j0), b.ld, b.trans};
-    packed_gemm_any(i1 - i0, j1 - j0, k, as, bs, c + i0 * ldc + j0, ldc, accumulate, alpha, bias ? bias + j0 : nullptr);
-  });
+  // Each thread packs the B columns of its own block and the A rows of its own block: a weight gradient (A^T
+  // packed, k = tokens) with more columns than rows packs less per thread when split by columns.
+  const bool prefer_cols = a.trans && n > m;
+  split_for_threads(
+      m, n, k, 24, 32, parallel,
+      [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+        GemmOperand<float> as = {sub_operand_rows(a, i0), a.ld, a.trans};
+        GemmOperand<float> bs = {sub_operand_cols(b, j0), b.ld, b.trans};
+        packed_gemm_any(i1 - i0, j1 - j0, k, as, bs, c + i0 * ldc + j0, ldc, accumulate, alpha,
+                        bias ? bias + j0 : nullptr);
+      },
+      prefer_cols);
 #else
   if (bias) {
     fill_bias_rows(m, n, bias, c, ldc);

@@ -148,6 +148,19 @@ TEST(Parallel, GemmIsTheSameForEveryThreadCount) {
     set_num_threads(threads);
     EXPECT_TRUE(all_close(matmul(a, b), c1, 0));
   }
+  // A weight gradient with more columns than rows (split by columns) and one with more rows (split by rows).
+  for (int64_t out : {40, 400}) {
+    Tensor x = randn({300, 170}, gen), w = randn({out, 170}, gen), g = randn({300, out}, gen);
+    std::vector<Tensor> grads;
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      Tensor wl = w.clone().requires_grad_();
+      linear(x, wl, Tensor()).backward(g);
+      grads.push_back(wl.grad());
+    }
+    EXPECT_TRUE(all_close(grads[1], grads[0], 0)) << out;
+    EXPECT_TRUE(all_close(grads[2], grads[0], 0)) << out;
+  }
   Tensor ad = a.to(kFloat64), bd = b.to(kFloat64);
   set_num_threads(1);
   Tensor d1 = matmul(ad, bd);
