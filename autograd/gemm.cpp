@@ -183,19 +183,28 @@ inline void transpose16(const float* src, int64_t ld, int64_t rows, int64_t kcou
 template <int NV>
 void pack_b(const GemmOperand<float>& B, int64_t p0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
   constexpr int kNR = Block<NV>::kNR;
+  if (!B.trans) {
+    // op(B)(k, j) = data[k * ld + j]: row k of the block is nc contiguous floats, dealt out NR at a time to the
+    // panels (masked past nc). Row by row, so that the source streams in order (a weight gradient's B is the
+    // layer's input, cold by the backward).
+    const int64_t full = nc / kNR * kNR;
+    __mmask16 tail[NV];
+    for (int v = 0; v < NV; ++v) tail[v] = first_lanes(nc - full - 16 * v);
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* sk = B.data + (p0 + k) * B.ld + j0;
+      float* o = dst + k * kNR;
+      for (int64_t jr = 0; jr < full; jr += kNR)
+        for (int v = 0; v < NV; ++v) _mm512_store_ps(o + jr * kc + 16 * v, _mm512_loadu_ps(sk + jr + 16 * v));
+      if (full < nc)
+        for (int v = 0; v < NV; ++v)
+          _mm512_store_ps(o + full * kc + 16 * v, _mm512_maskz_loadu_ps(tail[v], sk + full + 16 * v));
+    }
+    return;
+  }
   for (int64_t jr = 0; jr < nc; jr += kNR) {
     const int64_t nr = std::min<int64_t>(kNR, nc - jr);
     float* d = dst + jr * kc;
-    if (!B.trans) {  // op(B)(k, j) = data[k * ld + j]: NR contiguous floats per k (masked past nc)
-      const float* src = B.data + p0 * B.ld + j0 + jr;
-      __mmask16 mask[NV];
-      for (int v = 0; v < NV; ++v) mask[v] = first_lanes(nr - 16 * v);
-      for (int64_t k = 0; k < kc; ++k) {
-        const float* sk = src + k * B.ld;
-        float* o = d + k * kNR;
-        for (int v = 0; v < NV; ++v) _mm512_store_ps(o + 16 * v, _mm512_maskz_loadu_ps(mask[v], sk + 16 * v));
-      }
-    } else {  // op(B)(k, j) = data[j * ld + k]: transpose NR rows of the stored matrix, 16 x 16 at a time
+    {  // op(B)(k, j) = data[j * ld + k]: transpose NR rows of the stored matrix, 16 x 16 at a time
       const float* src = B.data + (j0 + jr) * B.ld + p0;
       for (int v = 0; v < NV; ++v) {
         const int64_t rows = std::clamp<int64_t>(nr - 16 * v, 0, 16);
