@@ -12,6 +12,7 @@
 #include "autograd/eigen_util.h"
 #include "autograd/gemm.h"
 #include "autograd/parallel.h"
+#include "autograd/simd.h"
 
 namespace attograd {
 
@@ -222,7 +223,7 @@ inline __attribute__((always_inline)) float exp_shifted<float>(float* row, int64
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), vscale = _mm512_set1_ps(scale);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t j = 0; j < lk; j += 16) {
-    const __mmask16 k = lk - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (lk - j)) - 1u);
+    const __mmask16 k = detail::first_lanes(lk - j);
     const __m512 x = _mm512_mask_loadu_ps(ninf, k, row + j);
     __m512 e = Eigen::internal::pexp<Packet16f>(_mm512_sub_ps(x, vm));
     e = _mm512_mul_ps(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_GE_OQ), e), vscale);
@@ -242,7 +243,7 @@ template <>
 inline float dot<float>(const float* a, const float* b, int64_t n) {
   __m512 acc = _mm512_setzero_ps();
   for (int64_t x = 0; x < n; x += 16) {
-    const __mmask16 k = n - x >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - x)) - 1u);
+    const __mmask16 k = detail::first_lanes(n - x);
     acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + x), _mm512_maskz_loadu_ps(k, b + x), acc);
   }
   return _mm512_reduce_add_ps(acc);
@@ -253,7 +254,7 @@ inline __attribute__((always_inline)) float row_max<float>(const float* row, int
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 acc = ninf;
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 k = n - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1u);
+    const __mmask16 k = detail::first_lanes(n - j);
     acc = _mm512_max_ps(acc, _mm512_mask_loadu_ps(ninf, k, row + j));
   }
   return _mm512_reduce_max_ps(acc);

@@ -63,14 +63,14 @@ void draw_keep_bits(Generator& gen, int64_t n, uint64_t threshold, uint16_t* wor
     jump_mul *= kPcgMultiplier;
   }
   U64x8 lanes[kVecs];  // lanes[v][j]: the state before draw i + v * kLanes + j
-  uint64_t s = st.state;
+  uint64_t t = st.state;
   for (int v = 0; v < kVecs; ++v)
     for (int j = 0; j < kLanes; ++j) {
-      lanes[v][j] = s;
-      s = s * kPcgMultiplier + st.inc;
+      lanes[v][j] = t;
+      t = t * kPcgMultiplier + st.inc;
     }
   int64_t i = 0;
-  s = st.state;
+  uint64_t s = st.state;  // the state before draw i
   if (n >= kStep) {
 #if ATTOGRAD_DROPOUT_AVX512
     // threshold 2^32 (p rounds to 1) keeps nothing: the draws still advance the generator.
@@ -317,23 +317,16 @@ Tensor relu_dropout_impl(const Tensor& x, double p, bool training, Generator& ge
 #if defined(__AVX512F__)
       if constexpr (std::is_same_v<T, float>) {
         const __m512 vs = _mm512_set1_ps(s), zero = _mm512_setzero_ps();
-        for (; i + 16 <= len; i += 16) {
-          // max(x, 0) is 0 for NaN and -0, as x > 0 ? x : 0 is.
-          const __m512 y =
-              _mm512_mul_ps(_mm512_max_ps(_mm512_loadu_ps(xb + i), zero), _mm512_maskz_mov_ps(words[i / 16], vs));
-          _mm512_storeu_ps(qb + i, y);
-          if (bits) {
-            const __mmask16 m = _mm512_cmp_ps_mask(y, zero, _CMP_GT_OQ);
-            std::memcpy(bits + (start + i) / 8, &m, 2);
-          }
-        }
+        for (; i + 16 <= len; i += 16)  // max(x, 0) is 0 for NaN and -0, as x > 0 ? x : 0 is
+          _mm512_storeu_ps(qb + i, _mm512_mul_ps(_mm512_max_ps(_mm512_loadu_ps(xb + i), zero),
+                                                 _mm512_maskz_mov_ps(words[i / 16], vs)));
       }
 #endif
-      for (int64_t j = i; j < len; ++j) {
-        const T r = xb[j] > T(0) ? xb[j] : T(0);
-        qb[j] = r * ((words[j / 16] >> (j % 16)) & 1 ? s : T(0));
+      for (; i < len; ++i) {
+        const T r = xb[i] > T(0) ? xb[i] : T(0);
+        qb[i] = r * ((words[i / 16] >> (i % 16)) & 1 ? s : T(0));
       }
-      if (bits && i < len) positive_bits(qb + i, len - i, bits + (start + i) / 8);
+      if (bits) positive_bits(qb, len, bits + start / 8);  // the block is still in L1
     });
   });
   if (!save) return out;

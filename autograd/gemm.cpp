@@ -17,6 +17,7 @@
 
 #include "autograd/eigen_util.h"
 #include "autograd/parallel.h"
+#include "autograd/simd.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -145,10 +146,6 @@ struct Scratch {
     return data;
   }
 };
-
-inline __mmask16 first_lanes(int64_t count) {
-  return static_cast<__mmask16>(count >= 16 ? 0xffffu : (1u << std::max<int64_t>(count, 0)) - 1u);
-}
 
 // dst[k * ldd + j] = src[j * ld + k] for j < 16, k < kcount (<= 16), where rows j >= rows of src read as zero: a
 // 16 x 16 transpose in registers (unpack, shuffle, then two rounds of 128-bit lane shuffles).

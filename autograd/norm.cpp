@@ -6,12 +6,9 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 #include "autograd/elementwise.h"
 #include "autograd/parallel.h"
+#include "autograd/simd.h"
 
 namespace attograd {
 
@@ -315,10 +312,6 @@ __attribute__((noinline)) void layer_norm_apply_row(const T* xr, const T* w, con
 }
 
 #if defined(__AVX512F__)
-inline __mmask16 tail_lanes(int64_t count) {
-  return static_cast<__mmask16>(count >= 16 ? 0xffffu : (1u << count) - 1u);
-}
-
 // The 16 float lanes of v as two vectors of 8 doubles (lanes 0-7, lanes 8-15).
 inline void to_doubles(__m512 v, __m512d& lo, __m512d& hi) {
   lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
@@ -337,7 +330,7 @@ inline double row_sum_f32(const float* x, int64_t N) {
   __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
   for (int64_t i = 0; i < N; i += 16) {
     __m512d lo, hi;
-    to_doubles(_mm512_maskz_loadu_ps(tail_lanes(N - i), x + i), lo, hi);
+    to_doubles(_mm512_maskz_loadu_ps(detail::first_lanes(N - i), x + i), lo, hi);
     s0 = _mm512_add_pd(s0, lo);
     s1 = _mm512_add_pd(s1, hi);
   }
@@ -349,7 +342,7 @@ inline double row_sq_dev_f32(const float* x, int64_t N, double mean) {
   const __m512d vm = _mm512_set1_pd(mean);
   __m512d v0 = _mm512_setzero_pd(), v1 = _mm512_setzero_pd();
   for (int64_t i = 0; i < N; i += 16) {
-    const __mmask16 k = tail_lanes(N - i);
+    const __mmask16 k = detail::first_lanes(N - i);
     __m512d lo, hi;
     to_doubles(_mm512_maskz_loadu_ps(k, x + i), lo, hi);
     const __m512d d0 = _mm512_maskz_sub_pd(static_cast<__mmask8>(k), lo, vm);
@@ -425,14 +418,6 @@ void layer_norm_recompute(const T* x, const T* w, const T* b, T* y, const double
                });
 }
 
-// Backward of layer_norm (llm.c's layernorm_backward), xhat = (x - mean) * rstd recomputed per row:
-//   dbias_i   += g_i                 (bias is added to every row)
-//   dweight_i += g_i * xhat_i        (weight scales xhat)
-//   dnorm_i    = g_i * w_i           (gradient reaching xhat)
-//   dx_i       = rstd * (dnorm_i - mean(dnorm) - xhat_i * mean(dnorm * xhat))   (through mean and rstd)
-// Two passes per row: one for the two row sums (kAccLanes independent accumulators of T, so the loop vectorises) and
-// the dweight/dbias terms, one for dx. dweight and dbias gather kBlockRows rows in T, then add into double.
-// dx, dw, db may each be null when not needed.
 #if defined(__AVX512F__)
 // One float32 row of layer_norm_backward below on whole vectors (masked tail): the dbias/dweight terms and the two
 // row sums in one pass (sums of 16 float lanes, folded in double), then dx. dx may be g itself.
@@ -442,7 +427,7 @@ __attribute__((noinline)) void backward_row_f32(const float* xr, const float* w,
   const __m512 vm = _mm512_set1_ps(m), vml = _mm512_set1_ps(ml), vrs = _mm512_set1_ps(rs);
   __m512 s_dn = _mm512_setzero_ps(), s_dnx = _mm512_setzero_ps();
   for (int64_t i = 0; i < N; i += 16) {
-    const __mmask16 k = tail_lanes(N - i);
+    const __mmask16 k = detail::first_lanes(N - i);
     const __m512 g = _mm512_maskz_loadu_ps(k, gr + i);  // 0 past N: adds nothing below
     const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xr + i), vm), vml), vrs);
     if (dbb) _mm512_mask_storeu_ps(dbb + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, dbb + i), g));
@@ -457,7 +442,7 @@ __attribute__((noinline)) void backward_row_f32(const float* xr, const float* w,
   const __m512 mean_dn = _mm512_set1_ps(static_cast<float>(lanes_sum_in_double(s_dn) * invN));
   const __m512 mean_dnx = _mm512_set1_ps(static_cast<float>(lanes_sum_in_double(s_dnx) * invN));
   for (int64_t i = 0; i < N; i += 16) {
-    const __mmask16 k = tail_lanes(N - i);
+    const __mmask16 k = detail::first_lanes(N - i);
     const __m512 g = _mm512_maskz_loadu_ps(k, gr + i);
     const __m512 dn = HasW ? _mm512_mul_ps(g, _mm512_maskz_loadu_ps(k, w + i)) : g;
     const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xr + i), vm), vml), vrs);
@@ -504,6 +489,13 @@ __attribute__((noinline)) void backward_row(const T* xr, const T* w, const T* gr
   }
 }
 
+// Backward of layer_norm (llm.c's layernorm_backward), xhat = (x - mean) * rstd recomputed per row:
+//   dbias_i   += g_i                 (bias is added to every row)
+//   dweight_i += g_i * xhat_i        (weight scales xhat)
+//   dnorm_i    = g_i * w_i           (gradient reaching xhat)
+//   dx_i       = rstd * (dnorm_i - mean(dnorm) - xhat_i * mean(dnorm * xhat))   (through mean and rstd)
+// Two passes per row (backward_row, backward_row_f32): one for the two row sums and the dweight/dbias terms, one for
+// dx. dx, dw, db may each be null when not needed.
 template <class T, bool HasW>
 void layer_norm_backward(const T* x, const T* w, const T* g, const double* mean, const double* rstd, T* dx, double* dw,
                          double* db, int64_t rows, int64_t N) {
@@ -511,14 +503,18 @@ void layer_norm_backward(const T* x, const T* w, const T* g, const double* mean,
   constexpr int64_t kBlockRows = 32;
   const double invN = 1.0 / static_cast<double>(N);
   // Blocks of kBlockRows rows run in parallel: each gathers its dweight/dbias terms in T, and the blocks are then
-  // added into the double accumulators in block order, the same sums in the same order whatever the threads.
+  // added into the double accumulators in block order, the same sums in the same order whatever the threads. The
+  // partials come from the caching allocator (no system allocation in a training step).
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
-  std::vector<T> dw_part(dw ? static_cast<size_t>(blocks * N) : 0), db_part(db ? static_cast<size_t>(blocks * N) : 0);
+  const Tensor dw_t = dw ? zeros({blocks, N}, {.dtype = dtype_of<T>()}) : Tensor();
+  const Tensor db_t = db ? zeros({blocks, N}, {.dtype = dtype_of<T>()}) : Tensor();
+  T* dw_part = dw ? static_cast<T*>(dw_t.raw_data()) : nullptr;
+  T* db_part = db ? static_cast<T*>(db_t.raw_data()) : nullptr;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / (kBlockRows * N));
   parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t blk = b0; blk < b1; ++blk) {
-      T* dwb = dw ? dw_part.data() + blk * N : nullptr;
-      T* dbb = db ? db_part.data() + blk * N : nullptr;
+      T* dwb = dw ? dw_part + blk * N : nullptr;
+      T* dbb = db ? db_part + blk * N : nullptr;
       for (int64_t r = blk * kBlockRows; r < std::min(rows, (blk + 1) * kBlockRows); ++r) {
         const T* xr = x + r * N;
         const T* gr = g + r * N;
@@ -536,9 +532,9 @@ void layer_norm_backward(const T* x, const T* w, const T* g, const double* mean,
   });
   for (int64_t blk = 0; blk < blocks; ++blk) {
     if (dw)
-      for (int64_t i = 0; i < N; ++i) dw[i] += static_cast<double>(dw_part[static_cast<size_t>(blk * N + i)]);
+      for (int64_t i = 0; i < N; ++i) dw[i] += static_cast<double>(dw_part[blk * N + i]);
     if (db)
-      for (int64_t i = 0; i < N; ++i) db[i] += static_cast<double>(db_part[static_cast<size_t>(blk * N + i)]);
+      for (int64_t i = 0; i < N; ++i) db[i] += static_cast<double>(db_part[blk * N + i]);
   }
 }
 
