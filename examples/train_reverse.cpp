@@ -39,9 +39,8 @@ int main(int argc, char** argv) {
   // Data: an endless stream of training examples, and a fixed held-out set drawn from a different seed.
   const data::TaskOptions task{.task = data::Task::Reverse, .min_len = cfg.min_len, .max_len = cfg.max_len};
   data::TaskDataset train_data(task, train::derive_seed(cfg.seed, train::Stream::Data));
-  data::TaskDataset heldout(task, train::derive_seed(cfg.seed, train::Stream::Heldout));
-  std::vector<data::Example> val;
-  for (int64_t i = 0; i < cfg.eval_size; ++i) val.push_back(heldout.next_example());
+  const std::vector<data::Example> val =
+      train_data.heldout(cfg.eval_size, train::derive_seed(cfg.seed, train::Stream::Heldout));
 
   // Model: a pre-LN decoder-only transformer reading "src SEP tgt", its embedding tied to the output.
   Generator init_gen(train::derive_seed(cfg.seed, train::Stream::Init));
@@ -71,8 +70,10 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     model.train();
     optimizer.zero_grad();
-    const data::LMBatch batch = train_data.next_lm(cfg.batch);  // input, target (B, L)
-    const Tensor logits = model.forward(batch.input);            // (B, L, V)
+    std::vector<data::Example> examples;
+    for (int64_t i = 0; i < cfg.batch; ++i) examples.push_back(train_data.next());
+    const nn::SequenceBatch batch = model.make_batch(examples);  // inputs {src SEP tgt}, target (B, L)
+    const Tensor logits = model.forward(batch.inputs[0]);         // (B, L, V)
     const Tensor loss = cross_entropy(reshape(logits, {-1, vocab}), reshape(batch.target, {-1}),
                                       {.ignore_index = data::kIgnore, .label_smoothing = cfg.label_smoothing});
     const double lr = optimizer.lr();
@@ -98,10 +99,8 @@ int main(int argc, char** argv) {
 
   // A few held-out predictions.
   for (size_t i = 0; i < 4 && i < val.size(); ++i) {
-    std::vector<int64_t> prompt = val[i].src;
-    prompt.push_back(data::kSep);
     const std::vector<int64_t> out =
-        train::strip_eos(train::greedy_decode(model, {prompt}, data::max_tgt_len(task) + 1)[0]);
+        train::strip_eos(train::greedy_decode(model, {val[i].src}, data::max_tgt_len(task) + 1)[0]);
     std::printf("  %-26s -> %-26s %s\n", data::tokens_to_string(val[i].src).c_str(),
                 data::tokens_to_string(out).c_str(), out == val[i].tgt ? "ok" : "WRONG");
   }

@@ -1,5 +1,6 @@
 #include "nn/models.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/dropout.h"
@@ -203,6 +204,15 @@ Tensor Decoder::forward(const Tensor& trg_seq, const Tensor& trg_mask, const Ten
 }
 
 Transformer::Transformer(const TransformerOptions& o, Generator& gen) : options(o) {
+  spec_ = {.vocab = std::max(o.src_vocab, o.tgt_vocab),
+           .layers = o.n_layers,
+           .d_model = o.d_model,
+           .heads = o.n_head,
+           .d_ff = o.d_inner,
+           .dropout = o.dropout,
+           .max_source_len = o.n_position,
+           .max_target_len = o.n_position - 1,
+           .specials = {.pad = o.pad_idx}};
   const char* me = "Transformer";
   ATTO_CHECK(o.src_vocab > 0 && o.tgt_vocab > 0, me,
              "src_vocab and tgt_vocab must be positive, got src_vocab=", o.src_vocab, ", tgt_vocab=", o.tgt_vocab);
@@ -351,6 +361,15 @@ void CausalLMBlock::set_store_attention(bool on) {
 }
 
 CausalLM::CausalLM(const CausalLMOptions& o, Generator& gen) : options(o) {
+  spec_ = {.vocab = o.vocab,
+           .layers = o.n_layers,
+           .d_model = o.d_model,
+           .heads = o.n_head,
+           .d_ff = o.d_ff,
+           .dropout = o.dropout,
+           .max_source_len = o.max_len - 1,
+           .max_target_len = o.max_len - 1,
+           .specials = {.pad = o.pad_idx}};
   const char* me = "CausalLM";
   ATTO_CHECK(o.vocab > 0 && o.d_model > 0 && o.n_head > 0 && o.d_ff > 0 && o.max_len > 0, me,
              "vocab, d_model, n_head, d_ff and max_len must be positive, got vocab=", o.vocab, ", d_model=", o.d_model,
@@ -407,6 +426,232 @@ std::string CausalLM::extra_repr() const {
   return cat("vocab=", o.vocab, ", d_model=", o.d_model, ", n_head=", o.n_head, ", d_ff=", o.d_ff,
              ", n_layers=", o.n_layers, ", dropout=", detail::py_float(o.dropout), ", max_len=", o.max_len,
              ", pad_idx=", o.pad_idx);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sequence-model interface of both models
+
+namespace {
+
+// Puts a module in eval mode for the scope and restores its training flag and attention storing afterwards.
+template <class M>
+class AttentionScope {
+ public:
+  explicit AttentionScope(M& m) : m_(m), was_training_(m.is_training()) {
+    m_.eval();
+    m_.store_attention(true);
+  }
+  ~AttentionScope() {
+    m_.store_attention(false);
+    m_.train(was_training_);
+  }
+  AttentionScope(const AttentionScope&) = delete;
+  AttentionScope& operator=(const AttentionScope&) = delete;
+
+ private:
+  M& m_;
+  bool was_training_;
+};
+
+Tensor row_tensor(const std::vector<int64_t>& tokens) {
+  return from_vector(tokens, {1, static_cast<int64_t>(tokens.size())});  // (1, L)
+}
+
+}  // namespace
+
+std::shared_ptr<SequenceModel> Transformer::build(const ModelSpec& s, Generator& gen) {
+  ATTO_CHECK(s.heads > 0 && s.d_model % s.heads == 0, "Transformer", "heads (", s.heads, ") must divide d_model (",
+             s.d_model, ")");
+  auto m = std::make_shared<Transformer>(
+      TransformerOptions{.src_vocab = s.vocab,
+                         .tgt_vocab = s.vocab,
+                         .d_model = s.d_model,
+                         .n_head = s.heads,
+                         .d_k = s.d_model / s.heads,
+                         .d_v = s.d_model / s.heads,
+                         .d_inner = s.d_ff,
+                         .n_layers = s.layers,
+                         .dropout = s.dropout,
+                         .pad_idx = s.specials.pad,
+                         .n_position = std::max(s.max_source_len, s.max_target_len + 1)},
+      gen);
+  m->spec_ = s;
+  return m;
+}
+
+SequenceBatch Transformer::make_batch(const std::vector<Example>& ex) const {
+  check_examples(ex, "Transformer::make_batch");
+  const SpecialTokens& sp = spec_.specials;
+  size_t S = 0, T = 0;
+  for (const Example& e : ex) {
+    S = std::max(S, e.src.size());
+    T = std::max(T, e.tgt.size() + 1);
+  }
+  const auto B = static_cast<int64_t>(ex.size());
+  Tensor src = full({B, static_cast<int64_t>(S)}, static_cast<double>(sp.pad), {.dtype = kInt64});  // (B, S)
+  Tensor tgt_in = full({B, static_cast<int64_t>(T)}, static_cast<double>(sp.pad), {.dtype = kInt64});  // (B, T)
+  Tensor tgt_out = full({B, static_cast<int64_t>(T)}, static_cast<double>(sp.ignore_index), {.dtype = kInt64});
+  int64_t* ps = src.data<int64_t>();
+  int64_t* pi = tgt_in.data<int64_t>();
+  int64_t* po = tgt_out.data<int64_t>();
+  for (size_t i = 0; i < ex.size(); ++i) {
+    std::copy(ex[i].src.begin(), ex[i].src.end(), ps + i * S);
+    pi[i * T] = sp.bos;
+    std::copy(ex[i].tgt.begin(), ex[i].tgt.end(), pi + i * T + 1);
+    std::copy(ex[i].tgt.begin(), ex[i].tgt.end(), po + i * T);
+    po[i * T + ex[i].tgt.size()] = sp.eos;
+  }
+  return {.inputs = {src, tgt_in}, .target = tgt_out, .examples = ex};
+}
+
+Tensor Transformer::forward_batch(const SequenceBatch& b) {
+  ATTO_CHECK(b.inputs.size() == 2, "Transformer", "a batch needs inputs {src, tgt_in}, got ", b.inputs.size(),
+             " tensors");
+  return forward(b.inputs[0], b.inputs[1]);  // (B, T, V)
+}
+
+DecodeState Transformer::begin_decode(const TokenRows& sources) {
+  DecodeState st;
+  st.sources = sources;
+  st.decoded.resize(sources.size());
+  for (size_t b = 0; b < sources.size(); ++b) st.active.push_back(static_cast<int64_t>(b));
+  if (sources.empty()) return st;
+  size_t S = 0;
+  for (const auto& r : sources) S = std::max(S, r.size());
+  const Tensor src = pack_rows(sources, static_cast<int64_t>(S), spec_.specials.pad);  // (B, S)
+  st.memory = {src, encode(src)};                                                     // (B, S), (B, S, D)
+  return st;
+}
+
+Tensor Transformer::decode_step(DecodeState& st) {
+  // Every row is fed (BOS + its tokens; a finished row padded after its EOS), as the rows of one batch.
+  const int64_t t = [&] {
+    size_t n = 0;
+    for (int64_t b : st.active) n = std::max(n, st.decoded[static_cast<size_t>(b)].size());
+    return static_cast<int64_t>(n);
+  }();
+  TokenRows tgt(st.decoded.size());
+  for (size_t b = 0; b < tgt.size(); ++b) {
+    tgt[b].push_back(spec_.specials.bos);
+    tgt[b].insert(tgt[b].end(), st.decoded[b].begin(), st.decoded[b].end());
+  }
+  const Tensor logits = decode(pack_rows(tgt, t + 1, spec_.specials.pad), st.memory[1], st.memory[0]);  // (B, t+1, V)
+  std::vector<std::pair<int64_t, int64_t>> at;
+  for (int64_t b : st.active) at.emplace_back(b, static_cast<int64_t>(st.decoded[static_cast<size_t>(b)].size()));
+  return gather_positions(logits, at);  // (A, V)
+}
+
+std::vector<AttentionMap> Transformer::attention_maps(const std::vector<int64_t>& src,
+                                                      const std::vector<int64_t>& output) {
+  std::vector<int64_t> tgt_in{spec_.specials.bos};
+  tgt_in.insert(tgt_in.end(), output.begin(), output.end());
+  std::vector<Tensor> enc, dec_self, dec_cross;
+  {
+    NoGradGuard no_grad;
+    AttentionScope scope(*this);
+    forward(row_tensor(src), row_tensor(tgt_in));
+    enc = encoder_attention();
+    dec_self = decoder_self_attention();
+    dec_cross = decoder_cross_attention();
+  }
+  std::vector<AttentionMap> maps;
+  for (size_t i = 0; i < enc.size(); ++i) maps.push_back({cat("encoder ", i, " self"), enc[i], src, src});
+  for (size_t i = 0; i < dec_self.size(); ++i) {
+    maps.push_back({cat("decoder ", i, " self"), dec_self[i], tgt_in, tgt_in});
+    maps.push_back({cat("decoder ", i, " cross"), dec_cross[i], tgt_in, src});
+  }
+  return maps;
+}
+
+std::shared_ptr<SequenceModel> CausalLM::build(const ModelSpec& s, Generator& gen) {
+  auto m = std::make_shared<CausalLM>(CausalLMOptions{.vocab = s.vocab,
+                                                      .d_model = s.d_model,
+                                                      .n_head = s.heads,
+                                                      .d_ff = s.d_ff,
+                                                      .n_layers = s.layers,
+                                                      .dropout = s.dropout,
+                                                      .max_len = s.max_source_len + s.max_target_len + 1,
+                                                      .pad_idx = s.specials.pad},
+                                      gen);
+  m->spec_ = s;
+  return m;
+}
+
+SequenceBatch CausalLM::make_batch(const std::vector<Example>& ex) const {
+  check_examples(ex, "CausalLM::make_batch");
+  const SpecialTokens& sp = spec_.specials;
+  // sequence = src SEP tgt EOS; input = sequence[:-1], target = sequence[1:] where it is tgt or EOS.
+  size_t L = 0;
+  for (const Example& e : ex) L = std::max(L, e.src.size() + 1 + e.tgt.size());
+  ATTO_CHECK(static_cast<int64_t>(L) <= options.max_len, "CausalLM::make_batch", "source + SEP + target of ", L,
+             " tokens exceeds max_len ", options.max_len);
+  const auto B = static_cast<int64_t>(ex.size());
+  Tensor input = full({B, static_cast<int64_t>(L)}, static_cast<double>(sp.pad), {.dtype = kInt64});  // (B, L)
+  Tensor target = full({B, static_cast<int64_t>(L)}, static_cast<double>(sp.ignore_index), {.dtype = kInt64});
+  int64_t* in = input.data<int64_t>();
+  int64_t* tg = target.data<int64_t>();
+  for (size_t i = 0; i < ex.size(); ++i) {
+    std::vector<int64_t> seq = ex[i].src;
+    seq.push_back(sp.sep);
+    seq.insert(seq.end(), ex[i].tgt.begin(), ex[i].tgt.end());
+    seq.push_back(sp.eos);
+    const size_t first_target = ex[i].src.size() + 1;  // index in seq of the first tgt token
+    for (size_t p = 0; p + 1 < seq.size(); ++p) {
+      in[i * L + p] = seq[p];
+      if (p + 1 >= first_target) tg[i * L + p] = seq[p + 1];
+    }
+  }
+  return {.inputs = {input}, .target = target, .examples = ex};
+}
+
+Tensor CausalLM::forward_batch(const SequenceBatch& b) {
+  ATTO_CHECK(b.inputs.size() == 1, "CausalLM", "a batch needs inputs {tokens}, got ", b.inputs.size(), " tensors");
+  return forward(b.inputs[0]);  // (B, L, V)
+}
+
+DecodeState CausalLM::begin_decode(const TokenRows& sources) {
+  DecodeState st;
+  st.sources = sources;
+  st.decoded.resize(sources.size());
+  for (size_t b = 0; b < sources.size(); ++b) st.active.push_back(static_cast<int64_t>(b));
+  return st;
+}
+
+Tensor CausalLM::decode_step(DecodeState& st) {
+  // Only running rows are fed, each right-padded to the longest: with the causal mask the padding after a row's
+  // last token cannot change that token's logits.
+  TokenRows rows;
+  int64_t width = 0;
+  for (int64_t b : st.active) {
+    const auto ub = static_cast<size_t>(b);
+    std::vector<int64_t> r = st.sources[ub];
+    r.push_back(spec_.specials.sep);
+    r.insert(r.end(), st.decoded[ub].begin(), st.decoded[ub].end());
+    width = std::max<int64_t>(width, static_cast<int64_t>(r.size()));
+    rows.push_back(std::move(r));
+  }
+  const Tensor logits = forward(pack_rows(rows, width, spec_.specials.pad));  // (A, width, V)
+  std::vector<std::pair<int64_t, int64_t>> at;
+  for (size_t i = 0; i < rows.size(); ++i)
+    at.emplace_back(static_cast<int64_t>(i), static_cast<int64_t>(rows[i].size()) - 1);
+  return gather_positions(logits, at);  // (A, V)
+}
+
+std::vector<AttentionMap> CausalLM::attention_maps(const std::vector<int64_t>& src,
+                                                   const std::vector<int64_t>& output) {
+  std::vector<int64_t> tokens = src;
+  tokens.push_back(spec_.specials.sep);
+  tokens.insert(tokens.end(), output.begin(), output.end());
+  std::vector<Tensor> weights;
+  {
+    NoGradGuard no_grad;
+    AttentionScope scope(*this);
+    forward(row_tensor(tokens));
+    weights = attention_weights();
+  }
+  std::vector<AttentionMap> maps;
+  for (size_t i = 0; i < weights.size(); ++i) maps.push_back({cat("layer ", i), weights[i], tokens, tokens});
+  return maps;
 }
 
 }  // namespace attograd::nn

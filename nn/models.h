@@ -33,6 +33,7 @@
 #include "nn/layers.h"
 #include "nn/module.h"
 #include "nn/positional.h"
+#include "nn/sequence_model.h"
 
 namespace attograd::nn {
 
@@ -166,12 +167,15 @@ class Decoder : public Module {
 /// The seed's encoder-decoder Transformer (see the file comment). Padding and causal masks are built inside from
 /// the tokens and pad_idx. A query whose keys are all padding attends to nothing (zeros; the seed's -1e9 fill
 /// gives uniform weights there): only a source of nothing but padding, or a target starting with pad_idx.
-class Transformer : public Module {
+class Transformer : public SequenceModel {
  public:
   /// The options type.
   using Options = TransformerOptions;
   /// Builds the model, drawing every initial weight from `gen`.
   explicit Transformer(const TransformerOptions& options, Generator& gen = default_generator());
+  /// Kind "seq2seq" from a spec: src_vocab = tgt_vocab = vocab, d_k = d_v = d_model / heads, d_inner = d_ff,
+  /// n_position = max(max_source_len, max_target_len + 1), pad_idx = specials.pad, no sharing or tying.
+  static std::shared_ptr<SequenceModel> build(const ModelSpec& spec, Generator& gen);
   /// "Transformer".
   std::string type_name() const override { return "Transformer"; }
   /// src (B, S) Int64, tgt_in (B, T) Int64 -> logits (B, T, tgt_vocab) (the seed returns them as (B*T, V)).
@@ -196,6 +200,26 @@ class Transformer : public Module {
   /// Draws every future dropout mask from `gen` (which must outlive the model).
   void set_generator(Generator& gen);
 
+  /// "seq2seq".
+  std::string kind() const override { return "seq2seq"; }
+  /// The spec (from build(), or derived from the options: vocab = max(src_vocab, tgt_vocab), max_source_len =
+  /// n_position, max_target_len = n_position - 1).
+  const ModelSpec& spec() const override { return spec_; }
+  /// inputs {src (B, S), tgt_in (B, T) = BOS tgt}, target (B, T) = tgt EOS (ignore_index after it).
+  SequenceBatch make_batch(const std::vector<Example>& examples) const override;
+  /// forward(inputs[0], inputs[1]) -> (B, T, tgt_vocab).
+  Tensor forward_batch(const SequenceBatch& batch) override;
+  /// Encodes the padded sources once (memory[0] = src (B, S), memory[1] = encoder output (B, S, d_model)).
+  DecodeState begin_decode(const TokenRows& sources) override;
+  /// Runs the decoder over BOS + decoded for every row (finished rows padded) and returns the active rows'
+  /// last-position logits.
+  Tensor decode_step(DecodeState& state) override;
+  /// n_position (the decoder reads BOS plus at most n_position - 1 tokens).
+  int64_t max_decode_len() const override { return options.n_position; }
+  /// Encoder self-attention per layer, then decoder self and cross attention per layer.
+  std::vector<AttentionMap> attention_maps(const std::vector<int64_t>& src,
+                                           const std::vector<int64_t>& output) override;
+
   const TransformerOptions options;      ///< the options it was built with
   std::shared_ptr<Encoder> encoder;      ///< "encoder"
   std::shared_ptr<Decoder> decoder;      ///< "decoder"
@@ -204,6 +228,9 @@ class Transformer : public Module {
  protected:
   /// "src_vocab=.., tgt_vocab=.., d_model=.., ...".
   std::string extra_repr() const override;
+
+ private:
+  ModelSpec spec_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -260,12 +287,15 @@ class CausalLMBlock : public Module {
 /// so padding needs no mask for training with ignore_index on padded targets; forward(tokens, true) also blocks
 /// pad keys, which only changes the outputs at padded positions (and, with left padding, leaves a query that sees
 /// only padding attending to nothing).
-class CausalLM : public Module {
+class CausalLM : public SequenceModel {
  public:
   /// The options type.
   using Options = CausalLMOptions;
   /// Builds the model, drawing every initial weight from `gen`.
   explicit CausalLM(const CausalLMOptions& options, Generator& gen = default_generator());
+  /// Kind "lm" from a spec: n_head = heads, n_layers = layers, max_len = max_source_len + max_target_len + 1
+  /// (src SEP tgt), pad_idx = specials.pad.
+  static std::shared_ptr<SequenceModel> build(const ModelSpec& spec, Generator& gen);
   /// "CausalLM".
   std::string type_name() const override { return "CausalLM"; }
   /// tokens (B, L) Int64 with L <= max_len and ids in [0, vocab) -> logits (B, L, vocab).
@@ -281,6 +311,23 @@ class CausalLM : public Module {
   /// Draws every future dropout mask from `gen` (which must outlive the model).
   void set_generator(Generator& gen);
 
+  /// "lm".
+  std::string kind() const override { return "lm"; }
+  /// The spec (from build(), or derived from the options: max_source_len = max_target_len = max_len - 1).
+  const ModelSpec& spec() const override { return spec_; }
+  /// inputs {src SEP tgt (B, L)}, target (B, L): the next token where it is a target token or the final EOS.
+  SequenceBatch make_batch(const std::vector<Example>& examples) const override;
+  /// forward(inputs[0]) -> (B, L, vocab).
+  Tensor forward_batch(const SequenceBatch& batch) override;
+  /// Prompts src SEP, one per row.
+  DecodeState begin_decode(const TokenRows& sources) override;
+  /// Feeds only the active rows (prompt + decoded, right-padded: the causal mask keeps padding out of a row's
+  /// last position) and returns their last-position logits.
+  Tensor decode_step(DecodeState& state) override;
+  /// One map per block over src SEP output.
+  std::vector<AttentionMap> attention_maps(const std::vector<int64_t>& src,
+                                           const std::vector<int64_t>& output) override;
+
   const CausalLMOptions options;       ///< the options it was built with
   std::shared_ptr<Embedding> embed;    ///< "embed" (vocab, D), also the output projection
   Tensor pe;                           ///< "pe" buffer (max_len, D), the sinusoidal table
@@ -291,6 +338,9 @@ class CausalLM : public Module {
  protected:
   /// "vocab=.., d_model=.., ...".
   std::string extra_repr() const override;
+
+ private:
+  ModelSpec spec_;
 };
 
 }  // namespace attograd::nn

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <limits>
 
-#include "nn/models.h"
+#include "nn/sequence_model.h"
 #include "train/tasks.h"
 
 namespace attograd::report {
@@ -388,83 +388,25 @@ std::string attention_svg(const AttentionFigure& figure) {
   return s;
 }
 
-namespace {
 
-std::vector<std::string> labels_of(const std::vector<int64_t>& tokens) {
-  std::vector<std::string> out;
-  out.reserve(tokens.size());
-  for (int64_t t : tokens) out.push_back(data::tokens_to_string({t}));
-  return out;
-}
-
-// Restores a model's training flag and switches attention storing off on scope exit.
-template <class M>
-struct AttentionScope {
-  M& model;
-  bool was_training;
-  explicit AttentionScope(M& m) : model(m), was_training(m.is_training()) {
-    model.eval();
-    model.store_attention(true);
-  }
-  ~AttentionScope() {
-    model.store_attention(false);
-    model.train(was_training);
-  }
-  AttentionScope(const AttentionScope&) = delete;
-  AttentionScope& operator=(const AttentionScope&) = delete;
-};
-
-std::string figure_title(const std::vector<int64_t>& src, const std::vector<int64_t>& output) {
-  const std::string out = output.empty() ? "(nothing)" : data::tokens_to_string(output);
-  return "attention for input \"" + data::tokens_to_string(src) + "\" \u2192 output \"" + out +
-         "\" (rows: queries, columns: keys)";
-}
-
-}  // namespace
-
-AttentionFigure attention_figure(nn::CausalLM& model, const std::vector<int64_t>& src,
-                                 const std::vector<int64_t>& output) {
-  std::vector<int64_t> tokens = src;
-  tokens.push_back(data::kSep);
-  tokens.insert(tokens.end(), output.begin(), output.end());
+AttentionFigure attention_figure(nn::SequenceModel& model, const std::vector<int64_t>& src,
+                                 const std::vector<int64_t>& output, const TokenLabel& label) {
+  auto text = [&](const std::vector<int64_t>& tokens) {
+    std::string s;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      s += (i ? " " : "") + (label ? label(tokens[i]) : data::tokens_to_string({tokens[i]}));
+    return s;
+  };
+  auto labels = [&](const std::vector<int64_t>& tokens) {
+    std::vector<std::string> out;
+    for (int64_t t : tokens) out.push_back(label ? label(t) : data::tokens_to_string({t}));
+    return out;
+  };
   AttentionFigure fig;
-  fig.title = figure_title(src, output);
-  std::vector<Tensor> weights;
-  {
-    NoGradGuard no_grad;
-    AttentionScope scope(model);
-    model.forward(from_vector(tokens, {1, static_cast<int64_t>(tokens.size())}));
-    weights = model.attention_weights();
-  }
-  const std::vector<std::string> labels = labels_of(tokens);
-  for (size_t i = 0; i < weights.size(); ++i)
-    fig.rows.push_back(AttentionRow{cat("layer ", i), weights[i], labels, labels});
-  return fig;
-}
-
-AttentionFigure attention_figure(nn::Transformer& model, const std::vector<int64_t>& src,
-                                 const std::vector<int64_t>& output) {
-  std::vector<int64_t> tgt_in{data::kBos};
-  tgt_in.insert(tgt_in.end(), output.begin(), output.end());
-  AttentionFigure fig;
-  fig.title = figure_title(src, output);
-  std::vector<Tensor> enc, dec_self, dec_cross;
-  {
-    NoGradGuard no_grad;
-    AttentionScope scope(model);
-    model.forward(from_vector(src, {1, static_cast<int64_t>(src.size())}),
-                  from_vector(tgt_in, {1, static_cast<int64_t>(tgt_in.size())}));
-    enc = model.encoder_attention();
-    dec_self = model.decoder_self_attention();
-    dec_cross = model.decoder_cross_attention();
-  }
-  const std::vector<std::string> s = labels_of(src), t = labels_of(tgt_in);
-  for (size_t i = 0; i < enc.size(); ++i)
-    fig.rows.push_back(AttentionRow{cat("encoder ", i, " self"), enc[i], s, s});
-  for (size_t i = 0; i < dec_self.size(); ++i) {
-    fig.rows.push_back(AttentionRow{cat("decoder ", i, " self"), dec_self[i], t, t});
-    fig.rows.push_back(AttentionRow{cat("decoder ", i, " cross"), dec_cross[i], t, s});
-  }
+  fig.title = "attention for input \"" + text(src) + "\" \u2192 output \"" +
+              (output.empty() ? std::string("(nothing)") : text(output)) + "\" (rows: queries, columns: keys)";
+  for (nn::AttentionMap& m : model.attention_maps(src, output))
+    fig.rows.push_back(AttentionRow{m.label, m.weights, labels(m.queries), labels(m.keys)});
   return fig;
 }
 

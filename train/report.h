@@ -14,6 +14,7 @@
 //    gathers every layer's per-head probabilities with the token labels.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,8 +23,7 @@
 #include "train/trainer.h"
 
 namespace attograd::nn {
-class CausalLM;
-class Transformer;
+class SequenceModel;
 }  // namespace attograd::nn
 
 namespace attograd::report {
@@ -86,16 +86,14 @@ struct AttentionFigure {
 /// weights are not (H, Lq, Lk) / (1, H, Lq, Lk) or its labels do not match Lq and Lk.
 std::string attention_svg(const AttentionFigure& figure);
 
-/// Runs the decoder-only model once on `src` SEP `output` (output = the decoded target without its EOS; the
-/// positions the model read while decoding) in eval mode without gradients, storing attention, and returns
-/// one row per block (queries = keys = those tokens). The training flag is restored and storing switched off.
-AttentionFigure attention_figure(nn::CausalLM& model, const std::vector<int64_t>& src,
-                                 const std::vector<int64_t>& output);
+/// A token as text, for axis labels.
+using TokenLabel = std::function<std::string(int64_t)>;
 
-/// Same for the encoder-decoder: encoder input `src`, decoder input BOS `output`; rows per layer: encoder self,
-/// then decoder self and decoder cross (queries: decoder tokens, keys: source tokens).
-AttentionFigure attention_figure(nn::Transformer& model, const std::vector<int64_t>& src,
-                                 const std::vector<int64_t>& output);
+/// Runs a model once on `src` and its decoded `output` (without EOS) with attention stored (the model's
+/// attention_maps: eval mode, no gradients, training flag restored) and returns one row per attention layer, tokens
+/// labelled by `label` (default: the built-in tasks' token names).
+AttentionFigure attention_figure(nn::SequenceModel& model, const std::vector<int64_t>& src,
+                                 const std::vector<int64_t>& output, const TokenLabel& label = {});
 
 /// Writes text to a file (Error naming the path on failure).
 void write_text_file(const std::string& path, const std::string& text);

@@ -1,12 +1,12 @@
 #pragma once
-// Toy sequence tasks (copy, reverse, sort, add) with their own seeded generator, in the two
-// framings the models use: source/target pairs for the encoder-decoder Transformer, and one
-// "src SEP tgt" sequence with the loss on the target part only for the decoder-only model.
+// The built-in toy sequence tasks (copy, reverse, sort, add): one Dataset implementation (train/dataset.h) with
+// its own seeded generator. Each model frames the examples itself (nn/sequence_model.h).
 
 #include <string>
 #include <vector>
 
 #include "autograd/autograd.h"
+#include "train/dataset.h"
 
 namespace attograd::data {
 
@@ -43,54 +43,36 @@ int64_t max_src_len(const TaskOptions& opts);
 /// Longest target sequence (without BOS/EOS) the options can produce.
 int64_t max_tgt_len(const TaskOptions& opts);
 
-/// One example as token ids (no specials).
-struct Example {
-  std::vector<int64_t> src;  ///< source tokens
-  std::vector<int64_t> tgt;  ///< target tokens
-};
-
-/// Encoder-decoder batch.
-struct Seq2SeqBatch {
-  Tensor src;      ///< (B, S) Int64, right-padded with kPad
-  Tensor tgt_in;   ///< (B, T) Int64: kBos then the target, padded
-  Tensor tgt_out;  ///< (B, T) Int64: the target then kEos, padded with kIgnore
-  std::vector<Example> examples;  ///< the examples, for decoding and accuracy
-};
-
-/// Decoder-only batch: input = src SEP tgt EOS (shifted), loss only where the next token is target.
-struct LMBatch {
-  Tensor input;   ///< (B, L) Int64: src SEP tgt, right-padded with kPad
-  Tensor target;  ///< (B, L) Int64: next token where it belongs to tgt or is the final EOS, else kIgnore
-  std::vector<Example> examples;  ///< the examples
-};
-
 /// Generates examples of a task from its own seeded generator; its state can be saved and restored.
-class TaskDataset {
+class TaskDataset : public GeneratedDataset {
  public:
   /// Validates options (Error on min_len < 1, max_len < min_len, num_symbols < 2).
   TaskDataset(TaskOptions opts, uint64_t seed);
-  /// The next example.
-  Example next_example();
-  /// The next batch in the encoder-decoder framing.
-  Seq2SeqBatch next_seq2seq(int64_t batch_size);
-  /// The next batch in the decoder-only framing.
-  LMBatch next_lm(int64_t batch_size);
+  /// Draws one example: uniform lengths in [min_len, max_len], uniform symbols, the task's target.
+  Example generate(Generator& gen) const override;
+  /// The task's name ("reverse", ...).
+  std::string name() const override { return task_name(opts_.task); }
+  /// vocab_size(options()).
+  int64_t vocab_size() const override { return data::vocab_size(opts_); }
+  /// max_src_len(options()).
+  int64_t max_source_len() const override { return max_src_len(opts_); }
+  /// max_tgt_len(options()).
+  int64_t max_target_len() const override { return max_tgt_len(opts_); }
+  /// Copy, reverse and sort (a target as long as its source); not add.
+  bool aligned() const override { return opts_.task != Task::Add; }
+  /// Digits as numbers, specials as <pad> <bos> <eos> <sep> +.
+  std::string token_text(int64_t token) const override;
+  /// "3 1 4" (and "+" for add) into symbol tokens (parse_symbols).
+  std::vector<int64_t> parse_source(const std::string& text) const override;
   /// The options.
   const TaskOptions& options() const { return opts_; }
-  /// The generator (its state is the data position).
-  Generator& generator() { return gen_; }
 
  private:
   TaskOptions opts_;
-  Generator gen_;
 };
 
 /// The target a task prescribes for a source.
 std::vector<int64_t> solve(const TaskOptions& opts, const std::vector<int64_t>& src);
-/// Builds an encoder-decoder batch from examples.
-Seq2SeqBatch make_seq2seq_batch(const std::vector<Example>& examples);
-/// Builds a decoder-only batch from examples.
-LMBatch make_lm_batch(const std::vector<Example>& examples);
 /// Token ids as text: digits as numbers, specials as <pad> <bos> <eos> <sep> +.
 std::string tokens_to_string(const std::vector<int64_t>& tokens);
 /// Parses "3 1 4" into symbol tokens; Error on anything that is not a symbol below num_symbols.

@@ -17,7 +17,8 @@
 
 #include "autograd/loss.h"
 #include "autograd/shape.h"
-#include "nn/models.h"
+#include "nn/attention.h"
+#include "nn/layers.h"
 #include "train/serialize.h"
 
 namespace attograd::train {
@@ -138,9 +139,11 @@ TrainConfig TrainConfig::from_json(const std::string& text) {
 }
 
 void TrainConfig::validate() const {
-  ATTO_CHECK(one_of(task, {"copy", "reverse", "sort", "add"}), kConfig,
-             "task must be copy, reverse, sort or add, got \"", task, "\"");
-  ATTO_CHECK(one_of(model, {"lm", "seq2seq"}), kConfig, "model must be lm or seq2seq, got \"", model, "\"");
+  if (!nn::has_model(model)) {
+    std::string kinds;
+    for (const auto& [kind, _] : nn::registered_models()) kinds += (kinds.empty() ? "" : ", ") + kind;
+    throw Error(kConfig, cat("model must be a registered kind (", kinds, "), got \"", model, "\""));
+  }
   ATTO_CHECK(one_of(optimizer, {"adam", "adamw", "sgd"}), kConfig, "optimizer must be adam, adamw or sgd, got \"",
              optimizer, "\"");
   ATTO_CHECK(one_of(schedule, {"noam", "cosine", "constant", "step"}), kConfig,
@@ -176,6 +179,10 @@ void TrainConfig::validate() const {
   ATTO_CHECK(eval_every >= 0, kConfig, "eval_every must be >= 0 (0: only at the end), got ", eval_every);
 }
 
+nn::ModelSpec TrainConfig::model_sizes() const {
+  return {.layers = layers, .d_model = d_model, .heads = heads, .d_ff = d_ff, .dropout = dropout};
+}
+
 // ---------------------------------------------------------------------------------------------
 // Trainer: construction
 
@@ -186,53 +193,49 @@ const TrainConfig& validated(const TrainConfig& c) {
   return c;
 }
 
-data::TaskOptions task_options_of(const TrainConfig& c) {
-  return {.task = data::parse_task(c.task), .min_len = c.min_len, .max_len = c.max_len, .num_symbols = c.num_symbols};
+// Points every module of the tree that draws dropout masks at `gen`.
+void set_dropout_generator(nn::Module& model, Generator& gen) {
+  for (auto& [_, m] : model.named_modules()) {
+    if (auto* d = dynamic_cast<nn::Dropout*>(m)) d->set_generator(gen);
+    if (auto* a = dynamic_cast<nn::MultiheadAttention*>(m)) a->set_generator(gen);
+    if (auto* a = dynamic_cast<nn::MultiHeadAttention*>(m)) a->set_generator(gen);
+  }
 }
 
 }  // namespace
 
-Trainer::Trainer(const TrainConfig& config)
+std::shared_ptr<data::TaskDataset> task_dataset(const TrainConfig& c) {
+  ATTO_CHECK(one_of(c.task, {"copy", "reverse", "sort", "add"}), kConfig,
+             "task must be copy, reverse, sort or add, got \"", c.task, "\"");
+  return std::make_shared<data::TaskDataset>(
+      data::TaskOptions{
+          .task = data::parse_task(c.task), .min_len = c.min_len, .max_len = c.max_len, .num_symbols = c.num_symbols},
+      derive_seed(c.seed, Stream::Data));
+}
+
+Trainer::Trainer(const TrainConfig& config) : Trainer(validated(config), task_dataset(config)) {}
+
+Trainer::Trainer(const TrainConfig& config, std::shared_ptr<data::Dataset> dataset,
+                 std::shared_ptr<nn::SequenceModel> model)
     : config_(validated(config)),
-      task_(task_options_of(config_)),
       init_gen_(derive_seed(config_.seed, Stream::Init)),
       dropout_gen_(derive_seed(config_.seed, Stream::Dropout)),
-      train_data_(task_, derive_seed(config_.seed, Stream::Data)),
-      heldout_seed_(derive_seed(config_.seed, Stream::Heldout)) {
-  const TrainConfig& c = config_;
-  set_num_threads(static_cast<int>(c.threads));  // the engine's pool (autograd/parallel.h)
-  const int64_t vocab = data::vocab_size(task_);
-  if (c.model == "lm") {
-    // A sequence is src SEP tgt EOS; the model reads all but its last token.
-    causal_lm_ = std::make_shared<nn::CausalLM>(
-        nn::CausalLMOptions{.vocab = vocab,
-                            .d_model = c.d_model,
-                            .n_head = c.heads,
-                            .d_ff = c.d_ff,
-                            .n_layers = c.layers,
-                            .dropout = c.dropout,
-                            .max_len = data::max_src_len(task_) + data::max_tgt_len(task_) + 1,
-                            .pad_idx = data::kPad},
-        init_gen_);
-    causal_lm_->set_generator(dropout_gen_);
-  } else {
-    transformer_ = std::make_shared<nn::Transformer>(
-        nn::TransformerOptions{.src_vocab = vocab,
-                               .tgt_vocab = vocab,
-                               .d_model = c.d_model,
-                               .n_head = c.heads,
-                               .d_k = c.d_model / c.heads,
-                               .d_v = c.d_model / c.heads,
-                               .d_inner = c.d_ff,
-                               .n_layers = c.layers,
-                               .dropout = c.dropout,
-                               .pad_idx = data::kPad,
-                               .n_position = std::max(data::max_src_len(task_), data::max_tgt_len(task_) + 1)},
-        init_gen_);
-    transformer_->set_generator(dropout_gen_);
-  }
+      data_(std::move(dataset)),
+      heldout_seed_(derive_seed(config_.seed, Stream::Heldout)),
+      model_(std::move(model)) {
+  ATTO_CHECK(data_ != nullptr, "Trainer", "no dataset given");
+  data_->seed(derive_seed(config_.seed, Stream::Data));
+  set_num_threads(static_cast<int>(config_.threads));  // the engine's pool (autograd/parallel.h)
+  if (!model_) model_ = nn::make_model(config_.model, data_->model_spec(config_.model_sizes()), init_gen_);
+  ATTO_CHECK(model_->vocab_size() >= data_->vocab_size(), "Trainer", "the model's vocabulary (",
+             model_->vocab_size(), ") is smaller than the dataset's (", data_->vocab_size(), ")");
+  set_dropout_generator(*model_, dropout_gen_);
+  build_optimizer();
+}
 
-  optim::NamedTensors params = model().named_parameters();
+void Trainer::build_optimizer() {
+  const TrainConfig& c = config_;
+  optim::NamedTensors params = model_->named_parameters();
   const std::pair<double, double> betas{0.9, 0.98};
   if (c.optimizer == "adam")
     optimizer_ = std::make_unique<optim::Adam>(
@@ -256,11 +259,6 @@ Trainer::Trainer(const TrainConfig& config)
 
 Trainer::~Trainer() = default;
 
-nn::Module& Trainer::model() {
-  if (transformer_) return *transformer_;
-  return *causal_lm_;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Trainer: the loop
 
@@ -269,18 +267,15 @@ StepMetrics Trainer::step() {
   model().train();
   optimizer_->zero_grad();
 
-  Tensor logits, target;  // (B, T, V), (B, T)
-  if (transformer_) {
-    const data::Seq2SeqBatch b = train_data_.next_seq2seq(config_.batch);
-    logits = transformer_->forward(b.src, b.tgt_in);
-    target = b.tgt_out;
-  } else {
-    const data::LMBatch b = train_data_.next_lm(config_.batch);
-    logits = causal_lm_->forward(b.input);
-    target = b.target;
-  }
+  std::vector<data::Example> examples;
+  examples.reserve(static_cast<size_t>(config_.batch));
+  for (int64_t i = 0; i < config_.batch; ++i) examples.push_back(data_->next());
+  const nn::SequenceBatch b = model_->make_batch(examples);
+  const int64_t ignore = model_->special_tokens().ignore_index;
+  const Tensor logits = model_->forward_batch(b);  // (B, T, V)
+  const Tensor& target = b.target;                 // (B, T)
   const Tensor loss = cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(target, {-1}),
-                                    {.ignore_index = data::kIgnore, .label_smoothing = config_.label_smoothing});
+                                    {.ignore_index = ignore, .label_smoothing = config_.label_smoothing});
 
   StepMetrics m;
   m.step = step_ + 1;
@@ -295,7 +290,7 @@ StepMetrics Trainer::step() {
   ++step_;
 
   const int64_t* t = target.data<int64_t>();
-  for (int64_t i = 0; i < target.numel(); ++i) m.tokens += t[i] != data::kIgnore;
+  for (int64_t i = 0; i < target.numel(); ++i) m.tokens += t[i] != ignore;
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   history_.push_back(m);
   return m;
@@ -316,35 +311,23 @@ void Trainer::train(const StepCallback& on_step) {
 
 std::vector<data::Example> Trainer::heldout_examples(int64_t n) const {
   ATTO_CHECK(n >= 1, "Trainer", "held-out example count must be >= 1, got ", n);
-  data::TaskDataset heldout(task_, heldout_seed_);
-  std::vector<data::Example> ex;
-  ex.reserve(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) ex.push_back(heldout.next_example());
-  return ex;
+  return data_->heldout(n, heldout_seed_);
 }
 
 EvalResult Trainer::evaluate(int64_t n) {
-  const std::vector<data::Example> ex = heldout_examples(n > 0 ? n : config_.eval_size);
   constexpr int64_t kEvalBatch = 250;
-  if (transformer_) return train::evaluate(*transformer_, ex, kEvalBatch);
-  return train::evaluate(*causal_lm_, ex, kEvalBatch);
+  return train::evaluate(*model_, heldout_examples(n > 0 ? n : config_.eval_size), kEvalBatch);
 }
 
 std::vector<int64_t> Trainer::predict(const std::vector<int64_t>& src) {
   const char* me = "predict";
-  const int64_t longest = data::max_src_len(task_);
+  const int64_t longest = model_->spec().max_source_len;
   ATTO_CHECK(!src.empty() && static_cast<int64_t>(src.size()) <= longest, me, "source length must be in [1, ",
              longest, "], got ", src.size());
-  const int64_t vocab = data::vocab_size(task_);
+  const int64_t vocab = model_->vocab_size();
   for (int64_t t : src) ATTO_CHECK(t >= 0 && t < vocab, me, "token ", t, " outside [0, ", vocab, ")");
-  const int64_t budget = data::max_tgt_len(task_) + 1;
-  if (transformer_) {
-    const Tensor s = from_vector(src, {1, static_cast<int64_t>(src.size())});  // (1, S)
-    return strip_eos(greedy_decode(*transformer_, s, budget)[0]);
-  }
-  std::vector<int64_t> prompt = src;
-  prompt.push_back(data::kSep);
-  return strip_eos(greedy_decode(*causal_lm_, {prompt}, budget)[0]);
+  const int64_t budget = std::min(model_->spec().max_target_len + 1, model_->max_decode_len());
+  return strip_eos(greedy_decode(*model_, {src}, budget)[0], model_->special_tokens().eos);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -421,12 +404,14 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv) {
 void Trainer::save_checkpoint(const std::string& path) {
   io::Checkpoint ck;
   ck.metadata_json = config_.to_json();
-  io::add_module_state(ck, model(), "model.");
+  io::add_module_state(ck, *model_, "model.");
   io::add_optimizer_state(ck, *optimizer_, "optim.");
   ck.generators.emplace_back("init", init_gen_.get_state());
   ck.generators.emplace_back("dropout", dropout_gen_.get_state());
-  ck.generators.emplace_back("data", train_data_.generator().get_state());
+  const data::DataPosition position = data_->position();
+  ck.generators.emplace_back("data", position.generator);
   ck.counters.emplace_back("step", step_);
+  ck.counters.emplace_back("data.offset", position.offset);
   ck.counters.emplace_back("schedule.step_count", scheduler_->step_count());
   ck.scalars.emplace_back("lr", optimizer_->lr());
   ck.metrics_csv = metrics_csv();
@@ -455,17 +440,20 @@ void Trainer::load_checkpoint(const std::string& path) {
 
   // Read everything before changing anything.
   std::vector<StepMetrics> history = parse_metrics_csv(ck.metrics_csv);
-  const GeneratorState init = ck.generator("init"), dropout = ck.generator("dropout"), data = ck.generator("data");
+  const GeneratorState init = ck.generator("init"), dropout = ck.generator("dropout");
+  data::DataPosition position{.generator = ck.generator("data")};
+  for (const auto& [name, value] : ck.counters)  // absent in checkpoints from before the data interface
+    if (name == "data.offset") position.offset = value;
   const int64_t step = ck.counter("step"), schedule_steps = ck.counter("schedule.step_count");
   ATTO_CHECK(step >= 0 && schedule_steps >= 0, me, "'", path, "' has negative step counts (step ", step,
              ", schedule.step_count ", schedule_steps, ")");
 
-  io::load_module_state(ck, model(), "model.", true);
+  io::load_module_state(ck, *model_, "model.", true);
   io::load_optimizer_state(ck, *optimizer_, "optim.");
   scheduler_->set_step_count(schedule_steps);
   init_gen_.set_state(init);
   dropout_gen_.set_state(dropout);
-  train_data_.generator().set_state(data);
+  data_->set_position(position);
   step_ = step;
   history_ = std::move(history);
 }

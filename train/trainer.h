@@ -1,12 +1,14 @@
 #pragma once
-// The training loop for the toy tasks (attograd::train): a configuration with JSON round trip, and a Trainer
-// that owns the data, the model, the optimizer, the schedule and every random generator, steps, evaluates,
-// logs per-step metrics and saves/restores bit-exact checkpoints.
+// The training loop (attograd::train): a configuration with JSON round trip, and a Trainer that trains any
+// sequence model (nn/sequence_model.h) on any dataset (train/dataset.h): it owns the optimizer, the schedule and
+// every random generator, steps, evaluates, logs per-step metrics and saves/restores bit-exact checkpoints.
+// Trainer(config) builds the built-in task config.task and the registered model kind config.model; Trainer(config,
+// dataset[, model]) trains a user's data (and a user's model: any registered kind, or a model built by hand).
 //
 // Randomness comes only from three generators the Trainer owns, all derived from config.seed:
-//   "init"    draws the initial weights (used once, at construction),
+//   "init"    draws the initial weights (used once, at construction, when the Trainer builds the model),
 //   "dropout" draws every dropout mask (the model is pointed at it),
-//   "data"    is the training TaskDataset's generator.
+//   "data"    seeds the dataset's training stream (its position is saved in checkpoints).
 // Held-out examples come from a fourth stream with a different seed, re-created for each evaluation (so the
 // evaluation set is always the same first n held-out examples and evaluating never disturbs training).
 // With the same config and build, two runs give bit-identical losses and weights, and a run resumed from a
@@ -20,7 +22,8 @@
 
 #include "autograd/random.h"
 #include "autograd/tensor.h"
-#include "nn/models.h"
+#include "nn/sequence_model.h"
+#include "train/dataset.h"
 #include "train/decode.h"
 #include "train/optim.h"
 #include "train/schedule.h"
@@ -37,9 +40,10 @@ uint64_t derive_seed(uint64_t seed, Stream stream);
 /// With the defaults (only task and model changed) both models reach 100% exact-sequence accuracy on 1,000
 /// held-out sequences of copy, reverse and sort, lengths 1..12, in 1,000 steps (docs/TRAINING.md).
 struct TrainConfig {
-  std::string task = "reverse";     ///< "copy", "reverse", "sort" or "add"
-  std::string model = "lm";         ///< "lm" (decoder-only CausalLM) or "seq2seq" (encoder-decoder Transformer)
-  int64_t layers = 2;               ///< blocks (lm) or encoder and decoder layers each (seq2seq)
+  std::string task = "reverse";     ///< "copy", "reverse", "sort" or "add"; with a user's dataset, its label
+  std::string model = "lm";         ///< a registered model kind: "lm" (decoder-only CausalLM), "seq2seq" (the seed's
+                                    ///< encoder-decoder Transformer), "encoder" (EncoderTagger), or a user's
+  int64_t layers = 2;               ///< blocks (lm, encoder) or encoder and decoder layers each (seq2seq)
   int64_t d_model = 64;             ///< model width
   int64_t heads = 4;                ///< attention heads; must divide d_model
   int64_t d_ff = 256;               ///< feed-forward hidden size
@@ -67,9 +71,12 @@ struct TrainConfig {
   /// Parses to_json()'s output; missing fields keep their defaults. Error naming the field on an unknown field
   /// or a value of the wrong type, and on invalid JSON. Does not validate() the values.
   static TrainConfig from_json(const std::string& text);
-  /// Throws an Error naming the field and its value for any invalid value (unknown task, model, optimizer or
-  /// schedule; non-positive sizes; heads not dividing d_model; probabilities out of range; ...).
+  /// Throws an Error naming the field and its value for any invalid value (unknown model kind, optimizer or
+  /// schedule; non-positive sizes; heads not dividing d_model; probabilities out of range; ...). The task is
+  /// checked when the Trainer builds the built-in dataset (Trainer(config)), not here.
   void validate() const;
+  /// The model-size fields as a spec (layers, d_model, heads, d_ff, dropout); the token space comes from data.
+  nn::ModelSpec model_sizes() const;
   /// Field-wise equality.
   bool operator==(const TrainConfig&) const = default;
 };
@@ -86,36 +93,41 @@ struct StepMetrics {
   EvalResult eval;         ///< the held-out evaluation after this step, when evaluated
 };
 
-/// Trains a toy-task model as configured. Not copyable or movable (the model points at the Trainer's
+/// Trains a sequence model on a dataset as configured. Not copyable or movable (the model points at the Trainer's
 /// dropout generator).
 class Trainer {
  public:
   /// Called after every step of train() (after its evaluation, if any).
   using StepCallback = std::function<void(const StepMetrics&)>;
 
-  /// Validates the config, then builds the datasets, the model (weights from the init generator), the
-  /// optimizer and the schedule.
+  /// Validates the config, then builds the built-in task config.task (data::TaskDataset), the model of kind
+  /// config.model (weights from the init generator), the optimizer and the schedule.
   explicit Trainer(const TrainConfig& config);
-  /// Builds a Trainer from the config stored in a checkpoint and loads the checkpoint into it.
+  /// Trains on a user's dataset (re-seeded from the config's "data" stream). Without a model, builds the
+  /// registered kind config.model for the dataset's token space; with one (built by hand, any SequenceModel),
+  /// trains it as it is. config.task and the task-length fields are then only labels.
+  Trainer(const TrainConfig& config, std::shared_ptr<data::Dataset> dataset,
+          std::shared_ptr<nn::SequenceModel> model = nullptr);
+  /// Builds a Trainer from the config stored in a checkpoint and loads the checkpoint into it (built-in tasks).
   static std::unique_ptr<Trainer> from_checkpoint(const std::string& path);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  /// One optimizer step: zero_grad, next batch, forward, cross-entropy (ignore_index, label smoothing),
-  /// backward, clip, optimizer step, schedule step. Appends the record to history(). Error if the loss is
-  /// not finite.
+  /// One optimizer step: zero_grad, next batch (config.batch examples framed by the model), forward,
+  /// cross-entropy (ignore_index, label smoothing), backward, clip, optimizer step, schedule step. Appends the
+  /// record to history(). Error if the loss is not finite.
   StepMetrics step();
   /// Steps until step_count() reaches config().steps, evaluating every eval_every steps and after the last
   /// step; calls on_step after each step.
   void train(const StepCallback& on_step = {});
   /// Greedy-decoding accuracy and loss on the first n held-out examples (n <= 0: config().eval_size).
   EvalResult evaluate(int64_t n = 0);
-  /// The decoded target for one source (symbol tokens), without the trailing EOS.
+  /// The decoded target for one source (tokens without specials), without the trailing EOS.
   std::vector<int64_t> predict(const std::vector<int64_t>& src);
 
-  /// Saves weights, optimizer state, schedule position, every generator's state, the step count, the
-  /// metrics so far and the config (as metadata) to `path`, atomically.
+  /// Saves weights, optimizer state, schedule position, every generator's state, the data position, the step
+  /// count, the metrics so far and the config (as metadata) to `path`, atomically.
   void save_checkpoint(const std::string& path);
   /// Restores a checkpoint saved by a Trainer with the same model, data and optimizer settings (Error
   /// naming any differing field); the run then continues bit-identically.
@@ -133,20 +145,14 @@ class Trainer {
   /// Writes metrics_csv() to a file.
   void write_metrics_csv(const std::string& path) const;
 
-  /// The model (a Transformer or a CausalLM).
-  nn::Module& model();
-  /// The encoder-decoder, or null when config().model is "lm".
-  nn::Transformer* transformer() { return transformer_.get(); }
-  /// The decoder-only model, or null when config().model is "seq2seq".
-  nn::CausalLM* causal_lm() { return causal_lm_.get(); }
+  /// The model.
+  nn::SequenceModel& model() { return *model_; }
   /// The optimizer.
   optim::Optimizer& optimizer() { return *optimizer_; }
   /// The learning-rate schedule.
   optim::LRScheduler& scheduler() { return *scheduler_; }
-  /// The task options derived from the config.
-  const data::TaskOptions& task_options() const { return task_; }
-  /// The training data stream.
-  data::TaskDataset& train_data() { return train_data_; }
+  /// The dataset.
+  data::Dataset& dataset() { return *data_; }
   /// The first n held-out examples (the same every call).
   std::vector<data::Example> heldout_examples(int64_t n) const;
   /// The generator that drew the initial weights.
@@ -155,19 +161,23 @@ class Trainer {
   Generator& dropout_generator() { return dropout_gen_; }
 
  private:
+  void build_optimizer();
+
   TrainConfig config_;
-  data::TaskOptions task_;
   Generator init_gen_;
   Generator dropout_gen_;
-  data::TaskDataset train_data_;
+  std::shared_ptr<data::Dataset> data_;
   uint64_t heldout_seed_;
-  std::shared_ptr<nn::Transformer> transformer_;
-  std::shared_ptr<nn::CausalLM> causal_lm_;
+  std::shared_ptr<nn::SequenceModel> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
   int64_t step_ = 0;
   std::vector<StepMetrics> history_;
 };
+
+/// The built-in task a config names (config.task with its lengths and symbols), seeded from the config's data
+/// stream. Error listing the tasks when config.task is not one.
+std::shared_ptr<data::TaskDataset> task_dataset(const TrainConfig& config);
 
 /// Parses Trainer::metrics_csv() back into records (Error naming the line on malformed input).
 std::vector<StepMetrics> parse_metrics_csv(const std::string& csv);

@@ -66,14 +66,15 @@ struct GenerateArgs {
 
 int run_generate(const GenerateArgs& a) {
   std::unique_ptr<train::Trainer> t = load_model(a.weights);
-  const std::vector<int64_t> src = data::parse_symbols(a.input, t->config().num_symbols);
+  const data::Dataset& data = t->dataset();
+  const std::vector<int64_t> src = data.parse_source(a.input);
   std::vector<int64_t> out = t->predict(src);
-  std::printf("%s\n", data::tokens_to_string(out).c_str());
+  std::printf("%s\n", data.to_text(out).c_str());
   std::fflush(stdout);
   if (!a.attention.empty()) {
-    out.resize(std::min(out.size(), static_cast<size_t>(data::max_tgt_len(t->task_options()))));
-    report::AttentionFigure fig = t->causal_lm() ? report::attention_figure(*t->causal_lm(), src, out)
-                                                 : report::attention_figure(*t->transformer(), src, out);
+    out.resize(std::min(out.size(), static_cast<size_t>(data.max_target_len())));
+    report::AttentionFigure fig =
+        report::attention_figure(t->model(), src, out, [&](int64_t token) { return data.token_text(token); });
     fig.title = t->config().task + " (" + t->config().model + "): " + fig.title;
     report::write_text_file(a.attention, report::attention_svg(fig));
     std::fprintf(stderr, "attention picture written to %s\n", a.attention.c_str());

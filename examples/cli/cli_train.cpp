@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "nn/module.h"
+#include "nn/sequence_model.h"
 #include "train/progress.h"
 #include "train/report.h"
 #include "train/serialize.h"
@@ -139,9 +140,9 @@ int run(TrainArgs& a) {
   {
     const data::Example e = attention_sample(trainer);
     std::vector<int64_t> pred = trainer.predict(e.src);
-    pred.resize(std::min(pred.size(), static_cast<size_t>(data::max_tgt_len(trainer.task_options()))));
-    report::AttentionFigure fig = trainer.causal_lm() ? report::attention_figure(*trainer.causal_lm(), e.src, pred)
-                                                      : report::attention_figure(*trainer.transformer(), e.src, pred);
+    pred.resize(std::min(pred.size(), static_cast<size_t>(trainer.dataset().max_target_len())));
+    report::AttentionFigure fig = report::attention_figure(
+        trainer.model(), e.src, pred, [&](int64_t token) { return trainer.dataset().token_text(token); });
     fig.title = cfg.task + " (" + cfg.model + "): " + fig.title;
     report::write_text_file(attention, report::attention_svg(fig));
   }
@@ -153,9 +154,10 @@ int run(TrainArgs& a) {
                             static_cast<long long>(trainer.step_count()));
     for (const data::Example& e : trainer.heldout_examples(std::max<int64_t>(1, a.samples))) {
       const std::vector<int64_t> pred = trainer.predict(e.src);
-      text += "input:      " + data::tokens_to_string(e.src) + "\n";
-      text += "target:     " + data::tokens_to_string(e.tgt) + "\n";
-      text += "prediction: " + (pred.empty() ? std::string("(nothing)") : data::tokens_to_string(pred)) + "\n";
+      const data::Dataset& d = trainer.dataset();
+      text += "input:      " + d.to_text(e.src) + "\n";
+      text += "target:     " + d.to_text(e.tgt) + "\n";
+      text += "prediction: " + (pred.empty() ? std::string("(nothing)") : d.to_text(pred)) + "\n";
       text += std::string("result:     ") + (pred == e.tgt ? "correct" : "WRONG") + "\n\n";
     }
     report::write_text_file(samples, text);
@@ -213,9 +215,13 @@ Command add_train(CLI::App& app) {
   sub->option_defaults()->always_capture_default();
   field(sub, a, "--task", &TrainConfig::task, "copy, reverse, sort or add")
       ->check(CLI::IsMember({"copy", "reverse", "sort", "add"}));
-  field(sub, a, "--model", &TrainConfig::model, "lm (decoder-only) or seq2seq (encoder-decoder)")
-      ->check(CLI::IsMember({"lm", "seq2seq"}));
-  field(sub, a, "--layers", &TrainConfig::layers, "blocks (lm) or encoder and decoder layers each (seq2seq)");
+  std::vector<std::string> kinds;
+  for (const auto& [kind, _] : nn::registered_models()) kinds.push_back(kind);
+  field(sub, a, "--model", &TrainConfig::model,
+        "lm (decoder-only), seq2seq (encoder-decoder) or encoder (encoder-only tagger: copy, reverse, sort)")
+      ->check(CLI::IsMember(kinds));
+  field(sub, a, "--layers", &TrainConfig::layers,
+        "blocks (lm, encoder) or encoder and decoder layers each (seq2seq)");
   field(sub, a, "--d-model", &TrainConfig::d_model, "model width");
   field(sub, a, "--heads", &TrainConfig::heads, "attention heads (must divide --d-model)");
   field(sub, a, "--d-ff", &TrainConfig::d_ff, "feed-forward hidden size");

@@ -17,10 +17,7 @@ namespace attograd::train {
 namespace {
 
 using data::Example;
-using data::kBos;
 using data::kEos;
-using data::kPad;
-using data::kSep;
 
 TrainConfig tiny_copy(const std::string& model, int64_t steps) {
   TrainConfig c;
@@ -52,92 +49,61 @@ Trainer& trained(const std::string& model, int64_t steps = 300) {
   return *t;
 }
 
-// Index of the first maximum of logits[b, p, :] (B, L, V) float32.
-int64_t argmax_at(const Tensor& logits, int64_t b, int64_t p) {
-  const int64_t L = logits.size(1), V = logits.size(2);
-  const float* x = logits.data<float>() + (b * L + p) * V;
-  int64_t best = 0;
-  for (int64_t v = 1; v < V; ++v)
-    if (x[v] > x[best]) best = v;
-  return best;
-}
+const std::vector<std::string> kModels = {"lm", "seq2seq", "encoder"};
 
-// An Int64 (rows, width) tensor, rows right-padded with kPad.
-Tensor pack(const std::vector<std::vector<int64_t>>& rows) {
-  size_t width = 1;
-  for (const auto& r : rows) width = std::max(width, r.size());
-  Tensor t = full({static_cast<int64_t>(rows.size()), static_cast<int64_t>(width)}, kPad, {.dtype = kInt64});
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::copy(rows[i].begin(), rows[i].end(), t.data<int64_t>() + i * width);
-  return t;
-}
-
-TokenRows prompts_of(const std::vector<Example>& ex) {
-  TokenRows p;
-  for (const Example& e : ex) {
-    p.push_back(e.src);
-    p.back().push_back(kSep);
+// The argmax of the model's teacher-forced logits at each target position (the non-ignored labels of its own
+// batch framing) for a source and a target: for the autoregressive models the target is what was decoded before
+// (so position j predicts decoded token j); the encoder-only model's logits do not depend on the target.
+std::vector<int64_t> teacher_forced_argmax(nn::SequenceModel& m, const Example& e) {
+  NoGradGuard no_grad;
+  m.eval();
+  const nn::SequenceBatch b = m.make_batch({e});
+  const Tensor logits = m.forward_batch(b);  // (1, T, V)
+  m.train();
+  const int64_t T = logits.size(1), V = logits.size(2);
+  std::vector<int64_t> out;
+  for (int64_t p = 0; p < T; ++p) {
+    if (b.target.data<int64_t>()[p] == m.special_tokens().ignore_index) continue;
+    const float* x = logits.data<float>() + p * V;
+    out.push_back(std::max_element(x, x + V) - x);
   }
-  return p;
+  return out;
+}
+
+TokenRows sources_of(const std::vector<Example>& ex) {
+  TokenRows s;
+  for (const Example& e : ex) s.push_back(e.src);
+  return s;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Decoding
 
-TEST(GreedyDecode, CausalLMAgreesWithTeacherForcedArgmax) {
-  Trainer& t = trained("lm");
-  nn::CausalLM& lm = *t.causal_lm();
-  const std::vector<Example> ex = t.heldout_examples(40);
-  const TokenRows prompts = prompts_of(ex);
-  const TokenRows rows = greedy_decode(lm, prompts, 5);
-  ASSERT_EQ(rows.size(), ex.size());
-  // Feed prompt + decoded (all but the last decoded token) in one teacher-forced pass.
-  TokenRows full_rows;
-  for (size_t i = 0; i < ex.size(); ++i) {
-    ASSERT_FALSE(rows[i].empty());
-    full_rows.push_back(prompts[i]);
-    full_rows.back().insert(full_rows.back().end(), rows[i].begin(), rows[i].end() - 1);
+TEST(GreedyDecode, AgreesWithTeacherForcedArgmax) {
+  for (const std::string& model : kModels) {
+    SCOPED_TRACE(model);
+    Trainer& t = trained(model);
+    nn::SequenceModel& m = t.model();
+    const std::vector<Example> ex = t.heldout_examples(40);
+    const TokenRows rows = greedy_decode(m, sources_of(ex), 5);
+    ASSERT_EQ(rows.size(), ex.size());
+    for (size_t i = 0; i < ex.size(); ++i) {
+      ASSERT_FALSE(rows[i].empty());
+      Example e{ex[i].src, {rows[i].begin(), rows[i].end() - 1}};
+      if (model == "encoder") e.tgt = e.src;  // its framing needs |tgt| == |src|; the logits ignore tgt
+      const std::vector<int64_t> want = teacher_forced_argmax(m, e);
+      ASSERT_GE(want.size(), rows[i].size());
+      for (size_t j = 0; j < rows[i].size(); ++j) EXPECT_EQ(want[j], rows[i][j]) << "example " << i << " position " << j;
+    }
   }
-  NoGradGuard no_grad;
-  lm.eval();
-  const Tensor logits = lm.forward(pack(full_rows));  // (B, L, V)
-  lm.train();
-  for (size_t i = 0; i < ex.size(); ++i)
-    for (size_t j = 0; j < rows[i].size(); ++j)
-      EXPECT_EQ(argmax_at(logits, static_cast<int64_t>(i), static_cast<int64_t>(prompts[i].size() + j - 1)),
-                rows[i][j])
-          << "example " << i << " position " << j;
-}
-
-TEST(GreedyDecode, TransformerAgreesWithTeacherForcedArgmax) {
-  Trainer& t = trained("seq2seq");
-  nn::Transformer& tf = *t.transformer();
-  const std::vector<Example> ex = t.heldout_examples(40);
-  const Tensor src = data::make_seq2seq_batch(ex).src;  // (B, S)
-  const TokenRows rows = greedy_decode(tf, src, 5);
-  TokenRows tgt_in;
-  for (const auto& r : rows) {
-    ASSERT_FALSE(r.empty());
-    tgt_in.push_back({kBos});
-    tgt_in.back().insert(tgt_in.back().end(), r.begin(), r.end() - 1);
-  }
-  NoGradGuard no_grad;
-  tf.eval();
-  const Tensor logits = tf.forward(src, pack(tgt_in));  // (B, T, V)
-  tf.train();
-  for (size_t i = 0; i < ex.size(); ++i)
-    for (size_t j = 0; j < rows[i].size(); ++j)
-      EXPECT_EQ(argmax_at(logits, static_cast<int64_t>(i), static_cast<int64_t>(j)), rows[i][j])
-          << "example " << i << " position " << j;
 }
 
 TEST(GreedyDecode, StopsAtEosAndSolvesTheTask) {
-  for (const std::string model : {"lm", "seq2seq"}) {
+  for (const std::string& model : kModels) {
     SCOPED_TRACE(model);
     Trainer& t = trained(model);
     const std::vector<Example> ex = t.heldout_examples(50);
-    const TokenRows rows = model == "lm" ? greedy_decode(*t.causal_lm(), prompts_of(ex), 5)
-                                         : greedy_decode(*t.transformer(), data::make_seq2seq_batch(ex).src, 5);
+    const TokenRows rows = greedy_decode(t.model(), sources_of(ex), 5);
     int right = 0, stopped = 0;
     for (size_t i = 0; i < ex.size(); ++i) {
       const auto& r = rows[i];
@@ -155,14 +121,12 @@ TEST(GreedyDecode, StopsAtEosAndSolvesTheTask) {
 }
 
 TEST(GreedyDecode, RespectsTheBudget) {
-  for (const std::string model : {"lm", "seq2seq"}) {
+  for (const std::string& model : kModels) {
     SCOPED_TRACE(model);
     Trainer& t = trained(model);
     const std::vector<Example> ex = t.heldout_examples(30);
     for (int64_t budget : {1, 2, 3}) {
-      const TokenRows rows = model == "lm"
-                                 ? greedy_decode(*t.causal_lm(), prompts_of(ex), budget)
-                                 : greedy_decode(*t.transformer(), data::make_seq2seq_batch(ex).src, budget);
+      const TokenRows rows = greedy_decode(t.model(), sources_of(ex), budget);
       for (size_t i = 0; i < ex.size(); ++i) {
         ASSERT_LE(static_cast<int64_t>(rows[i].size()), budget);
         // A trained copy model emits the answer's prefix; it stops early only when the answer is shorter.
@@ -175,54 +139,48 @@ TEST(GreedyDecode, RespectsTheBudget) {
 }
 
 TEST(GreedyDecode, BatchedEqualsOneAtATime) {
-  for (const std::string model : {"lm", "seq2seq"}) {
+  for (const std::string& model : kModels) {
     SCOPED_TRACE(model);
     Trainer& t = trained(model, 60);  // partly trained: rows of different lengths, some without EOS
     const std::vector<Example> ex = t.heldout_examples(20);
-    const TokenRows batched = model == "lm"
-                                  ? greedy_decode(*t.causal_lm(), prompts_of(ex), 5)
-                                  : greedy_decode(*t.transformer(), data::make_seq2seq_batch(ex).src, 5);
-    for (size_t i = 0; i < ex.size(); ++i) {
-      const TokenRows one = model == "lm" ? greedy_decode(*t.causal_lm(), prompts_of({ex[i]}), 5)
-                                          : greedy_decode(*t.transformer(), data::make_seq2seq_batch({ex[i]}).src, 5);
-      EXPECT_EQ(one[0], batched[i]) << "example " << i;
-    }
+    const TokenRows batched = greedy_decode(t.model(), sources_of(ex), 5);
+    for (size_t i = 0; i < ex.size(); ++i)
+      EXPECT_EQ(greedy_decode(t.model(), {ex[i].src}, 5)[0], batched[i]) << "example " << i;
   }
 }
 
 TEST(GreedyDecode, LeavesModeAndGradientsAlone) {
-  Trainer& t = trained("lm");
-  nn::CausalLM& lm = *t.causal_lm();
-  lm.train();
-  lm.zero_grad(true);
-  greedy_decode(lm, {{data::kFirstSymbol, kSep}}, 3);
-  EXPECT_TRUE(lm.is_training());
-  for (const auto& [name, p] : lm.named_parameters()) EXPECT_FALSE(p.grad().defined()) << name;
-  lm.eval();
-  greedy_decode(lm, {{data::kFirstSymbol, kSep}}, 3);
-  EXPECT_FALSE(lm.is_training());
-  lm.train();
+  for (const std::string& model : kModels) {
+    SCOPED_TRACE(model);
+    nn::SequenceModel& m = trained(model).model();
+    m.train();
+    m.zero_grad(true);
+    greedy_decode(m, {{data::kFirstSymbol}}, 3);
+    EXPECT_TRUE(m.is_training());
+    for (const auto& [name, p] : m.named_parameters()) EXPECT_FALSE(p.grad().defined()) << name;
+    m.eval();
+    greedy_decode(m, {{data::kFirstSymbol}}, 3);
+    EXPECT_FALSE(m.is_training());
+    m.train();
+  }
 }
 
 TEST(GreedyDecode, Errors) {
-  Trainer& t = trained("lm", 1);
-  Trainer& s = trained("seq2seq", 1);
-  nn::CausalLM& lm = *t.causal_lm();
-  EXPECT_ATTO_ERROR(greedy_decode(lm, {{5, kSep}}, 0), "max_new must be >= 1, got 0");
-  EXPECT_ATTO_ERROR(greedy_decode(lm, {{5, kSep}, {}}, 2), "prompt 1 is empty");
-  EXPECT_ATTO_ERROR(greedy_decode(lm, {{5, 99}}, 2), "prompt 0 has token 99 outside [0, 15)");
-  // copy with max_len 4: the model holds 4 + 1 + 4 = 9 positions.
-  EXPECT_NO_THROW(greedy_decode(lm, {{5, 5, 5, 5, kSep}}, 5));
-  EXPECT_ATTO_ERROR(greedy_decode(lm, {{5, 5, 5, 5, kSep}}, 6), "exceeds the model's max_len 9");
-  EXPECT_TRUE(greedy_decode(lm, {}, 3).empty());
-  nn::Transformer& tf = *s.transformer();
-  const Tensor src = from_vector<int64_t>({5, 6}, {1, 2});
-  EXPECT_ATTO_ERROR(greedy_decode(tf, src, 0), "max_len must be >= 1, got 0");
-  EXPECT_ATTO_ERROR(greedy_decode(tf, src, 6), "max_len 6 exceeds the model's n_position 5");
-  EXPECT_ATTO_ERROR(greedy_decode(tf, from_vector<float>({5, 6}, {1, 2}), 2), "src must be a (B, S) int64 tensor");
-  EXPECT_ATTO_ERROR(greedy_decode(tf, from_vector<int64_t>({5, 6}, {2}), 2), "src must be a (B, S) int64 tensor");
-  EXPECT_ATTO_ERROR(t.predict({}), "source length must be in [1, 4], got 0");
-  EXPECT_ATTO_ERROR(t.predict({5, 5, 5, 5, 5}), "source length must be in [1, 4], got 5");
+  for (const std::string& model : kModels) {
+    SCOPED_TRACE(model);
+    Trainer& t = trained(model, 1);
+    nn::SequenceModel& m = t.model();
+    // copy with max_len 4: sources of at most 4 tokens, targets of at most 4 + EOS.
+    EXPECT_ATTO_ERROR(greedy_decode(m, {{5}}, 0), "max_new must be in [1, 5] for this " + model + " model, got 0");
+    EXPECT_ATTO_ERROR(greedy_decode(m, {{5}}, 6), "max_new must be in [1, 5] for this " + model + " model, got 6");
+    EXPECT_ATTO_ERROR(greedy_decode(m, {{5}, {5, 99}}, 2), "source 1 has token 99 outside [0, 15)");
+    EXPECT_ATTO_ERROR(greedy_decode(m, {{5, 5, 5, 5, 5}}, 2), "source 0 has 5 tokens, more than the model's "
+                                                              "max_source_len 4");
+    EXPECT_NO_THROW(greedy_decode(m, {{5, 5, 5, 5}}, 5));
+    EXPECT_TRUE(greedy_decode(m, {}, 3).empty());
+    EXPECT_ATTO_ERROR(t.predict({}), "source length must be in [1, 4], got 0");
+    EXPECT_ATTO_ERROR(t.predict({5, 5, 5, 5, 5}), "source length must be in [1, 4], got 5");
+  }
 }
 
 TEST(StripEos, RemovesOnlyATrailingEos) {
@@ -251,18 +209,17 @@ void expect_hand_count(const EvalResult& r, const std::vector<Example>& ex, cons
 }
 
 TEST(Evaluate, CountsMatchAHandCount) {
-  for (const std::string model : {"lm", "seq2seq"}) {
+  for (const std::string& model : kModels) {
     SCOPED_TRACE(model);
-    Trainer& t = trained(model, 60);  // partly trained, so the accuracies are strictly between 0 and 1
+    // Partly trained, so the accuracies are strictly between 0 and 1 (the encoder learns copy fastest).
+    Trainer& t = trained(model, model == "encoder" ? 4 : 60);
     const std::vector<Example> ex = t.heldout_examples(80);
     // Each example decoded alone with the budget evaluate() gives its batch (longest target + 1 = 5).
     TokenRows rows;
-    for (const Example& e : ex)
-      rows.push_back(model == "lm" ? greedy_decode(*t.causal_lm(), prompts_of({e}), 5)[0]
-                                   : greedy_decode(*t.transformer(), data::make_seq2seq_batch({e}).src, 5)[0]);
+    for (const Example& e : ex) rows.push_back(greedy_decode(t.model(), {e.src}, 5)[0]);
     for (int64_t batch : {int64_t{1}, int64_t{7}, int64_t{250}}) {
       SCOPED_TRACE(batch);
-      const EvalResult r = model == "lm" ? evaluate(*t.causal_lm(), ex, batch) : evaluate(*t.transformer(), ex, batch);
+      const EvalResult r = evaluate(t.model(), ex, batch);
       if (batch != 250) continue;  // smaller batches may use a smaller budget per batch (see below)
       expect_hand_count(r, ex, rows);
       EXPECT_GT(r.sequence_accuracy, 0.0);
@@ -270,7 +227,7 @@ TEST(Evaluate, CountsMatchAHandCount) {
       EXPECT_GT(r.token_accuracy, r.sequence_accuracy);
     }
     // With batch 1 the budget is that example's target length + 1: rows are cut there.
-    const EvalResult one = model == "lm" ? evaluate(*t.causal_lm(), ex, 1) : evaluate(*t.transformer(), ex, 1);
+    const EvalResult one = evaluate(t.model(), ex, 1);
     TokenRows cut = rows;
     for (size_t i = 0; i < ex.size(); ++i) cut[i].resize(std::min(cut[i].size(), ex[i].tgt.size() + 1));
     expect_hand_count(one, ex, cut);
@@ -278,28 +235,27 @@ TEST(Evaluate, CountsMatchAHandCount) {
 }
 
 TEST(Evaluate, LossIsTheTeacherForcedCrossEntropy) {
-  Trainer& t = trained("seq2seq", 60);
-  const std::vector<Example> ex = t.heldout_examples(30);
-  const EvalResult r = evaluate(*t.transformer(), ex);
-  const data::Seq2SeqBatch b = data::make_seq2seq_batch(ex);
-  NoGradGuard no_grad;
-  t.transformer()->eval();
-  const Tensor logits = t.transformer()->forward(b.src, b.tgt_in);  // (B, T, V)
-  t.transformer()->train();
-  const double want = cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(b.tgt_out, {-1})).item();
-  EXPECT_NEAR(r.loss, want, 1e-5 * want);
+  for (const std::string& model : kModels) {
+    SCOPED_TRACE(model);
+    Trainer& t = trained(model, 60);
+    const std::vector<Example> ex = t.heldout_examples(30);
+    const EvalResult r = evaluate(t.model(), ex);
+    const nn::SequenceBatch b = t.model().make_batch(ex);
+    NoGradGuard no_grad;
+    t.model().eval();
+    const Tensor logits = t.model().forward_batch(b);  // (B, T, V)
+    t.model().train();
+    const double want = cross_entropy(reshape(logits, {-1, logits.size(-1)}), reshape(b.target, {-1})).item();
+    EXPECT_NEAR(r.loss, want, 1e-5 * want);
+  }
 }
 
-TEST(Evaluate, TrainedModelsScorePerfectlyAndDatasetOverloadAdvances) {
-  for (const std::string model : {"lm", "seq2seq"}) {
+TEST(Evaluate, TrainedModelsScorePerfectlyAndDatasetOverloadIsTheHeldOutSet) {
+  for (const std::string& model : kModels) {
     SCOPED_TRACE(model);
     Trainer& t = trained(model);
-    data::TaskDataset a(t.task_options(), 99), b(t.task_options(), 99);
-    const EvalResult r = model == "lm" ? evaluate(*t.causal_lm(), a, 100) : evaluate(*t.transformer(), a, 100);
-    std::vector<Example> ex;
-    for (int i = 0; i < 100; ++i) ex.push_back(b.next_example());
-    EXPECT_EQ(a.next_example().src, b.next_example().src) << "the overload drew exactly n examples";
-    const EvalResult same = model == "lm" ? evaluate(*t.causal_lm(), ex) : evaluate(*t.transformer(), ex);
+    const EvalResult r = evaluate(t.model(), t.dataset(), 100, 99);
+    const EvalResult same = evaluate(t.model(), t.dataset().heldout(100, 99));
     EXPECT_EQ(r.token_accuracy, same.token_accuracy);
     EXPECT_EQ(r.sequence_accuracy, same.sequence_accuracy);
     EXPECT_EQ(r.n, 100);
@@ -310,9 +266,9 @@ TEST(Evaluate, TrainedModelsScorePerfectlyAndDatasetOverloadAdvances) {
 
 TEST(Evaluate, Errors) {
   Trainer& t = trained("lm", 1);
-  EXPECT_ATTO_ERROR(evaluate(*t.causal_lm(), std::vector<Example>{}), "no examples to evaluate");
-  EXPECT_ATTO_ERROR(evaluate(*t.causal_lm(), t.heldout_examples(3), 0), "batch must be >= 1, got 0");
-  EXPECT_ATTO_ERROR(evaluate(*t.causal_lm(), t.train_data(), 0), "n must be >= 1, got 0");
+  EXPECT_ATTO_ERROR(evaluate(t.model(), std::vector<Example>{}), "no examples to evaluate");
+  EXPECT_ATTO_ERROR(evaluate(t.model(), t.heldout_examples(3), 0), "batch must be >= 1, got 0");
+  EXPECT_ATTO_ERROR(evaluate(t.model(), t.dataset(), 0, 1), "n must be >= 1, got 0");
 }
 
 }  // namespace

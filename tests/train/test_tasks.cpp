@@ -1,6 +1,8 @@
-// Task generators: targets, batch shapes and padding, the LM framing's loss positions,
+// Task generators through the data interface: targets, lengths and alphabet, determinism, positions that resume
+// the stream, the held-out set, token text, and errors. (Each model's batch framing is tested in
+// tests/nn/test_sequence_model.cpp.)
+
 #include <set>
-// determinism and errors.
 
 #include "testing.h"
 #include "train/tasks.h"
@@ -34,7 +36,7 @@ TEST(Tasks, ExamplesRespectLengthsAndAlphabet) {
   TaskDataset ds({.task = Task::Sort, .min_len = 2, .max_len = 5, .num_symbols = 7}, 1);
   std::set<size_t> lengths;
   for (int i = 0; i < 500; ++i) {
-    Example e = ds.next_example();
+    Example e = ds.next();
     lengths.insert(e.src.size());
     EXPECT_EQ(e.tgt, solve(ds.options(), e.src));
     for (int64_t t : e.src) {
@@ -46,41 +48,59 @@ TEST(Tasks, ExamplesRespectLengthsAndAlphabet) {
   EXPECT_EQ(vocab_size(ds.options()), kFirstSymbol + 7);
 }
 
-TEST(Tasks, Seq2SeqBatchShapesAndPadding) {
-  Seq2SeqBatch b = make_seq2seq_batch({{sym({1, 2, 3}), sym({3, 2, 1})}, {sym({4}), sym({4})}});
-  EXPECT_EQ(b.src.shape(), (Shape{2, 3}));
-  EXPECT_EQ(b.tgt_in.shape(), (Shape{2, 4}));
-  EXPECT_EQ(b.tgt_out.shape(), (Shape{2, 4}));
-  auto d = [](int64_t x) { return kFirstSymbol + x; };
-  EXPECT_EQ(b.src.to_vector<int64_t>(), (std::vector<int64_t>{d(1), d(2), d(3), d(4), kPad, kPad}));
-  EXPECT_EQ(b.tgt_in.to_vector<int64_t>(),
-            (std::vector<int64_t>{kBos, d(3), d(2), d(1), kBos, d(4), kPad, kPad}));
-  EXPECT_EQ(b.tgt_out.to_vector<int64_t>(),
-            (std::vector<int64_t>{d(3), d(2), d(1), kEos, d(4), kEos, kIgnore, kIgnore}));
-}
-
-TEST(Tasks, LMBatchPutsLossOnTargetOnly) {
-  // seq = 1 2 SEP 2 1 EOS; input = 1 2 SEP 2 1; target = - - 2 1 EOS
-  LMBatch b = make_lm_batch({{sym({1, 2}), sym({2, 1})}, {sym({5}), sym({5})}});
-  auto d = [](int64_t x) { return kFirstSymbol + x; };
-  EXPECT_EQ(b.input.shape(), (Shape{2, 5}));
-  EXPECT_EQ(b.input.to_vector<int64_t>(),
-            (std::vector<int64_t>{d(1), d(2), kSep, d(2), d(1), d(5), kSep, d(5), kPad, kPad}));
-  EXPECT_EQ(b.target.to_vector<int64_t>(), (std::vector<int64_t>{kIgnore, kIgnore, d(2), d(1), kEos, kIgnore, d(5),
-                                                                  kEos, kIgnore, kIgnore}));
-}
-
-TEST(Tasks, SameSeedSameBatchesAndStateReplays) {
+TEST(Tasks, SameSeedSameStreamAndPositionsResume) {
   TaskDataset a({.task = Task::Add, .max_len = 4}, 42), b({.task = Task::Add, .max_len = 4}, 42);
-  for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(a.next_lm(8).input.to_vector<int64_t>(), b.next_lm(8).input.to_vector<int64_t>());
-  }
-  GeneratorState s = a.generator().get_state();
-  auto first = a.next_seq2seq(4).src.to_vector<int64_t>();
-  a.generator().set_state(s);
-  EXPECT_EQ(a.next_seq2seq(4).src.to_vector<int64_t>(), first);
-  TaskDataset c({.task = Task::Add, .max_len = 4}, 43);
-  EXPECT_NE(c.next_lm(8).input.to_vector<int64_t>(), b.next_lm(8).input.to_vector<int64_t>());
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(a.next(), b.next());
+  const DataPosition p = a.position();
+  EXPECT_EQ(p.offset, 20);
+  std::vector<Example> first;
+  for (int i = 0; i < 5; ++i) first.push_back(a.next());
+  a.set_position(p);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(a.next(), first[static_cast<size_t>(i)]) << i;
+  EXPECT_EQ(a.position().offset, 25);
+  // Re-seeding restarts the stream; another seed gives another stream.
+  a.seed(42);
+  TaskDataset fresh({.task = Task::Add, .max_len = 4}, 42), other({.task = Task::Add, .max_len = 4}, 43);
+  EXPECT_EQ(a.position(), fresh.position());
+  EXPECT_EQ(a.next(), fresh.next());
+  bool differs = false;
+  for (int i = 0; i < 5; ++i) differs |= !(other.next() == fresh.next());
+  EXPECT_TRUE(differs);
+  EXPECT_ATTO_ERROR(a.set_position({.offset = -1}), "offset must be >= 0, got -1");
+}
+
+TEST(Tasks, HeldOutIsFixedPerSeedAndLeavesTrainingAlone) {
+  TaskDataset ds({.task = Task::Reverse, .max_len = 6}, 7);
+  const DataPosition before = ds.position();
+  const std::vector<Example> h = ds.heldout(30, 99);
+  EXPECT_EQ(ds.position(), before);
+  EXPECT_EQ(h, ds.heldout(30, 99));
+  ASSERT_EQ(h.size(), 30u);
+  // The held-out set for a seed is the stream a TaskDataset with that seed draws.
+  TaskDataset same({.task = Task::Reverse, .max_len = 6}, 99);
+  for (const Example& e : h) EXPECT_EQ(e, same.next());
+  EXPECT_NE(ds.heldout(30, 100), h);
+  EXPECT_ATTO_ERROR(ds.heldout(0, 1), "held-out example count must be >= 1, got 0");
+}
+
+TEST(Tasks, TokenSpaceAndText) {
+  TaskDataset add({.task = Task::Add, .max_len = 3, .num_symbols = 10}, 1);
+  EXPECT_EQ(add.name(), "add");
+  EXPECT_EQ(add.vocab_size(), kFirstSymbol + 10);
+  EXPECT_EQ(add.max_source_len(), 7);
+  EXPECT_EQ(add.max_target_len(), 4);
+  EXPECT_FALSE(add.aligned());
+  TaskDataset sort({.task = Task::Sort, .max_len = 3}, 1);
+  EXPECT_TRUE(sort.aligned());
+  EXPECT_EQ(add.to_text({kFirstSymbol + 7, kPlus, kFirstSymbol + 2, kEos}), "7 + 2 <eos>");
+  EXPECT_EQ(add.parse_source("7 + 2"), (std::vector<int64_t>{kFirstSymbol + 7, kPlus, kFirstSymbol + 2}));
+  const nn::ModelSpec spec = add.model_spec({.layers = 3, .d_model = 16});
+  EXPECT_EQ(spec.layers, 3);
+  EXPECT_EQ(spec.d_model, 16);
+  EXPECT_EQ(spec.vocab, 15);
+  EXPECT_EQ(spec.max_source_len, 7);
+  EXPECT_EQ(spec.max_target_len, 4);
+  EXPECT_EQ(spec.specials, nn::SpecialTokens{});
 }
 
 TEST(Tasks, Errors) {
@@ -91,6 +111,4 @@ TEST(Tasks, Errors) {
   EXPECT_ATTO_ERROR(parse_symbols("1 x 3", 10), "'x' is not a symbol");
   EXPECT_ATTO_ERROR(parse_symbols("1 12", 10), "'12' is not a symbol");
   EXPECT_EQ(parse_symbols("3 1 4", 10), sym({3, 1, 4}));
-  TaskDataset ds({}, 1);
-  EXPECT_ATTO_ERROR(ds.next_lm(0), "batch size must be positive, got 0");
 }

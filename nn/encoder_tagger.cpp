@@ -1,0 +1,197 @@
+// The encoder-only tagging model (kind "encoder").
+
+#include "nn/encoder_tagger.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "autograd/shape.h"
+#include "nn/init.h"
+
+namespace attograd::nn {
+
+EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : options(o) {
+  const char* me = "EncoderTagger";
+  ATTO_CHECK(o.vocab > 0 && o.d_model > 0 && o.n_head > 0 && o.d_ff > 0 && o.max_len > 1 && o.n_layers >= 0, me,
+             "vocab, d_model, n_head, d_ff must be positive, max_len > 1 and n_layers >= 0, got vocab=", o.vocab,
+             ", d_model=", o.d_model, ", n_head=", o.n_head, ", d_ff=", o.d_ff, ", max_len=", o.max_len,
+             ", n_layers=", o.n_layers);
+  ATTO_CHECK(o.d_model % o.n_head == 0, me, "d_model must be divisible by n_head, got d_model=", o.d_model,
+             ", n_head=", o.n_head);
+  ATTO_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, me, "dropout must be in [0, 1), got ", o.dropout);
+  ATTO_CHECK(o.pad_idx < o.vocab && o.sep_idx >= 0 && o.sep_idx < o.vocab, me, "pad_idx ", o.pad_idx,
+             " and sep_idx ", o.sep_idx, " must be token ids below vocab=", o.vocab);
+  spec_ = {.vocab = o.vocab,
+           .layers = o.n_layers,
+           .d_model = o.d_model,
+           .heads = o.n_head,
+           .d_ff = o.d_ff,
+           .dropout = o.dropout,
+           .max_source_len = o.max_len - 1,
+           .max_target_len = o.max_len - 1,
+           .aligned = true,
+           .specials = {.pad = o.pad_idx, .sep = o.sep_idx}};
+  embed = register_module("embed", std::make_shared<Embedding>(o.vocab, o.d_model, -1, gen));
+  {
+    NoGradGuard no_grad;
+    init::normal_(embed->weight, 0.0, 1.0 / std::sqrt(static_cast<double>(o.d_model)), gen);
+  }
+  pos = register_module("pos", std::make_shared<PositionalEncoding>(o.d_model, o.max_len, o.dropout, gen));
+  layers = register_module("layers", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < o.n_layers; ++i)
+    layers->push_back(std::make_shared<TransformerEncoderLayer>(
+        TransformerEncoderLayerOptions{
+            .d_model = o.d_model, .nhead = o.n_head, .dim_feedforward = o.d_ff, .dropout = o.dropout, .norm_first = true},
+        gen));
+  norm = register_module("norm", std::make_shared<LayerNorm>(o.d_model));
+  head = register_module("head", std::make_shared<Linear>(o.d_model, o.vocab, true, gen));
+}
+
+std::shared_ptr<SequenceModel> EncoderTagger::build(const ModelSpec& s, Generator& gen) {
+  ATTO_CHECK(s.aligned, "EncoderTagger",
+             "the encoder-only model needs targets aligned with their sources (the same length); this data's "
+             "targets are not: use the lm or seq2seq model");
+  auto m = std::make_shared<EncoderTagger>(EncoderTaggerOptions{.vocab = s.vocab,
+                                                                .d_model = s.d_model,
+                                                                .n_head = s.heads,
+                                                                .d_ff = s.d_ff,
+                                                                .n_layers = s.layers,
+                                                                .dropout = s.dropout,
+                                                                .max_len = s.max_source_len + 1,
+                                                                .pad_idx = s.specials.pad,
+                                                                .sep_idx = s.specials.sep},
+                                           gen);
+  m->spec_ = s;
+  return m;
+}
+
+Tensor EncoderTagger::forward(const Tensor& tokens) {
+  const char* me = "EncoderTagger";
+  ATTO_CHECK(tokens.defined() && tokens.dtype() == kInt64 && tokens.dim() == 2, me,
+             "tokens must be (B, L) int64, got ", tokens.defined() ? tokens.shape() : Shape{});
+  ATTO_CHECK(tokens.size(1) <= options.max_len, me, "tokens length L=", tokens.size(1), " exceeds max_len=",
+             options.max_len);
+  const int64_t* t = tokens.data<int64_t>();
+  Tensor kpm;  // (B, L) Bool, true on padding
+  if (options.pad_idx >= 0) {
+    kpm = empty(tokens.shape(), {.dtype = kBool});
+    bool* m = kpm.data<bool>();
+    for (int64_t i = 0; i < tokens.numel(); ++i) m[i] = t[i] == options.pad_idx;
+  }
+  for (int64_t i = 0; i < tokens.numel(); ++i)
+    ATTO_CHECK(t[i] >= 0 && t[i] < options.vocab, me, "token id ", t[i], " at flat index ", i,
+               " is out of range for vocab size ", options.vocab);
+  Tensor x = embed->forward(tokens) * std::sqrt(static_cast<double>(options.d_model));  // (B, L, D)
+  x = pos->forward(x);
+  for (const auto& m : *layers) x = static_cast<TransformerEncoderLayer&>(*m).forward(x, Tensor(), kpm);
+  return head->forward(norm->forward(x));  // (B, L, V)
+}
+
+void EncoderTagger::store_attention(bool on) {
+  for (const auto& m : *layers) static_cast<TransformerEncoderLayer&>(*m).set_store_attention(on);
+}
+
+Tensor EncoderTagger::input_tokens(const TokenRows& sources) const {
+  TokenRows rows = sources;
+  size_t L = 0;
+  for (auto& r : rows) {
+    r.push_back(spec_.specials.sep);
+    L = std::max(L, r.size());
+  }
+  return pack_rows(rows, static_cast<int64_t>(L), spec_.specials.pad);  // (B, L)
+}
+
+SequenceBatch EncoderTagger::make_batch(const std::vector<Example>& ex) const {
+  const char* me = "EncoderTagger::make_batch";
+  check_examples(ex, me);
+  TokenRows sources;
+  for (size_t i = 0; i < ex.size(); ++i) {
+    ATTO_CHECK(ex[i].src.size() == ex[i].tgt.size(), me, "example ", i, " has a source of ", ex[i].src.size(),
+               " tokens and a target of ", ex[i].tgt.size(),
+               ": the encoder-only model needs a target as long as its source");
+    sources.push_back(ex[i].src);
+  }
+  Tensor input = input_tokens(sources);  // (B, L)
+  const int64_t B = input.size(0), L = input.size(1);
+  Tensor target = full({B, L}, static_cast<double>(spec_.specials.ignore_index), {.dtype = kInt64});  // (B, L)
+  int64_t* tg = target.data<int64_t>();
+  for (size_t i = 0; i < ex.size(); ++i) {
+    std::copy(ex[i].tgt.begin(), ex[i].tgt.end(), tg + static_cast<int64_t>(i) * L);
+    tg[static_cast<int64_t>(i) * L + static_cast<int64_t>(ex[i].tgt.size())] = spec_.specials.eos;
+  }
+  return {.inputs = {input}, .target = target, .examples = ex};
+}
+
+Tensor EncoderTagger::forward_batch(const SequenceBatch& b) {
+  ATTO_CHECK(b.inputs.size() == 1, "EncoderTagger", "a batch needs inputs {tokens}, got ", b.inputs.size(),
+             " tensors");
+  return forward(b.inputs[0]);  // (B, L, V)
+}
+
+DecodeState EncoderTagger::begin_decode(const TokenRows& sources) {
+  DecodeState st;
+  st.sources = sources;
+  st.decoded.resize(sources.size());
+  for (size_t b = 0; b < sources.size(); ++b) st.active.push_back(static_cast<int64_t>(b));
+  if (!sources.empty()) st.memory = {forward(input_tokens(sources))};  // (B, L, V)
+  return st;
+}
+
+Tensor EncoderTagger::decode_step(DecodeState& st) {
+  const Tensor& logits = st.memory.at(0);  // (B, L, V)
+  const int64_t L = logits.size(1), V = logits.size(2);
+  std::vector<std::pair<int64_t, int64_t>> at;
+  std::vector<size_t> past_end;  // rows whose next position lies after their SEP
+  for (size_t i = 0; i < st.active.size(); ++i) {
+    const auto b = static_cast<size_t>(st.active[i]);
+    const auto t = static_cast<int64_t>(st.decoded[b].size());
+    if (t > static_cast<int64_t>(st.sources[b].size())) past_end.push_back(i);
+    at.emplace_back(static_cast<int64_t>(b), std::min(t, L - 1));
+  }
+  Tensor out = gather_positions(logits, at);  // (A, V)
+  for (size_t i : past_end) {
+    // Nothing is left to tag: EOS is the only choice.
+    dispatch_float(out.dtype(), "EncoderTagger::decode_step", [&]<typename T>() {
+      T* row = out.data<T>() + static_cast<int64_t>(i) * V;
+      std::fill(row, row + V, -std::numeric_limits<T>::infinity());
+      row[spec_.specials.eos] = 0;
+    });
+  }
+  return out;
+}
+
+std::vector<AttentionMap> EncoderTagger::attention_maps(const std::vector<int64_t>& src,
+                                                        const std::vector<int64_t>&) {
+  std::vector<int64_t> tokens = src;
+  tokens.push_back(spec_.specials.sep);
+  std::vector<Tensor> weights;
+  {
+    NoGradGuard no_grad;
+    const bool was_training = is_training();
+    eval();
+    store_attention(true);
+    try {
+      forward(from_vector(tokens, {1, static_cast<int64_t>(tokens.size())}));
+    } catch (...) {
+      store_attention(false);
+      train(was_training);
+      throw;
+    }
+    for (const auto& m : *layers) weights.push_back(static_cast<TransformerEncoderLayer&>(*m).last_attention());
+    store_attention(false);
+    train(was_training);
+  }
+  std::vector<AttentionMap> maps;
+  for (size_t i = 0; i < weights.size(); ++i) maps.push_back({cat("layer ", i), weights[i], tokens, tokens});
+  return maps;
+}
+
+std::string EncoderTagger::extra_repr() const {
+  const EncoderTaggerOptions& o = options;
+  return cat("vocab=", o.vocab, ", d_model=", o.d_model, ", n_head=", o.n_head, ", d_ff=", o.d_ff,
+             ", n_layers=", o.n_layers, ", dropout=", o.dropout, ", max_len=", o.max_len, ", pad_idx=", o.pad_idx,
+             ", sep_idx=", o.sep_idx);
+}
+
+}  // namespace attograd::nn

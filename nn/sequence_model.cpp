@@ -1,0 +1,225 @@
+// The model registry, ModelSpec's JSON, and the helpers every SequenceModel shares.
+
+#include "nn/sequence_model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <type_traits>
+
+#include "nn/encoder_tagger.h"
+#include "nn/models.h"
+
+namespace attograd::nn {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+constexpr const char* kSpec = "ModelSpec";
+
+// Calls f(name, field) for every ModelSpec field, in declaration order (the JSON order).
+template <class S, class F>
+void for_each_field(S& s, F&& f) {
+  f("vocab", s.vocab);
+  f("layers", s.layers);
+  f("d_model", s.d_model);
+  f("heads", s.heads);
+  f("d_ff", s.d_ff);
+  f("dropout", s.dropout);
+  f("max_source_len", s.max_source_len);
+  f("max_target_len", s.max_target_len);
+  f("aligned", s.aligned);
+  f("pad", s.specials.pad);
+  f("bos", s.specials.bos);
+  f("eos", s.specials.eos);
+  f("sep", s.specials.sep);
+  f("ignore_index", s.specials.ignore_index);
+}
+
+template <class T>
+void read_field(const json& v, const std::string& name, T& out) {
+  if constexpr (std::is_same_v<T, bool>) {
+    ATTO_CHECK(v.is_boolean(), kSpec, "field \"", name, "\" must be true or false");
+    out = v.get<bool>();
+  } else if constexpr (std::is_same_v<T, double>) {
+    ATTO_CHECK(v.is_number(), kSpec, "field \"", name, "\" must be a number");
+    out = v.get<double>();
+  } else {
+    static_assert(std::is_same_v<T, int64_t>);
+    ATTO_CHECK(v.is_number_integer() &&
+                   (!v.is_number_unsigned() ||
+                    v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())),
+               kSpec, "field \"", name, "\" must be an integer");
+    out = v.get<int64_t>();
+  }
+}
+
+struct Entry {
+  std::string kind;
+  ModelFactory factory;
+  std::string description;
+};
+
+// The registry, with the built-in kinds first; guarded by a mutex (registration may happen from any thread).
+struct Registry {
+  std::mutex mutex;
+  std::vector<Entry> entries;
+  Registry() {
+    entries.push_back({"lm", CausalLM::build, "decoder-only pre-LN language model (src SEP tgt, causal)"});
+    entries.push_back({"seq2seq", Transformer::build,
+                       "the seed's encoder-decoder Transformer (attention-is-all-you-need-pytorch)"});
+    entries.push_back({"encoder", EncoderTagger::build,
+                       "encoder-only model with a per-position head (BERT-style tagging; targets aligned with sources)"});
+  }
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+std::string kinds_list(const std::vector<Entry>& entries) {
+  std::string s;
+  for (const Entry& e : entries) s += (s.empty() ? "" : ", ") + e.kind;
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// ModelSpec
+
+std::string ModelSpec::to_json() const {
+  json j = json::object();
+  for_each_field(*this, [&](const char* name, const auto& v) { j[name] = v; });
+  return j.dump();
+}
+
+ModelSpec ModelSpec::from_json(const std::string& text) {
+  const json j = json::parse(text, nullptr, false);
+  ATTO_CHECK(!j.is_discarded() && j.is_object(), kSpec, "not a JSON object");
+  ModelSpec s;
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    const json& value = item.value();
+    bool known = false;
+    for_each_field(s, [&](const char* name, auto& field) {
+      if (key != name) return;
+      read_field(value, key, field);
+      known = true;
+    });
+    ATTO_CHECK(known, kSpec, "unknown field \"", key, "\"");
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SequenceModel
+
+std::vector<AttentionMap> SequenceModel::attention_maps(const std::vector<int64_t>&, const std::vector<int64_t>&) {
+  return {};
+}
+
+void SequenceModel::check_examples(const std::vector<Example>& examples, const char* what) const {
+  const ModelSpec& s = spec();
+  ATTO_CHECK(!examples.empty(), what, "empty batch");
+  for (size_t i = 0; i < examples.size(); ++i) {
+    const Example& e = examples[i];
+    ATTO_CHECK(static_cast<int64_t>(e.src.size()) <= s.max_source_len, what, "example ", i, ": source length ",
+               e.src.size(), " exceeds the model's max_source_len ", s.max_source_len);
+    ATTO_CHECK(static_cast<int64_t>(e.tgt.size()) <= s.max_target_len, what, "example ", i, ": target length ",
+               e.tgt.size(), " exceeds the model's max_target_len ", s.max_target_len);
+    for (const auto* row : {&e.src, &e.tgt})
+      for (int64_t t : *row)
+        ATTO_CHECK(t >= 0 && t < s.vocab, what, "example ", i, " has token ", t, " outside [0, ", s.vocab, ")");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registry
+
+void register_model(const std::string& kind, ModelFactory factory, const std::string& description) {
+  ATTO_CHECK(!kind.empty(), "register_model", "the kind must not be empty");
+  ATTO_CHECK(static_cast<bool>(factory), "register_model", "no factory given for kind \"", kind, "\"");
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (Entry& e : r.entries)
+    if (e.kind == kind) {
+      e = {kind, std::move(factory), description};
+      return;
+    }
+  r.entries.push_back({kind, std::move(factory), description});
+}
+
+std::shared_ptr<SequenceModel> make_model(const std::string& kind, const ModelSpec& spec, Generator& gen) {
+  ModelFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    for (const Entry& e : r.entries)
+      if (e.kind == kind) factory = e.factory;
+    ATTO_CHECK(static_cast<bool>(factory), "make_model", "unknown model kind \"", kind, "\" (registered: ",
+               kinds_list(r.entries), ")");
+  }
+  ATTO_CHECK(spec.vocab >= 1, "make_model", kind, ": vocab must be positive, got ", spec.vocab);
+  ATTO_CHECK(spec.max_source_len >= 0 && spec.max_target_len >= 0, "make_model", kind,
+             ": max_source_len and max_target_len must be >= 0, got ", spec.max_source_len, " and ",
+             spec.max_target_len);
+  std::shared_ptr<SequenceModel> m = factory(spec, gen);
+  ATTO_CHECK(m != nullptr, "make_model", "the factory of \"", kind, "\" returned no model");
+  return m;
+}
+
+bool has_model(const std::string& kind) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return std::any_of(r.entries.begin(), r.entries.end(), [&](const Entry& e) { return e.kind == kind; });
+}
+
+std::vector<std::pair<std::string, std::string>> registered_models() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Entry& e : r.entries) out.emplace_back(e.kind, e.description);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+Tensor pack_rows(const TokenRows& rows, int64_t width, int64_t pad) {
+  const auto B = static_cast<int64_t>(rows.size());
+  Tensor t = full({B, width}, static_cast<double>(pad), {.dtype = kInt64});  // (B, width)
+  int64_t* p = t.data<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& row = rows[static_cast<size_t>(b)];
+    const int64_t n = std::min<int64_t>(width, static_cast<int64_t>(row.size()));
+    std::copy(row.begin(), row.begin() + n, p + b * width);
+  }
+  return t;
+}
+
+Tensor gather_positions(const Tensor& logits, const std::vector<std::pair<int64_t, int64_t>>& positions) {
+  const char* me = "gather_positions";
+  ATTO_CHECK(logits.dim() == 3 && (logits.dtype() == kFloat32 || logits.dtype() == kFloat64), me,
+             "logits must be (B, L, V) float32 or float64, got ", shape_str(logits.shape()), " ",
+             dtype_name(logits.dtype()));
+  const Tensor& c = logits;
+  const int64_t B = c.size(0), L = c.size(1), V = c.size(2);
+  const auto A = static_cast<int64_t>(positions.size());
+  Tensor out = empty({A, V}, {.dtype = c.dtype()});  // (A, V)
+  const size_t bytes = static_cast<size_t>(V) * dtype_size(c.dtype());
+  const auto* src = static_cast<const uint8_t*>(c.raw_data());
+  auto* dst = static_cast<uint8_t*>(out.raw_data());
+  for (int64_t i = 0; i < A; ++i) {
+    const auto [b, t] = positions[static_cast<size_t>(i)];
+    ATTO_CHECK(b >= 0 && b < B && t >= 0 && t < L, me, "position (", b, ", ", t, ") outside (", B, ", ", L, ")");
+    std::memcpy(dst + static_cast<size_t>(i) * bytes, src + static_cast<size_t>(b * L + t) * bytes, bytes);
+  }
+  return out;
+}
+
+}  // namespace attograd::nn

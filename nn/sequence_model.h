@@ -1,0 +1,159 @@
+#pragma once
+// The sequence-model interface: what Trainer, greedy decoding, evaluation, the reports, checkpoints and the CLI
+// know of a model. CausalLM (decoder-only), the seed's Transformer (encoder-decoder), EncoderTagger (encoder-only,
+// a head per position) and a user's own model implement it; nothing outside a model's own file knows which one
+// it is.
+//
+// A model sees examples as token rows (source, target; no special tokens) and frames them itself:
+//   make_batch(examples)   -> the tensors its forward reads and the target aligned with its logits,
+//   forward_batch(batch)   -> logits (B, T, V), trained with cross_entropy(logits, batch.target, ignore_index),
+//   begin_decode(sources)  -> the state of an incremental decode (encoder output, prompts, key/value cache),
+//   decode_step(state)     -> the next token's logits for every row still decoding.
+// Greedy decoding (train/decode.h) appends argmax tokens to state.decoded until a row emits special_tokens().eos.
+//
+// Models are built by kind through a registry ("lm", "seq2seq", "encoder" and whatever a user registers) from one
+// ModelSpec, which is what a training run saves beside its weights: a saved model is rebuilt by kind and spec.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/random.h"
+#include "autograd/tensor.h"
+#include "nn/module.h"
+
+namespace attograd::nn {
+
+/// Token rows, one per sequence.
+using TokenRows = std::vector<std::vector<int64_t>>;
+
+/// One example as token ids without special tokens: a source and the target the model should produce for it.
+struct Example {
+  std::vector<int64_t> src;  ///< source tokens
+  std::vector<int64_t> tgt;  ///< target tokens
+  /// Field-wise equality.
+  bool operator==(const Example&) const = default;
+};
+
+/// The token ids a model reserves (the built-in tasks' values by default).
+struct SpecialTokens {
+  int64_t pad = 0;             ///< padding (a blocked key, no loss)
+  int64_t bos = 1;             ///< start of a target sequence (encoder-decoder)
+  int64_t eos = 2;             ///< end of a target sequence: decoding stops after it
+  int64_t sep = 3;             ///< separates source and target (decoder-only) / ends the source (encoder-only)
+  int64_t ignore_index = -100; ///< target label that carries no loss (cross_entropy's ignore_index)
+  /// Field-wise equality.
+  bool operator==(const SpecialTokens&) const = default;
+};
+
+/// Everything a model kind needs to be built, and what a training run saves beside the weights (as JSON).
+struct ModelSpec {
+  int64_t vocab = 0;           ///< vocabulary size (special tokens included)
+  int64_t layers = 2;          ///< blocks (decoder-only, encoder-only) or encoder and decoder layers each
+  int64_t d_model = 64;        ///< model width
+  int64_t heads = 4;           ///< attention heads; must divide d_model (head size d_model / heads)
+  int64_t d_ff = 256;          ///< feed-forward hidden size
+  double dropout = 0.0;        ///< every dropout probability
+  int64_t max_source_len = 0;  ///< longest source the model must accept
+  int64_t max_target_len = 0;  ///< longest target (without EOS) the model must produce
+  bool aligned = false;        ///< every target has its source's length (what a per-position tagger needs)
+  SpecialTokens specials = {}; ///< reserved token ids
+  /// The spec as a JSON object (every field).
+  std::string to_json() const;
+  /// Parses to_json()'s output (Error naming an unknown field or a wrong type).
+  static ModelSpec from_json(const std::string& text);
+  /// Field-wise equality.
+  bool operator==(const ModelSpec&) const = default;
+};
+
+/// One key/value cache entry of one attention layer: keys and values of the positions decoded so far.
+struct KVCache {
+  Tensor key;    ///< (B, H, L, d_k), undefined until filled
+  Tensor value;  ///< (B, H, L, d_v), undefined until filled
+};
+
+/// The state of an incremental decode. The decoding loop owns `decoded` and `active`; the model owns the rest.
+struct DecodeState {
+  TokenRows sources;                ///< the sources, one per row
+  TokenRows decoded;                ///< per row, the tokens produced so far (greedy decoding appends to them)
+  std::vector<int64_t> active;      ///< rows still decoding, ascending; decode_step returns their logits in order
+  std::vector<Tensor> memory;       ///< model-specific tensors computed once (e.g. the encoder output)
+  std::vector<KVCache> cache;       ///< per attention layer; empty while the model keeps no cache
+};
+
+/// A model's training batch.
+struct SequenceBatch {
+  std::vector<Tensor> inputs;      ///< what forward_batch reads, model-specific (e.g. {src, tgt_in})
+  Tensor target;                   ///< (B, T) Int64 labels aligned with the logits; ignore_index where no loss
+  std::vector<Example> examples;   ///< the examples it was made from
+};
+
+/// One attention layer's probabilities for a figure, with the tokens along both axes.
+struct AttentionMap {
+  std::string label;              ///< e.g. "layer 0", "decoder 1 cross"
+  Tensor weights;                 ///< (1, H, Lq, Lk)
+  std::vector<int64_t> queries;   ///< Lq tokens (rows)
+  std::vector<int64_t> keys;      ///< Lk tokens (columns)
+};
+
+/// The interface of a trainable sequence model (see the file comment). Implementations are Modules.
+class SequenceModel : public Module {
+ public:
+  /// The registry kind this model is built by ("lm", "seq2seq", "encoder", or a user's).
+  virtual std::string kind() const = 0;
+  /// The spec the model was built from (saved beside its weights).
+  virtual const ModelSpec& spec() const = 0;
+  /// Vocabulary size.
+  int64_t vocab_size() const { return spec().vocab; }
+  /// Reserved token ids.
+  const SpecialTokens& special_tokens() const { return spec().specials; }
+
+  /// The tensors forward_batch reads and the target aligned with its logits. Error naming the example when one
+  /// cannot be framed (too long, a token outside the vocabulary, a target this model cannot produce).
+  virtual SequenceBatch make_batch(const std::vector<Example>& examples) const = 0;
+  /// batch -> logits (B, T, vocab) aligned with batch.target.
+  virtual Tensor forward_batch(const SequenceBatch& batch) = 0;
+
+  /// Starts decoding `sources` (state.sources, empty decoded rows, every row active); computes what the whole
+  /// decode shares. Called under NoGradGuard in eval mode.
+  virtual DecodeState begin_decode(const TokenRows& sources) = 0;
+  /// The next token's logits (A, vocab) for the A = state.active.size() rows still decoding, in state.active's
+  /// order, given state.decoded.
+  virtual Tensor decode_step(DecodeState& state) = 0;
+  /// The most tokens decode_step can produce for a row (EOS included).
+  virtual int64_t max_decode_len() const { return spec().max_target_len + 1; }
+
+  /// Runs the model once on `src` and its decoded `output` (without EOS) with attention stored, in eval mode
+  /// without gradients, and returns every attention layer's probabilities. Default: none.
+  virtual std::vector<AttentionMap> attention_maps(const std::vector<int64_t>& src,
+                                                   const std::vector<int64_t>& output);
+
+ protected:
+  /// Error naming the example and `what` unless every token of every example is in [0, vocab) and lengths fit
+  /// max_source_len / max_target_len.
+  void check_examples(const std::vector<Example>& examples, const char* what) const;
+};
+
+/// Builds a model of one kind from a spec, drawing its initial weights from the generator.
+using ModelFactory = std::function<std::shared_ptr<SequenceModel>(const ModelSpec&, Generator&)>;
+
+/// Registers a model kind (a user's model included) so that Trainer, checkpoints and the CLI can build it by
+/// name. Re-registering a kind replaces it.
+void register_model(const std::string& kind, ModelFactory factory, const std::string& description = "");
+/// Builds a registered kind (Error listing the registered kinds when unknown).
+std::shared_ptr<SequenceModel> make_model(const std::string& kind, const ModelSpec& spec,
+                                          Generator& gen = default_generator());
+/// Whether a kind is registered.
+bool has_model(const std::string& kind);
+/// The registered kinds with their descriptions, built-in ones first.
+std::vector<std::pair<std::string, std::string>> registered_models();
+
+/// Pads rows on the right to `width` with `pad`: (rows.size(), width) Int64.
+Tensor pack_rows(const TokenRows& rows, int64_t width, int64_t pad);
+/// Position t of row b of logits (B, L, V) as (V) values: the row copied out of a (B, L, V) tensor into a new
+/// (A, V) tensor for the listed (b, t) pairs.
+Tensor gather_positions(const Tensor& logits, const std::vector<std::pair<int64_t, int64_t>>& positions);
+
+}  // namespace attograd::nn
