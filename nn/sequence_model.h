@@ -31,8 +31,8 @@ using TokenRows = std::vector<std::vector<int64_t>>;
 
 /// One example as token ids without special tokens: a source and the target the model should produce for it.
 struct Example {
-  std::vector<int64_t> src;  ///< source tokens
-  std::vector<int64_t> tgt;  ///< target tokens
+  std::vector<int64_t> src = {};  ///< source tokens
+  std::vector<int64_t> tgt = {};  ///< target tokens
   /// Field-wise equality.
   bool operator==(const Example&) const = default;
 };
@@ -70,32 +70,32 @@ struct ModelSpec {
 
 /// One key/value cache entry of one attention layer: keys and values of the positions decoded so far.
 struct KVCache {
-  Tensor key;    ///< (B, H, L, d_k), undefined until filled
-  Tensor value;  ///< (B, H, L, d_v), undefined until filled
+  Tensor key = {};    ///< (B, H, L, d_k), undefined until filled
+  Tensor value = {};  ///< (B, H, L, d_v), undefined until filled
 };
 
 /// The state of an incremental decode. The decoding loop owns `decoded` and `active`; the model owns the rest.
 struct DecodeState {
-  TokenRows sources;                ///< the sources, one per row
-  TokenRows decoded;                ///< per row, the tokens produced so far (greedy decoding appends to them)
-  std::vector<int64_t> active;      ///< rows still decoding, ascending; decode_step returns their logits in order
-  std::vector<Tensor> memory;       ///< model-specific tensors computed once (e.g. the encoder output)
-  std::vector<KVCache> cache;       ///< per attention layer; empty while the model keeps no cache
+  TokenRows sources = {};                ///< the sources, one per row
+  TokenRows decoded = {};                ///< per row, the tokens produced so far (greedy decoding appends to them)
+  std::vector<int64_t> active = {};      ///< rows still decoding, ascending; decode_step returns their logits in order
+  std::vector<Tensor> memory = {};       ///< model-specific tensors computed once (e.g. the encoder output)
+  std::vector<KVCache> cache = {};       ///< per attention layer; empty while the model keeps no cache
 };
 
 /// A model's training batch.
 struct SequenceBatch {
-  std::vector<Tensor> inputs;      ///< what forward_batch reads, model-specific (e.g. {src, tgt_in})
-  Tensor target;                   ///< (B, T) Int64 labels aligned with the logits; ignore_index where no loss
-  std::vector<Example> examples;   ///< the examples it was made from
+  std::vector<Tensor> inputs = {};      ///< what forward_batch reads, model-specific (e.g. {src, tgt_in})
+  Tensor target = {};                   ///< (B, T) Int64 labels aligned with the logits; ignore_index where no loss
+  std::vector<Example> examples = {};   ///< the examples it was made from
 };
 
 /// One attention layer's probabilities for a figure, with the tokens along both axes.
 struct AttentionMap {
-  std::string label;              ///< e.g. "layer 0", "decoder 1 cross"
-  Tensor weights;                 ///< (1, H, Lq, Lk)
-  std::vector<int64_t> queries;   ///< Lq tokens (rows)
-  std::vector<int64_t> keys;      ///< Lk tokens (columns)
+  std::string label = {};              ///< e.g. "layer 0", "decoder 1 cross"
+  Tensor weights = {};                 ///< (1, H, Lq, Lk)
+  std::vector<int64_t> queries = {};   ///< Lq tokens (rows)
+  std::vector<int64_t> keys = {};      ///< Lk tokens (columns)
 };
 
 /// The interface of a trainable sequence model (see the file comment). Implementations are Modules.
