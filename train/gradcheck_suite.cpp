@@ -95,8 +95,7 @@ struct ErrorSummary {
 // Max |analytic - numeric| over every Jacobian entry, max |analytic - numeric| / |numeric| over the entries with
 // |numeric| >= atol (a relative error means nothing where the derivative is ~0), and max |numeric|. Same central
 // differences as gradcheck(); the analytic Jacobian from one backward per output element.
-ErrorSummary error_summary(const std::function<Tensor()>& f, const Inputs& inputs,
-                                        const GradcheckOptions& o) {
+ErrorSummary error_summary(const std::function<Tensor()>& f, const Inputs& inputs, const GradcheckOptions& o) {
   std::vector<std::vector<double>> analytic;  // [output][flat input element]
   {
     Tensor y = f();

@@ -38,27 +38,27 @@ namespace attograd::checks {
 
 /// Sizes and options of the checks that take any (the modules and scaled_dot_product_attention).
 struct CheckConfig {
-  Dtype dtype = kFloat64;      ///< precision of inputs and parameters
-  int64_t batch = 2;           ///< sequences
-  int64_t len = 5;             ///< sequence length (queries and keys)
-  int64_t d_model = 8;         ///< model width
-  int64_t heads = 2;           ///< attention heads (must divide d_model)
-  int64_t layers = 1;          ///< layers of the whole models (CausalLM, Transformer)
-  std::string mask = "none";   ///< attention mask: "none", "causal" or "padding"
-  double dropout = 0.0;        ///< dropout probability of modules with dropout (the dropout op and Dropout use 0.2 when 0)
-  uint64_t seed = 0;           ///< seed of inputs and initial weights
+  Dtype dtype = kFloat64;     ///< precision of inputs and parameters
+  int64_t batch = 2;          ///< sequences
+  int64_t len = 5;            ///< sequence length (queries and keys)
+  int64_t d_model = 8;        ///< model width
+  int64_t heads = 2;          ///< attention heads (must divide d_model)
+  int64_t layers = 1;         ///< layers of the whole models (CausalLM, Transformer)
+  std::string mask = "none";  ///< attention mask: "none", "causal" or "padding"
+  double dropout = 0.0;  ///< dropout probability of modules with dropout (the dropout op and Dropout use 0.2 when 0)
+  uint64_t seed = 0;     ///< seed of inputs and initial weights
 };
 
 /// The outcome of one check.
 struct CheckResult {
-  std::string name;           ///< the check's name
-  std::string kind;           ///< "op" or "module"
-  std::string configuration;  ///< shapes and options actually used
-  GradcheckResult result;     ///< what gradcheck() found (decides pass/fail)
-  double max_abs_error = 0;   ///< max |analytic - numeric| over every Jacobian entry
-  double max_rel_error = 0;   ///< max |analytic - numeric| / |numeric| over the entries with |numeric| >= atol
+  std::string name;               ///< the check's name
+  std::string kind;               ///< "op" or "module"
+  std::string configuration;      ///< shapes and options actually used
+  GradcheckResult result;         ///< what gradcheck() found (decides pass/fail)
+  double max_abs_error = 0;       ///< max |analytic - numeric| over every Jacobian entry
+  double max_rel_error = 0;       ///< max |analytic - numeric| / |numeric| over the entries with |numeric| >= atol
   double max_abs_derivative = 0;  ///< max |numeric| over every Jacobian entry (0 would make the check vacuous)
-  double seconds = 0;         ///< wall time
+  double seconds = 0;             ///< wall time
 };
 
 /// A named check.
@@ -94,6 +94,7 @@ void validate(const CheckConfig& config);
 /// Runs one check, or all of them when `name` is empty, with tolerances(config.dtype) unless `options` is given.
 std::vector<CheckResult> run_checks(const std::string& name, const CheckConfig& config);
 /// Same with explicit gradcheck options.
-std::vector<CheckResult> run_checks(const std::string& name, const CheckConfig& config, const GradcheckOptions& options);
+std::vector<CheckResult> run_checks(const std::string& name, const CheckConfig& config,
+                                    const GradcheckOptions& options);
 
 }  // namespace attograd::checks

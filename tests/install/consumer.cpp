@@ -31,8 +31,8 @@ int main() {
   }
 
   // The weights file (its XXH64 checksum links libxxhash) round-trips.
-  const std::string path = std::string(std::getenv("CONSUMER_TMP") ? std::getenv("CONSUMER_TMP") : ".") +
-                           "/consumer.attograd";
+  const std::string path =
+      std::string(std::getenv("CONSUMER_TMP") ? std::getenv("CONSUMER_TMP") : ".") + "/consumer.attograd";
   io::save(model, path);
   nn::Linear reloaded(4, 3, true, gen);
   io::load(reloaded, path);

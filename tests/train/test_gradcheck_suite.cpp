@@ -14,16 +14,67 @@ namespace {
 
 // The ops' and the modules' names, in the registry's order: ops first (snake_case), then modules (PascalCase).
 TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
-  const std::vector<std::string> ops = {
-      "add", "sub", "mul", "div", "broadcast_to", "sum_to", "exp", "log", "sqrt", "pow", "tanh", "sigmoid", "relu",
-      "gelu", "abs", "neg", "rdiv", "matmul", "linear", "transpose", "reshape", "view", "flatten", "unsqueeze",
-      "squeeze", "permute", "slice", "narrow", "select", "cat", "stack", "split", "chunk", "sum", "mean", "max",
-      "softmax", "log_softmax", "masked_fill", "where", "dropout", "relu_dropout", "dropout_add", "embedding",
-      "layer_norm", "cross_entropy", "mse_loss", "scaled_dot_product_attention", "multi_head_attention",
-      "packed_self_attention"};
-  const std::vector<std::string> modules = {
-      "Linear", "Embedding", "LayerNorm", "Dropout", "PositionwiseFeedForward", "MultiheadAttention",
-      "MultiHeadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM", "Transformer"};
+  const std::vector<std::string> ops = {"add",
+                                        "sub",
+                                        "mul",
+                                        "div",
+                                        "broadcast_to",
+                                        "sum_to",
+                                        "exp",
+                                        "log",
+                                        "sqrt",
+                                        "pow",
+                                        "tanh",
+                                        "sigmoid",
+                                        "relu",
+                                        "gelu",
+                                        "abs",
+                                        "neg",
+                                        "rdiv",
+                                        "matmul",
+                                        "linear",
+                                        "transpose",
+                                        "reshape",
+                                        "view",
+                                        "flatten",
+                                        "unsqueeze",
+                                        "squeeze",
+                                        "permute",
+                                        "slice",
+                                        "narrow",
+                                        "select",
+                                        "cat",
+                                        "stack",
+                                        "split",
+                                        "chunk",
+                                        "sum",
+                                        "mean",
+                                        "max",
+                                        "softmax",
+                                        "log_softmax",
+                                        "masked_fill",
+                                        "where",
+                                        "dropout",
+                                        "relu_dropout",
+                                        "dropout_add",
+                                        "embedding",
+                                        "layer_norm",
+                                        "cross_entropy",
+                                        "mse_loss",
+                                        "scaled_dot_product_attention",
+                                        "multi_head_attention",
+                                        "packed_self_attention"};
+  const std::vector<std::string> modules = {"Linear",
+                                            "Embedding",
+                                            "LayerNorm",
+                                            "Dropout",
+                                            "PositionwiseFeedForward",
+                                            "MultiheadAttention",
+                                            "MultiHeadAttention",
+                                            "TransformerEncoderLayer",
+                                            "TransformerDecoderLayer",
+                                            "CausalLM",
+                                            "Transformer"};
   std::vector<std::string> names, kinds;
   for (const checks::Check& c : checks::registry()) names.push_back(c.name), kinds.push_back(c.kind);
   std::vector<std::string> expected = ops;
@@ -74,8 +125,10 @@ TEST(GradcheckSuite, EveryOpOfTheAutogradHeadersHasAnEntry) {
     EXPECT_TRUE(checked.count(name) || unchecked.count(name))
         << name << " is declared in autograd/ but has no gradcheck entry: add one in build_registry() "
         << "(train/gradcheck_suite.cpp), or list it in unchecked_ops() with the reason";
-  for (const std::string& name : checked) EXPECT_TRUE(declared.count(name)) << name << ": no such function in autograd/";
-  for (const std::string& name : unchecked) EXPECT_TRUE(declared.count(name)) << name << ": no such function in autograd/";
+  for (const std::string& name : checked)
+    EXPECT_TRUE(declared.count(name)) << name << ": no such function in autograd/";
+  for (const std::string& name : unchecked)
+    EXPECT_TRUE(declared.count(name)) << name << ": no such function in autograd/";
 }
 
 TEST(GradcheckSuite, FindsNamesAndAliases) {
@@ -171,9 +224,11 @@ TEST(GradcheckSuite, AttentionModulesWithMasksDropoutAndFloat32) {
       c.d_model = 4;
       c.batch = 2;
       c.seed = 3;
-      for (const char* name : {"sdpa", "mha", "seed_mha", "encoder_layer", "decoder_layer", "causal_lm", "transformer"}) {
+      for (const char* name :
+           {"sdpa", "mha", "seed_mha", "encoder_layer", "decoder_layer", "causal_lm", "transformer"}) {
         const checks::CheckResult r = checks::run_checks(name, c).front();
-        EXPECT_TRUE(r.result.passed) << name << " mask=" << mask << " " << dtype_name(dtype) << ": " << r.result.message;
+        EXPECT_TRUE(r.result.passed) << name << " mask=" << mask << " " << dtype_name(dtype) << ": "
+                                     << r.result.message;
         EXPECT_NE(r.configuration.find("dropout=0.1"), std::string::npos) << r.configuration;
       }
     }
