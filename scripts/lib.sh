@@ -6,7 +6,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="${JOBS:-$(nproc)}"
 
 # Debian packages the build needs (a fresh machine has the compiler, cmake and GoogleTest only).
-ATTOGRAD_PACKAGES=(cmake g++ make libeigen3-dev libcereal-dev libgtest-dev libcli11-dev nlohmann-json3-dev)
+ATTOGRAD_PACKAGES=(cmake g++ make libeigen3-dev libcereal-dev libgtest-dev libcli11-dev nlohmann-json3-dev
+  libxxhash-dev)
 
 ensure_packages() {
   local missing=()

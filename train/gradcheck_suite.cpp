@@ -6,7 +6,6 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
-#include <tuple>
 #include <map>
 #include <memory>
 
@@ -88,11 +87,15 @@ std::string double_str(double v) {
   return buf;
 }
 
-// Max |analytic - numeric| over every Jacobian entry, and max |analytic - numeric| / |numeric| over the entries
-// with |numeric| >= atol (a relative error means nothing where the derivative is ~0). Same central differences as
-// gradcheck(); the analytic Jacobian from one backward per output element.
-std::pair<double, double> error_summary(const std::function<Tensor()>& f, const Inputs& inputs,
-                                        const GradcheckOptions& o) {
+// The errors a check reports (CheckResult's fields of the same names).
+struct ErrorSummary {
+  double max_abs_error = 0, max_rel_error = 0, max_abs_derivative = 0;
+};
+
+// Max |analytic - numeric| over every Jacobian entry, max |analytic - numeric| / |numeric| over the entries with
+// |numeric| >= atol (a relative error means nothing where the derivative is ~0), and max |numeric|. Same central
+// differences as gradcheck(); the analytic Jacobian from one backward per output element.
+ErrorSummary error_summary(const std::function<Tensor()>& f, const Inputs& inputs, const GradcheckOptions& o) {
   std::vector<std::vector<double>> analytic;  // [output][flat input element]
   {
     Tensor y = f();
@@ -111,7 +114,7 @@ std::pair<double, double> error_summary(const std::function<Tensor()>& f, const 
     }
     for (const Tensor& x : inputs) const_cast<Tensor&>(x).zero_grad(true);
   }
-  double max_abs = 0, max_rel = 0;
+  ErrorSummary e;
   size_t col = 0;
   NoGradGuard no_grad;
   for (const Tensor& in : inputs) {
@@ -128,12 +131,13 @@ std::pair<double, double> error_summary(const std::function<Tensor()>& f, const 
       set(orig);
       for (size_t k = 0; k < analytic.size() && k < plus.size(); ++k) {
         const double n = (plus[k] - minus[k]) / (2 * o.eps), err = std::fabs(analytic[k][col] - n);
-        max_abs = std::max(max_abs, err);
-        if (std::fabs(n) >= o.atol) max_rel = std::max(max_rel, err / std::fabs(n));
+        e.max_abs_error = std::max(e.max_abs_error, err);
+        e.max_abs_derivative = std::max(e.max_abs_derivative, std::fabs(n));
+        if (std::fabs(n) >= o.atol) e.max_rel_error = std::max(e.max_rel_error, err / std::fabs(n));
       }
     }
   }
-  return {max_abs, max_rel};
+  return e;
 }
 
 // Runs gradcheck() (pass/fail) and error_summary() (the reported errors) on f and its inputs.
@@ -145,7 +149,10 @@ CheckResult run_check(const std::string& name, const std::string& kind, const st
   r.kind = kind;
   r.configuration = configuration;
   r.result = gradcheck(f, inputs, o);
-  std::tie(r.max_abs_error, r.max_rel_error) = error_summary(f, inputs, o);
+  const ErrorSummary e = error_summary(f, inputs, o);
+  r.max_abs_error = e.max_abs_error;
+  r.max_rel_error = e.max_rel_error;
+  r.max_abs_derivative = e.max_abs_derivative;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
@@ -243,6 +250,18 @@ std::vector<Check> build_registry() {
   binary("sub", sub, false);
   binary("mul", mul, false);
   binary("div", div, true);
+  r.push_back(op(
+      "broadcast_to",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(3, 1) -> (2, 3, 4)"), Inputs{leaf({3, 1}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return broadcast_to(x[0], {2, 3, 4}); }));
+  r.push_back(op(
+      "sum_to",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(2, 3, 4) -> (3, 1)"), Inputs{leaf({2, 3, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return sum_to(x[0], {3, 1}); }));
 
   // Unary ops on (3, 4) over a domain where they are smooth.
   auto unary = [&](const std::string& name, std::function<Tensor(const Tensor&)> f, double lo, double hi,
@@ -265,6 +284,9 @@ std::vector<Check> build_registry() {
   unary("sigmoid", [](const Tensor& x) { return sigmoid(x); }, -3, 3, false);
   unary("relu", [](const Tensor& x) { return relu(x); }, 0.1, 1, true);
   unary("gelu", [](const Tensor& x) { return gelu(x); }, -2, 2, false);
+  unary("abs", [](const Tensor& x) { return abs(x); }, 0.1, 1, true);
+  unary("neg", [](const Tensor& x) { return neg(x); }, -1, 1, false);
+  unary("rdiv", [](const Tensor& x) { return rdiv(2.0, x); }, 0.5, 1.5, true);
 
   r.push_back(op(
       "matmul",
@@ -294,11 +316,56 @@ std::vector<Check> build_registry() {
       },
       [](const Inputs& x) { return mul(reshape(x[0], {3, 4}), x[1]); }));
   r.push_back(op(
+      "view",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(2, 6) -> (4, 3), times (4, 3)"),
+                         Inputs{leaf({2, 6}, g, c.dtype), leaf({4, 3}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return mul(view(x[0], {4, 3}), x[1]); }));
+  r.push_back(op(
+      "flatten",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(2, 3, 4), dims 1..2"), Inputs{leaf({2, 3, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return flatten(x[0], 1, 2); }));
+  r.push_back(op(
+      "unsqueeze",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(3, 4) at dim 1, times (3, 2, 4) broadcast"),
+                         Inputs{leaf({3, 4}, g, c.dtype), leaf({3, 2, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return mul(unsqueeze(x[0], 1), x[1]); }));
+  r.push_back(op(
+      "squeeze",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(3, 1, 4) at dim 1, then every size-1 dim of (1, 3, 1)"),
+                         Inputs{leaf({3, 1, 4}, g, c.dtype), leaf({1, 3, 1}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return mul(squeeze(x[0], 1), unsqueeze(squeeze(x[1]), 1)); }));
+  r.push_back(op(
+      "permute",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(2, 3, 4) -> dims (2, 0, 1)"), Inputs{leaf({2, 3, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return permute(x[0], {2, 0, 1}); }));
+  r.push_back(op(
       "slice",
       [](const CheckConfig& c, Generator& g) {
         return std::pair{std::string("(4, 6), dim 1, 1:6:2"), Inputs{leaf({4, 6}, g, c.dtype)}};
       },
       [](const Inputs& x) { return slice(x[0], 1, 1, 6, 2); }));
+  r.push_back(op(
+      "narrow",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(4, 6), dim 1, start 1, length 3"), Inputs{leaf({4, 6}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return narrow(x[0], 1, 1, 3); }));
+  r.push_back(op(
+      "select",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(3, 4, 2), dim 1, index 2"), Inputs{leaf({3, 4, 2}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return select(x[0], 1, 2); }));
   r.push_back(op(
       "cat",
       [](const CheckConfig& c, Generator& g) {
@@ -322,6 +389,16 @@ std::vector<Check> build_registry() {
       [](const Inputs& x) {
         const std::vector<Tensor> parts = split(x[0], 2, 1);
         return mul(parts[0], parts[1]);
+      }));
+  r.push_back(op(
+      "chunk",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{std::string("(5, 3) in 3 chunks (2, 2, 1) on dim 0, first two multiplied, third appended"),
+                         Inputs{leaf({5, 3}, g, c.dtype)}};
+      },
+      [](const Inputs& x) {
+        const std::vector<Tensor> parts = chunk(x[0], 3, 0);
+        return cat({mul(parts[0], parts[1]), parts[2]}, 0);
       }));
   r.push_back(op(
       "sum",
@@ -383,6 +460,30 @@ std::vector<Check> build_registry() {
                      },
                      in, o);
                }});
+  r.push_back({"relu_dropout", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 17), drop(0);
+                 const double p = drop_p(c);
+                 Inputs in{away_from_zero({3, 5}, gen, c.dtype, 0.1, 1)};
+                 return run_check(
+                     "relu_dropout", "op", cat("(3, 5), values +-[0.1, 1), p=", double_str(p), ", mask replayed"),
+                     [&] {
+                       drop.manual_seed(c.seed + 99);
+                       return relu_dropout(in[0], p, true, drop);
+                     },
+                     in, o);
+               }});
+  r.push_back({"dropout_add", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 17), drop(0);
+                 const double p = drop_p(c);
+                 Inputs in{leaf({3, 5}, gen, c.dtype), leaf({3, 5}, gen, c.dtype)};
+                 return run_check(
+                     "dropout_add", "op", cat("x (3, 5) + dropout of y (3, 5), p=", double_str(p), ", mask replayed"),
+                     [&] {
+                       drop.manual_seed(c.seed + 99);
+                       return dropout_add(in[0], in[1], p, true, drop);
+                     },
+                     in, o);
+               }});
   r.push_back(op(
       "embedding",
       [](const CheckConfig& c, Generator& g) {
@@ -425,6 +526,36 @@ std::vector<Check> build_registry() {
                      [&] {
                        drop.manual_seed(c.seed + 7);
                        return scaled_dot_product_attention(in[0], in[1], in[2], opts).output;
+                     },
+                     in, o);
+               }});
+  r.push_back({"multi_head_attention", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 17), drop(0);
+                 const Shape s{c.batch, c.len, c.d_model};
+                 Inputs in{leaf(s, gen, c.dtype), leaf(s, gen, c.dtype), leaf(s, gen, c.dtype)};
+                 AttentionOptions opts{.is_causal = c.mask == "causal", .dropout_p = c.dropout, .generator = &drop};
+                 if (c.mask == "padding") opts.attn_mask = reshape(key_padding(c), {c.batch, 1, 1, c.len});
+                 return run_check(
+                     "multi_head_attention", "op",
+                     cat("q, k, v ", sh(s), " H=", c.heads, " mask=", c.mask, " dropout=", double_str(c.dropout)),
+                     [&] {
+                       drop.manual_seed(c.seed + 7);
+                       return multi_head_attention(in[0], in[1], in[2], c.heads, opts).output;
+                     },
+                     in, o);
+               }});
+  r.push_back({"packed_self_attention", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 17), drop(0);
+                 const Shape s{c.batch, c.len, 3 * c.d_model};
+                 Inputs in{leaf(s, gen, c.dtype)};
+                 AttentionOptions opts{.is_causal = c.mask == "causal", .dropout_p = c.dropout, .generator = &drop};
+                 if (c.mask == "padding") opts.attn_mask = reshape(key_padding(c), {c.batch, 1, 1, c.len});
+                 return run_check(
+                     "packed_self_attention", "op",
+                     cat("qkv ", sh(s), " H=", c.heads, " mask=", c.mask, " dropout=", double_str(c.dropout)),
+                     [&] {
+                       drop.manual_seed(c.seed + 7);
+                       return packed_self_attention(in[0], c.heads, opts).output;
                      },
                      in, o);
                }});
@@ -585,6 +716,23 @@ std::string lower(std::string s) {
 
 const std::vector<Check>& registry() {
   static const std::vector<Check> r = build_registry();
+  return r;
+}
+
+const std::vector<UncheckedOp>& unchecked_ops() {
+  static const std::vector<UncheckedOp> r = [] {
+    std::vector<UncheckedOp> v;
+    for (const char* n : {"empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "arange",
+                          "from_vector", "scalar_tensor", "rand", "randn", "randint", "dropout_mask"})
+      v.push_back({n, "creates a tensor from sizes or values: no tensor input to differentiate"});
+    for (const char* n : {"eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or", "argmax"})
+      v.push_back({n, "boolean or index result: no gradient"});
+    v.push_back({"record", "the engine's primitive that records an op's node, not an op"});
+    for (const char* n : {"reuse_or_empty_like", "reuse_temporary_or_empty"})
+      v.push_back({n, "the engine's buffer reuse for backward functions, not an op"});
+    for (const char* n : {"map_float", "zip_float"}) v.push_back({n, "a kernel helper that records no node"});
+    return v;
+  }();
   return r;
 }
 

@@ -1,6 +1,9 @@
 #pragma once
 // A registry of named gradient checks covering every op and every module (attograd::checks), run by
-// `attograd gradcheck` and usable from tests.
+// `attograd gradcheck` and by the tests: tests/train/test_gradcheck_suite.cpp generates one test per entry and
+// precision, and fails when a function of the autograd headers that returns a Tensor has neither an entry here nor
+// a place in unchecked_ops(). So a new op is registered once, in build_registry(), and is tested from there
+// (PyTorch's OpInfo table plays the same part).
 //
 // Each check builds small inputs (and a module, if any) in the requested precision from a fixed seed and runs
 // gradcheck() (autograd/gradcheck.h) against every float input and every parameter. Module checks reduce the
@@ -35,26 +38,27 @@ namespace attograd::checks {
 
 /// Sizes and options of the checks that take any (the modules and scaled_dot_product_attention).
 struct CheckConfig {
-  Dtype dtype = kFloat64;      ///< precision of inputs and parameters
-  int64_t batch = 2;           ///< sequences
-  int64_t len = 5;             ///< sequence length (queries and keys)
-  int64_t d_model = 8;         ///< model width
-  int64_t heads = 2;           ///< attention heads (must divide d_model)
-  int64_t layers = 1;          ///< layers of the whole models (CausalLM, Transformer)
-  std::string mask = "none";   ///< attention mask: "none", "causal" or "padding"
-  double dropout = 0.0;        ///< dropout probability of modules with dropout (the dropout op and Dropout use 0.2 when 0)
-  uint64_t seed = 0;           ///< seed of inputs and initial weights
+  Dtype dtype = kFloat64;     ///< precision of inputs and parameters
+  int64_t batch = 2;          ///< sequences
+  int64_t len = 5;            ///< sequence length (queries and keys)
+  int64_t d_model = 8;        ///< model width
+  int64_t heads = 2;          ///< attention heads (must divide d_model)
+  int64_t layers = 1;         ///< layers of the whole models (CausalLM, Transformer)
+  std::string mask = "none";  ///< attention mask: "none", "causal" or "padding"
+  double dropout = 0.0;  ///< dropout probability of modules with dropout (the dropout op and Dropout use 0.2 when 0)
+  uint64_t seed = 0;     ///< seed of inputs and initial weights
 };
 
 /// The outcome of one check.
 struct CheckResult {
-  std::string name;           ///< the check's name
-  std::string kind;           ///< "op" or "module"
-  std::string configuration;  ///< shapes and options actually used
-  GradcheckResult result;     ///< what gradcheck() found (decides pass/fail)
-  double max_abs_error = 0;   ///< max |analytic - numeric| over every Jacobian entry
-  double max_rel_error = 0;   ///< max |analytic - numeric| / |numeric| over the entries with |numeric| >= atol
-  double seconds = 0;         ///< wall time
+  std::string name;               ///< the check's name
+  std::string kind;               ///< "op" or "module"
+  std::string configuration;      ///< shapes and options actually used
+  GradcheckResult result;         ///< what gradcheck() found (decides pass/fail)
+  double max_abs_error = 0;       ///< max |analytic - numeric| over every Jacobian entry
+  double max_rel_error = 0;       ///< max |analytic - numeric| / |numeric| over the entries with |numeric| >= atol
+  double max_abs_derivative = 0;  ///< max |numeric| over every Jacobian entry (0 would make the check vacuous)
+  double seconds = 0;             ///< wall time
 };
 
 /// A named check.
@@ -66,6 +70,15 @@ struct Check {
 
 /// Every check: the ops first, then the modules, in a fixed order.
 const std::vector<Check>& registry();
+
+/// A function of the autograd headers that returns a Tensor but has no check, and why.
+struct UncheckedOp {
+  std::string name;    ///< function name
+  std::string reason;  ///< why no gradient check applies (creation, boolean result, engine helper)
+};
+
+/// The functions of the autograd headers that return a Tensor and need no check: every other one has an entry.
+const std::vector<UncheckedOp>& unchecked_ops();
 
 /// The tolerances documented above for a precision (Error for non-float dtypes).
 GradcheckOptions tolerances(Dtype dtype);
@@ -81,6 +94,7 @@ void validate(const CheckConfig& config);
 /// Runs one check, or all of them when `name` is empty, with tolerances(config.dtype) unless `options` is given.
 std::vector<CheckResult> run_checks(const std::string& name, const CheckConfig& config);
 /// Same with explicit gradcheck options.
-std::vector<CheckResult> run_checks(const std::string& name, const CheckConfig& config, const GradcheckOptions& options);
+std::vector<CheckResult> run_checks(const std::string& name, const CheckConfig& config,
+                                    const GradcheckOptions& options);
 
 }  // namespace attograd::checks

@@ -17,12 +17,15 @@
 #include <fstream>
 #include <istream>
 #include <limits>
+#include <memory>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <streambuf>
 #include <system_error>
 #include <unordered_map>
 #include <unordered_set>
+#include <xxhash.h>
 
 #include "autograd/elementwise.h"
 #include "nn/module.h"
@@ -68,13 +71,6 @@ uint64_t load_le64(const uint8_t* p) {
   return v;
 }
 
-uint32_t load_le32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap32(v);
-  return v;
-}
-
 // The file's dtype codes (fixed by the format, independent of the Dtype enum's values).
 bool dtype_from_code(uint8_t code, Dtype* out) {
   switch (code) {
@@ -110,77 +106,28 @@ uint8_t dtype_code(Dtype d) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// XXH64 (Yann Collet's xxHash, 64-bit), streaming.
-
-constexpr uint64_t kP1 = 0x9E3779B185EBCA87ULL;
-constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4FULL;
-constexpr uint64_t kP3 = 0x165667B19E3779F9ULL;
-constexpr uint64_t kP4 = 0x85EBCA77C2B2AE63ULL;
-constexpr uint64_t kP5 = 0x27D4EB2F165667C5ULL;
-
-inline uint64_t xxh_round(uint64_t acc, uint64_t input) { return std::rotl(acc + input * kP2, 31) * kP1; }
-inline uint64_t xxh_merge(uint64_t h, uint64_t v) { return (h ^ xxh_round(0, v)) * kP1 + kP4; }
+// XXH64 (Yann Collet's xxHash, 64-bit), streaming, from Debian's libxxhash. The state comes from
+// XXH64_createState, not the stack: its layout is only stable under XXH_STATIC_LINKING_ONLY with a static
+// library, and this links the shared one.
 
 class Xxh64 {
  public:
-  explicit Xxh64(uint64_t seed = 0) : seed_(seed), v_{seed + kP1 + kP2, seed + kP2, seed, seed - kP1} {}
+  explicit Xxh64(uint64_t seed = 0) : state_(XXH64_createState()) {
+    if (!state_) throw std::bad_alloc();
+    XXH64_reset(state_.get(), seed);
+  }
 
   void update(const void* data, size_t n) {
-    const uint8_t* p = static_cast<const uint8_t*>(data);
-    total_ += n;
-    if (buf_len_ + n < 32) {
-      if (n) std::memcpy(buf_ + buf_len_, p, n);
-      buf_len_ += n;
-      return;
-    }
-    if (buf_len_) {
-      const size_t take = 32 - buf_len_;
-      std::memcpy(buf_ + buf_len_, p, take);
-      stripe(buf_);
-      p += take;
-      n -= take;
-      buf_len_ = 0;
-    }
-    for (; n >= 32; p += 32, n -= 32) stripe(p);
-    if (n) std::memcpy(buf_, p, n);
-    buf_len_ = n;
+    if (n) XXH64_update(state_.get(), data, n);
   }
 
-  uint64_t digest() const {
-    uint64_t h;
-    if (total_ >= 32) {
-      h = std::rotl(v_[0], 1) + std::rotl(v_[1], 7) + std::rotl(v_[2], 12) + std::rotl(v_[3], 18);
-      for (uint64_t v : v_) h = xxh_merge(h, v);
-    } else {
-      h = seed_ + kP5;
-    }
-    h += total_;
-    const uint8_t* p = buf_;
-    size_t n = buf_len_;
-    for (; n >= 8; p += 8, n -= 8) h = std::rotl(h ^ xxh_round(0, load_le64(p)), 27) * kP1 + kP4;
-    if (n >= 4) {
-      h = std::rotl(h ^ (uint64_t{load_le32(p)} * kP1), 23) * kP2 + kP3;
-      p += 4;
-      n -= 4;
-    }
-    for (; n > 0; ++p, --n) h = std::rotl(h ^ (uint64_t{*p} * kP5), 11) * kP1;
-    h ^= h >> 33;
-    h *= kP2;
-    h ^= h >> 29;
-    h *= kP3;
-    h ^= h >> 32;
-    return h;
-  }
+  uint64_t digest() const { return XXH64_digest(state_.get()); }
 
  private:
-  void stripe(const uint8_t* p) {
-    for (int i = 0; i < 4; ++i) v_[i] = xxh_round(v_[i], load_le64(p + 8 * i));
-  }
-  uint64_t seed_;
-  uint64_t v_[4];
-  uint64_t total_ = 0;
-  uint8_t buf_[32] = {};
-  size_t buf_len_ = 0;
+  struct Free {
+    void operator()(XXH64_state_t* s) const { XXH64_freeState(s); }
+  };
+  std::unique_ptr<XXH64_state_t, Free> state_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -308,11 +255,7 @@ void note_allocation(uint64_t bytes) {
   t_stats.total_allocated += bytes;
 }
 
-uint64_t xxh64(const void* data, size_t size, uint64_t seed) {
-  Xxh64 h(seed);
-  h.update(data, size);
-  return h.digest();
-}
+uint64_t xxh64(const void* data, size_t size, uint64_t seed) { return XXH64(data, size, seed); }
 
 std::vector<uint8_t> read_file(const std::string& path, const char* op, uint64_t cap) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
