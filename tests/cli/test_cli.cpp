@@ -184,6 +184,29 @@ TEST_F(Cli, HumanSummaryWithoutJson) {
   EXPECT_NE(svg.find("decoder 0 cross"), std::string::npos);
 }
 
+TEST_F(Cli, EncoderModelTrainsEvaluatesAndGenerates) {
+  const std::string out = (scratch() / "encoder").string();
+  const CliRun r = attograd(std::string("train ") + kTiny + " --task sort --model encoder --json --out " + quote(out));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json s = last_line_json(r.out);
+  ASSERT_TRUE(s.is_object()) << r.out;
+  EXPECT_EQ(s["model"], "encoder");
+  const std::string w = quote(out + "/model.attograd");
+  const json e = last_line_json(attograd("eval --weights " + w + " --json").out);
+  EXPECT_EQ(e["model"], "encoder");
+  EXPECT_EQ(e["token_accuracy"].get<double>(), s["token_accuracy"].get<double>());
+  EXPECT_EQ(e["loss"].get<double>(), s["eval_loss"].get<double>());
+  // One layer row per encoder layer in the picture; generate prints a decoded sequence.
+  EXPECT_NE(slurp(out + "/attention.svg").find("layer 0"), std::string::npos);
+  const CliRun g = attograd("generate --weights " + w + " --input '3 1 2'");
+  EXPECT_EQ(g.status, 0) << g.err;
+  EXPECT_FALSE(g.out.empty());
+  // A task whose targets are not as long as their sources is refused in one line.
+  expect_one_line_error(attograd(std::string("train ") + kTiny + " --task add --model encoder --out " +
+                                 quote((scratch() / "enc_add").string())),
+                        "aligned", "encoder on add");
+}
+
 TEST_F(Cli, EvalReproducesTheTrainingRunsAccuracy) {
   const CliRun r = attograd("eval --weights " + quote(weights()) + " --json");
   ASSERT_EQ(r.status, 0) << r.err;
