@@ -41,6 +41,9 @@ namespace attograd::nn {
 // The seed's encoder-decoder Transformer
 
 /// Options of Transformer (plain fields): Transformer({.src_vocab = 100, .tgt_vocab = 100, .d_model = 64}).
+/// The defaults are the paper's base model (and the seed's), not attograd's training defaults: d_k and d_v stay 64
+/// whatever d_model is. make_model("seq2seq", spec) (what Trainer and `attograd train` use) derives every field
+/// from one ModelSpec instead: d_k = d_v = d_model / heads, n_position = max(max_source_len, max_target_len + 1).
 struct TransformerOptions {
   int64_t src_vocab = 0;          ///< source vocabulary size
   int64_t tgt_vocab = 0;          ///< target vocabulary size
@@ -236,7 +239,9 @@ class Transformer : public SequenceModel {
 // ---------------------------------------------------------------------------------------------
 // Decoder-only causal language model
 
-/// Options of CausalLM (plain fields): CausalLM({.vocab = 256, .d_model = 128}, gen).
+/// Options of CausalLM (plain fields): CausalLM({.vocab = 256, .d_model = 128}, gen). The defaults are a small
+/// GPT-style model, not attograd's training defaults; make_model("lm", spec) (what Trainer and `attograd train`
+/// use) derives every field from one ModelSpec: max_len = max_source_len + max_target_len + 1 (src SEP tgt).
 struct CausalLMOptions {
   int64_t vocab = 0;      ///< vocabulary size
   int64_t d_model = 128;  ///< model width D

@@ -48,7 +48,8 @@ struct SpecialTokens {
   bool operator==(const SpecialTokens&) const = default;
 };
 
-/// Everything a model kind needs to be built, and what a training run saves beside the weights (as JSON).
+/// Everything a model kind needs to be built, and what a training run saves beside the weights (as JSON). The
+/// size defaults are attograd's training defaults (TrainConfig's, `attograd train`'s).
 struct ModelSpec {
   int64_t vocab = 0;           ///< vocabulary size (special tokens included)
   int64_t layers = 2;          ///< blocks (decoder-only, encoder-only) or encoder and decoder layers each
