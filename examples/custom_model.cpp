@@ -54,8 +54,7 @@ class FlatMLP : public nn::SequenceModel {
   Tensor forward_batch(const nn::SequenceBatch& b) override { return forward(b.inputs[0]); }
   // One forward gives every position: decoding reads position |decoded| of each row.
   nn::DecodeState begin_decode(const nn::TokenRows& sources) override {
-    nn::DecodeState st{.sources = sources, .decoded = nn::TokenRows(sources.size())};
-    for (size_t b = 0; b < sources.size(); ++b) st.active.push_back(static_cast<int64_t>(b));
+    nn::DecodeState st = nn::DecodeState::start(sources);
     st.memory = {forward(nn::pack_rows(sources, S_, spec_.specials.pad))};  // (B, T, V)
     return st;
   }

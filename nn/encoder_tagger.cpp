@@ -130,10 +130,7 @@ Tensor EncoderTagger::forward_batch(const SequenceBatch& b) {
 }
 
 DecodeState EncoderTagger::begin_decode(const TokenRows& sources) {
-  DecodeState st;
-  st.sources = sources;
-  st.decoded.resize(sources.size());
-  for (size_t b = 0; b < sources.size(); ++b) st.active.push_back(static_cast<int64_t>(b));
+  DecodeState st = DecodeState::start(sources);
   if (!sources.empty()) st.memory = {forward(input_tokens(sources))};  // (B, L, V)
   return st;
 }

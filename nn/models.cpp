@@ -511,10 +511,7 @@ Tensor Transformer::forward_batch(const SequenceBatch& b) {
 }
 
 DecodeState Transformer::begin_decode(const TokenRows& sources) {
-  DecodeState st;
-  st.sources = sources;
-  st.decoded.resize(sources.size());
-  for (size_t b = 0; b < sources.size(); ++b) st.active.push_back(static_cast<int64_t>(b));
+  DecodeState st = DecodeState::start(sources);
   if (sources.empty()) return st;
   size_t S = 0;
   for (const auto& r : sources) S = std::max(S, r.size());
@@ -609,13 +606,7 @@ Tensor CausalLM::forward_batch(const SequenceBatch& b) {
   return forward(b.inputs[0]);  // (B, L, V)
 }
 
-DecodeState CausalLM::begin_decode(const TokenRows& sources) {
-  DecodeState st;
-  st.sources = sources;
-  st.decoded.resize(sources.size());
-  for (size_t b = 0; b < sources.size(); ++b) st.active.push_back(static_cast<int64_t>(b));
-  return st;
-}
+DecodeState CausalLM::begin_decode(const TokenRows& sources) { return DecodeState::start(sources); }
 
 Tensor CausalLM::decode_step(DecodeState& st) {
   // Only running rows are fed, each right-padded to the longest: with the causal mask the padding after a row's

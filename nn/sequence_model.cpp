@@ -119,6 +119,14 @@ ModelSpec ModelSpec::from_json(const std::string& text) {
 // ---------------------------------------------------------------------------------------------
 // SequenceModel
 
+DecodeState DecodeState::start(const TokenRows& sources) {
+  DecodeState st;
+  st.sources = sources;
+  st.decoded.resize(sources.size());
+  for (size_t b = 0; b < sources.size(); ++b) st.active.push_back(static_cast<int64_t>(b));
+  return st;
+}
+
 std::vector<AttentionMap> SequenceModel::attention_maps(const std::vector<int64_t>&, const std::vector<int64_t>&) {
   return {};
 }

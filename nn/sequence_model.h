@@ -82,6 +82,8 @@ struct DecodeState {
   std::vector<int64_t> active = {};      ///< rows still decoding, ascending; decode_step returns their logits in order
   std::vector<Tensor> memory = {};       ///< model-specific tensors computed once (e.g. the encoder output)
   std::vector<KVCache> cache = {};       ///< per attention layer; empty while the model keeps no cache
+  /// A state for `sources`: nothing decoded, every row active, no memory or cache yet.
+  static DecodeState start(const TokenRows& sources);
 };
 
 /// A model's training batch.
