@@ -61,8 +61,6 @@ size_t container_index(int64_t i, size_t n, const std::string& who) {
 // ---------------------------------------------------------------------------------------------
 // Linear
 
-Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator& gen) : Linear(in, out, {.bias = with_bias}, gen) {}
-
 Linear::Linear(int64_t in, int64_t out, const LinearOptions& options, Generator& gen)
     : in_features(in), out_features(out) {
   const bool with_bias = options.bias;
@@ -95,9 +93,6 @@ std::string Linear::extra_repr() const {
 // ---------------------------------------------------------------------------------------------
 // Embedding
 
-Embedding::Embedding(int64_t num, int64_t dim, int64_t pad, Generator& gen)
-    : Embedding(num, dim, {.padding_idx = pad}, gen) {}
-
 Embedding::Embedding(int64_t num, int64_t dim, const EmbeddingOptions& options, Generator& gen)
     : num_embeddings(num), embedding_dim(dim), padding_idx(options.padding_idx < 0 ? -1 : options.padding_idx) {
   const int64_t pad = options.padding_idx;
@@ -129,12 +124,6 @@ std::string Embedding::extra_repr() const {
 
 // ---------------------------------------------------------------------------------------------
 // LayerNorm
-
-LayerNorm::LayerNorm(Shape shape, double eps_, bool affine)
-    : LayerNorm(std::move(shape), {.eps = eps_, .elementwise_affine = affine}) {}
-
-LayerNorm::LayerNorm(int64_t normalized_size, double eps_, bool affine)
-    : LayerNorm(Shape{normalized_size}, {.eps = eps_, .elementwise_affine = affine}) {}
 
 LayerNorm::LayerNorm(int64_t normalized_size, const LayerNormOptions& options)
     : LayerNorm(Shape{normalized_size}, options) {}

@@ -10,6 +10,7 @@
 // float64 layer holds the float32 layer's values widened: the same as building it in float32 and calling
 // to(kFloat64).
 
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,8 +35,11 @@ class Linear : public Module {
   /// in_features -> out_features (see LinearOptions).
   Linear(int64_t in_features, int64_t out_features, const LinearOptions& options = {},
          Generator& gen = default_generator());
-  /// in_features -> out_features, with a bias unless `bias` is false (PyTorch's positional form).
-  Linear(int64_t in_features, int64_t out_features, bool bias, Generator& gen = default_generator());
+  /// in_features -> out_features, with a bias unless `bias` is false (PyTorch's positional form). A template so
+  /// that Linear(4, 2, {}, gen) means default options, not bias = false.
+  template <std::same_as<bool> B>
+  Linear(int64_t in_features, int64_t out_features, B bias, Generator& gen = default_generator())
+      : Linear(in_features, out_features, LinearOptions{.bias = bias}, gen) {}
   /// "Linear".
   std::string type_name() const override { return "Linear"; }
   /// x (..., in_features) -> (..., out_features), one fused GEMM.
@@ -65,8 +69,12 @@ class Embedding : public Module {
   /// num_embeddings rows of size embedding_dim (see EmbeddingOptions).
   Embedding(int64_t num_embeddings, int64_t embedding_dim, const EmbeddingOptions& options = {},
             Generator& gen = default_generator());
-  /// num_embeddings rows of size embedding_dim; padding_idx < 0 means none (PyTorch's positional form).
-  Embedding(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx, Generator& gen = default_generator());
+  /// num_embeddings rows of size embedding_dim; padding_idx < 0 means none (PyTorch's positional form). A template
+  /// so that Embedding(10, 3, {}, gen) means default options, not padding_idx = 0.
+  template <std::integral I>
+  requires(!std::same_as<I, bool>)
+      Embedding(int64_t num_embeddings, int64_t embedding_dim, I padding_idx, Generator& gen = default_generator())
+      : Embedding(num_embeddings, embedding_dim, EmbeddingOptions{.padding_idx = padding_idx}, gen) {}
   /// "Embedding".
   std::string type_name() const override { return "Embedding"; }
   /// indices (any shape, Int64) -> indices.shape + [embedding_dim].
@@ -98,10 +106,16 @@ class LayerNorm : public Module {
   explicit LayerNorm(Shape normalized_shape, const LayerNormOptions& options = {});
   /// Normalises over the last dim of size `normalized_size` (see LayerNormOptions).
   explicit LayerNorm(int64_t normalized_size, const LayerNormOptions& options = {});
-  /// Normalises over the trailing dims `normalized_shape` (PyTorch's positional form).
-  LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine = true);
+  /// Normalises over the trailing dims `normalized_shape` (PyTorch's positional form; a template so that
+  /// LayerNorm(shape, {}) means default options, not eps = 0).
+  template <std::floating_point F>
+  LayerNorm(Shape normalized_shape, F eps, bool elementwise_affine = true)
+      : LayerNorm(std::move(normalized_shape), LayerNormOptions{.eps = eps, .elementwise_affine = elementwise_affine}) {
+  }
   /// Normalises over the last dim of size `normalized_size` (PyTorch's positional form).
-  LayerNorm(int64_t normalized_size, double eps, bool elementwise_affine = true);
+  template <std::floating_point F>
+  LayerNorm(int64_t normalized_size, F eps, bool elementwise_affine = true)
+      : LayerNorm(Shape{normalized_size}, LayerNormOptions{.eps = eps, .elementwise_affine = elementwise_affine}) {}
   /// "LayerNorm".
   std::string type_name() const override { return "LayerNorm"; }
   /// x (..., *normalized_shape) -> same shape.

@@ -358,6 +358,15 @@ TEST(LayerDtype, EveryLayerBuildsInTheRequestedDtype) {
   }
   EXPECT_ATTO_ERROR(Linear(2, 2, {.dtype = kInt64}),
                     "Linear: to: expected a float dtype (float32 or float64), got int64");
+  // Empty braces are the default options, never a positional false / 0.
+  Generator g(12);
+  EXPECT_TRUE(Linear(4, 2, {}, g).bias.defined());
+  EXPECT_EQ(Embedding(5, 2, {}, g).padding_idx, -1);
+  EXPECT_EQ(LayerNorm(4, {}).eps, 1e-5);
+  EXPECT_EQ(LayerNorm(Shape{2, 3}, {}).eps, 1e-5);
+  EXPECT_FALSE(Linear(4, 2, false, g).bias.defined());
+  EXPECT_EQ(Embedding(5, 2, 3, g).padding_idx, 3);
+  EXPECT_FALSE(LayerNorm(4, 1e-3, false).elementwise_affine);
 }
 
 TEST(Module, RegistrationErrors) {
