@@ -262,12 +262,13 @@ void fill_(Tensor& a, double value) {
   });
 }
 
-void copy_(Tensor& dst, const Tensor& src) {
+void copy_(const Tensor& dst_handle, const Tensor& src) {
+  Tensor dst = dst_handle;  // another handle to the same data (Tensor is a shallow handle)
   ATTO_CHECK(dst.shape() == src.shape(), "copy_", "destination shape ", dst.shape(), " differs from source shape ",
              src.shape());
   if (dst.defined() && dst.impl()->storage) dst.impl()->storage->modified = true;  // see Storage::modified
   if (dst.dtype() == src.dtype()) {
-    std::memmove(dst.raw_data(), src.raw_data(), src.nbytes());
+    std::memmove(dst.raw_data(), src.const_raw_data(), src.nbytes());
     return;
   }
   const int64_t n = src.numel();

@@ -36,8 +36,9 @@ void add_(Tensor& a, const Tensor& b);
 void mul_(Tensor& a, double s);
 /// In place fill with `value`; not recorded.
 void fill_(Tensor& a, double value);
-/// In place copy of src's values into dst (same shape; converts dtype); not recorded.
-void copy_(Tensor& dst, const Tensor& src);
+/// In place copy of src's values into dst (same shape; converts dtype); not recorded. dst is a handle, so a
+/// temporary works: copy_(m.parameter("w"), src).
+void copy_(const Tensor& dst, const Tensor& src);
 
 /// a + b.
 Tensor operator+(const Tensor& a, const Tensor& b);

@@ -154,7 +154,7 @@ void accumulate_into_grad(TensorImpl* impl, const Tensor& g) {
       return;
     }
     Tensor copy = empty(g.shape(), {.dtype = g.dtype()});
-    std::memcpy(copy.raw_data(), g.raw_data(), g.nbytes());
+    std::memcpy(copy.raw_data(), g.const_raw_data(), g.nbytes());
     impl->grad = copy.impl();
     return;
   }

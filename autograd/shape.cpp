@@ -30,7 +30,7 @@ void dispatch_bytes(Dtype d, F&& f) {
 
 template <class U>
 const U* cdata(const Tensor& t) {
-  return static_cast<const U*>(t.raw_data());
+  return static_cast<const U*>(t.const_raw_data());
 }
 template <class U>
 U* mdata(const Tensor& t) {

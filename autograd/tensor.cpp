@@ -58,8 +58,14 @@ Dtype Tensor::dtype() const {
 size_t Tensor::nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
 
 void* Tensor::raw_data() const {
+  void* p = const_cast<void*>(const_raw_data());
+  impl_->storage->modified = true;  // a writable pointer: a write access (see Storage::modified)
+  return p;
+}
+
+const void* Tensor::const_raw_data() const {
   check_defined("data");
-  return static_cast<char*>(impl_->storage->data) + impl_->offset;
+  return static_cast<const char*>(impl_->storage->data) + impl_->offset;
 }
 
 template <class T>
@@ -74,7 +80,7 @@ const T* Tensor::data() const {
   check_defined("data");
   ATTO_CHECK(impl_->dtype == dtype_of<T>(), "data", "requested ", dtype_name(dtype_of<T>()),
              " pointer from a ", dtype_name(impl_->dtype), " tensor");
-  return static_cast<const T*>(raw_data());
+  return static_cast<const T*>(const_raw_data());
 }
 
 template float* Tensor::data<float>();
@@ -197,7 +203,7 @@ Tensor Tensor::detach() const {
 Tensor Tensor::clone() const {
   check_defined("clone");
   Tensor out = empty(shape(), {.dtype = dtype()});
-  std::memcpy(out.raw_data(), raw_data(), nbytes());
+  std::memcpy(out.raw_data(), const_raw_data(), nbytes());
   return record("clone", out, {*this}, [](const Tensor& g, GradInputs& gi) { gi[0] = g; });
 }
 
@@ -342,11 +348,16 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
 Tensor arange(int64_t end, TensorOptions opts) { return arange(0.0, static_cast<double>(end), 1.0, opts); }
 
 template <class T>
+Tensor from_vector(const std::vector<T>& values, TensorOptions opts) {
+  return from_vector(values, Shape{static_cast<int64_t>(values.size())}, opts);
+}
+
+template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions opts) {
-  Shape s = shape.empty() ? Shape{static_cast<int64_t>(values.size())} : shape;
-  ATTO_CHECK(shape_numel(s) == static_cast<int64_t>(values.size()), "from_vector", "got ", values.size(),
-             " values for shape ", s, " (", shape_numel(s), " elements)");
-  Tensor out = empty(s, {.dtype = opts.dtype});
+  ATTO_CHECK(shape_numel(shape) == static_cast<int64_t>(values.size()), "from_vector", "got ", values.size(),
+             " values for shape ", shape, " (", shape_numel(shape), " elements", shape.empty() ? ", a 0-d tensor" : "",
+             ")");
+  Tensor out = empty(shape, {.dtype = opts.dtype});
   dispatch_all(opts.dtype, [&]<typename D>() {
     D* p = out.data<D>();
     for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<D>(values[i]);
@@ -354,10 +365,15 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptio
   if (opts.requires_grad) out.requires_grad_(true);
   return out;
 }
+template Tensor from_vector<float>(const std::vector<float>&, TensorOptions);
 template Tensor from_vector<float>(const std::vector<float>&, const Shape&, TensorOptions);
+template Tensor from_vector<double>(const std::vector<double>&, TensorOptions);
 template Tensor from_vector<double>(const std::vector<double>&, const Shape&, TensorOptions);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, TensorOptions);
 template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, TensorOptions);
+template Tensor from_vector<int>(const std::vector<int>&, TensorOptions);
 template Tensor from_vector<int>(const std::vector<int>&, const Shape&, TensorOptions);
+template Tensor from_vector<bool>(const std::vector<bool>&, TensorOptions);
 template Tensor from_vector<bool>(const std::vector<bool>&, const Shape&, TensorOptions);
 
 Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }

@@ -33,7 +33,7 @@ struct Storage {
   void* data = nullptr;  ///< start of the buffer
   size_t nbytes = 0;     ///< size in bytes
   size_t capacity = 0;   ///< size of the allocator block holding it (>= nbytes)
-  /// Set by every write access (non-const Tensor::data<T>(), copy_): a recompute recipe (TensorImpl::recompute)
+  /// Set by every write access (non-const Tensor::data<T>(), raw_data(), copy_): a recompute recipe (TensorImpl::recompute)
   /// describes the data only while this is clear (the op that attaches one clears it after writing).
   bool modified = false;
 };
@@ -122,8 +122,11 @@ class Tensor {
   template <class T> T* data();
   /// Typed pointer to the first element; throws if T does not match dtype().
   template <class T> const T* data() const;
-  /// Untyped pointer to the first element.
+  /// Untyped writable pointer to the first element; like the non-const data<T>(), it marks the storage as
+  /// written (Storage::modified), so a recompute recipe is not trusted afterwards. Read through const_raw_data().
   void* raw_data() const;
+  /// Untyped read-only pointer to the first element (does not mark the storage as written).
+  const void* const_raw_data() const;
 
   /// The value of a one-element tensor as double.
   double item() const;
@@ -207,9 +210,13 @@ Tensor empty_like(const Tensor& like);
 Tensor arange(double start, double end, double step = 1.0, TensorOptions opts = {});
 /// Values 0, 1, ..., end-1 (1-D).
 Tensor arange(int64_t end, TensorOptions opts = {});
-/// A tensor holding `values` (converted to opts.dtype) with the given shape (1-D if empty).
+/// A 1-D tensor holding `values` (converted to opts.dtype).
 template <class T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape = {}, TensorOptions opts = {.dtype = dtype_of<T>()});
+Tensor from_vector(const std::vector<T>& values, TensorOptions opts = {.dtype = dtype_of<T>()});
+/// A tensor holding `values` (converted to opts.dtype) with the given shape; an empty shape {} is a 0-d tensor
+/// (exactly one value), as torch.tensor(v).reshape(()).
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions opts = {.dtype = dtype_of<T>()});
 /// A 0-d tensor holding one value.
 Tensor scalar_tensor(double value, TensorOptions opts = {});
 /// Uniform samples in [0, 1).

@@ -120,6 +120,7 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options,
     init::xavier_normal_(bias_k, 1.0, gen);
     init::xavier_normal_(bias_v, 1.0, gen);
   }
+  to(opts_.dtype);  // drawn in float32, then converted (see nn/layers.h)
 }
 
 MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -222,7 +223,7 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
 // MultiHeadAttention (the seed's formulation)
 
 MultiHeadAttention::MultiHeadAttention(int64_t heads, int64_t model, int64_t key_size, int64_t value_size, double p,
-                                       Generator& gen)
+                                       Generator& gen, Dtype dtype)
     : n_head(heads), d_model(model), d_k(key_size), d_v(value_size), attn_dropout_(p) {
   ATTO_CHECK(heads > 0 && model > 0 && key_size > 0 && value_size > 0, kSeed,
              "n_head, d_model, d_k and d_v must be positive, got n_head=", heads, ", d_model=", model,
@@ -236,11 +237,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t heads, int64_t model, int64_t key
   dropout = register_module("dropout", std::make_shared<Dropout>(p, default_generator()));
   layer_norm = register_module("layer_norm", std::make_shared<LayerNorm>(model, 1e-6));
   for (Linear* l : {w_qs.get(), w_ks.get(), w_vs.get(), fc.get()}) init::xavier_uniform_(l->weight, 1.0, gen);
-}
-
-void MultiHeadAttention::set_generator(Generator& gen) {
-  dropout_gen_ = &gen;
-  dropout->set_generator(gen);
+  to(dtype);  // drawn in float32, then converted (see nn/layers.h)
 }
 
 SeedAttentionResult MultiHeadAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,

@@ -33,6 +33,7 @@ struct MultiheadAttentionOptions {
   bool add_zero_attn = false;  ///< a zero key/value appended (after projection and bias_kv)
   int64_t kdim = 0;            ///< key features; 0 means embed_dim
   int64_t vdim = 0;            ///< value features; 0 means embed_dim
+  Dtype dtype = kFloat32;      ///< parameter dtype (initialised in float32, then converted: see nn/layers.h)
 };
 
 /// Per-call options of MultiheadAttention::forward (PyTorch's forward keyword arguments).
@@ -79,9 +80,6 @@ class MultiheadAttention : public Module {
   }
   using Module::forward;
 
-  /// Draws future attention-dropout masks from `gen` (default_generator() until set; `gen` must outlive the
-  /// module). Re-seeding it replays the masks.
-  void set_generator(Generator& gen) { dropout_gen_ = &gen; }
   /// The constructor options with kdim/vdim resolved (never 0).
   const MultiheadAttentionOptions& options() const { return opts_; }
   /// E / H.
@@ -97,6 +95,10 @@ class MultiheadAttention : public Module {
   Tensor bias_k;                     ///< (1, 1, E) when add_bias_kv, else undefined
   Tensor bias_v;                     ///< (1, 1, E) when add_bias_kv, else undefined
   std::shared_ptr<Linear> out_proj;  ///< E -> E (with bias when options.bias)
+
+ protected:
+  /// Draws future attention-dropout masks from `gen` (default_generator() until set; set_generator's hook).
+  void set_own_generator(Generator& gen) override { dropout_gen_ = &gen; }
 
  private:
   MultiheadAttentionOptions opts_;
@@ -120,9 +122,10 @@ struct SeedAttentionResult {
 /// attention probabilities and the output (the seed hard-wires 0.1 for the former, equal to the default).
 class MultiHeadAttention : public Module {
  public:
-  /// n_head heads of query/key size d_k and value size d_v (need not be d_model / n_head).
+  /// n_head heads of query/key size d_k and value size d_v (need not be d_model / n_head); parameters in
+  /// `dtype` (initialised in float32, then converted: see nn/layers.h).
   MultiHeadAttention(int64_t n_head, int64_t d_model, int64_t d_k, int64_t d_v, double dropout = 0.1,
-                     Generator& gen = default_generator());
+                     Generator& gen = default_generator(), Dtype dtype = kFloat32);
 
   /// q (B, Lq, d_model), k (B, Lk, d_model), v (B, Lk, d_model); mask Bool with TRUE = BLOCKED, or float additive,
   /// either (B, Lq or 1, Lk) — the seed's shape: the head axis is inserted as the seed does —, (Lq, Lk), or 4-D
@@ -137,9 +140,6 @@ class MultiHeadAttention : public Module {
   }
   using Module::forward;
 
-  /// Draws future masks of both dropouts from `gen` (default_generator() until set; `gen` must outlive the
-  /// module). Re-seeding it replays the masks.
-  void set_generator(Generator& gen);
   /// "MultiHeadAttention".
   std::string type_name() const override { return "MultiHeadAttention"; }
 
@@ -153,6 +153,10 @@ class MultiHeadAttention : public Module {
   std::shared_ptr<Linear> fc;             ///< H d_v -> d_model, no bias
   std::shared_ptr<Dropout> dropout;       ///< on fc's output
   std::shared_ptr<LayerNorm> layer_norm;  ///< LayerNorm(d_model, eps = 1e-6)
+
+ protected:
+  /// Draws future attention-dropout masks from `gen` (set_generator's hook; the child "dropout" has its own).
+  void set_own_generator(Generator& gen) override { dropout_gen_ = &gen; }
 
  private:
   double attn_dropout_;

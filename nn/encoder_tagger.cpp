@@ -84,7 +84,8 @@ Tensor EncoderTagger::forward(const Tensor& tokens) {
                " is out of range for vocab size ", options.vocab);
   Tensor x = embed->forward(tokens) * std::sqrt(static_cast<double>(options.d_model));  // (B, L, D)
   x = pos->forward(x);
-  for (const auto& m : *layers) x = static_cast<TransformerEncoderLayer&>(*m).forward(x, Tensor(), kpm);
+  for (const auto& m : *layers)
+    x = static_cast<TransformerEncoderLayer&>(*m).forward(x, {.src_key_padding_mask = kpm});
   return head->forward(norm->forward(x));  // (B, L, V)
 }
 

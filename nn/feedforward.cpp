@@ -26,6 +26,7 @@ PositionwiseFeedForward::PositionwiseFeedForward(int64_t d_model_, int64_t d_ff_
     dropout = register_module("dropout", drop);
     linear2 = register_module("linear2", fc2);
   }
+  to(options.dtype);  // drawn in float32, then converted (see nn/layers.h)
 }
 
 Tensor PositionwiseFeedForward::forward(const Tensor& x) {

@@ -29,21 +29,20 @@ struct FeedForwardOptions {
   std::string activation = "relu";  ///< "relu" or "gelu" (exact)
   bool residual_norm = false;       ///< the seed's formulation: + residual, then LayerNorm (see the file comment)
   double layer_norm_eps = 1e-6;     ///< eps of the LayerNorm used with residual_norm (the seed's 1e-6)
+  Dtype dtype = kFloat32;           ///< parameter dtype (initialised in float32, then converted: see nn/layers.h)
 };
 
 /// Linear(d_model, d_ff) -> activation -> Linear(d_ff, d_model) with dropout; see the file comment.
 class PositionwiseFeedForward : public Module {
  public:
   /// Both Linear layers are initialised as PyTorch's (from `gen`: linear1 first). Dropout masks are
-  /// drawn from default_generator() until set_generator() is called.
+  /// drawn from default_generator() until Module::set_generator() is called.
   PositionwiseFeedForward(int64_t d_model, int64_t d_ff, FeedForwardOptions options = {},
                           Generator& gen = default_generator());
   /// "PositionwiseFeedForward".
   std::string type_name() const override { return "PositionwiseFeedForward"; }
   /// x (..., d_model) -> (..., d_model).
   Tensor forward(const Tensor& x) override;
-  /// Draws future dropout masks from `gen` (which must outlive the module).
-  void set_generator(Generator& gen) { dropout->set_generator(gen); }
 
   const int64_t d_model;                  ///< input and output size
   const int64_t d_ff;                     ///< hidden size

@@ -61,7 +61,9 @@ size_t container_index(int64_t i, size_t n, const std::string& who) {
 // ---------------------------------------------------------------------------------------------
 // Linear
 
-Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator& gen) : in_features(in), out_features(out) {
+Linear::Linear(int64_t in, int64_t out, const LinearOptions& options, Generator& gen)
+    : in_features(in), out_features(out) {
+  const bool with_bias = options.bias;
   ATTO_CHECK(in >= 0 && out >= 0, "Linear", "in_features and out_features must be non-negative, got in_features=", in,
              ", out_features=", out);
   NoGradGuard no_grad;
@@ -74,6 +76,7 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator& gen) : in_fea
     bias = register_parameter("bias", empty({out}));
     init::uniform_(bias, -bound, bound, gen);
   }
+  to(options.dtype);  // drawn in float32, then converted (see nn/layers.h)
 }
 
 Tensor Linear::forward(const Tensor& x) {
@@ -90,8 +93,9 @@ std::string Linear::extra_repr() const {
 // ---------------------------------------------------------------------------------------------
 // Embedding
 
-Embedding::Embedding(int64_t num, int64_t dim, int64_t pad, Generator& gen)
-    : num_embeddings(num), embedding_dim(dim), padding_idx(pad < 0 ? -1 : pad) {
+Embedding::Embedding(int64_t num, int64_t dim, const EmbeddingOptions& options, Generator& gen)
+    : num_embeddings(num), embedding_dim(dim), padding_idx(options.padding_idx < 0 ? -1 : options.padding_idx) {
+  const int64_t pad = options.padding_idx;
   ATTO_CHECK(num >= 0 && dim >= 0, "Embedding", "num_embeddings and embedding_dim must be non-negative, got ", num,
              " and ", dim);
   ATTO_CHECK(pad < num, "Embedding", "padding_idx ", pad, " must be within num_embeddings ", num);
@@ -102,6 +106,7 @@ Embedding::Embedding(int64_t num, int64_t dim, int64_t pad, Generator& gen)
     float* row = weight.data<float>() + padding_idx * dim;
     std::fill(row, row + dim, 0.0f);
   }
+  to(options.dtype);  // drawn in float32, then converted (see nn/layers.h)
 }
 
 Tensor Embedding::forward(const Tensor& indices) {
@@ -120,20 +125,21 @@ std::string Embedding::extra_repr() const {
 // ---------------------------------------------------------------------------------------------
 // LayerNorm
 
-LayerNorm::LayerNorm(Shape shape, double eps_, bool affine)
-    : normalized_shape(std::move(shape)), eps(eps_), elementwise_affine(affine) {
+LayerNorm::LayerNorm(int64_t normalized_size, const LayerNormOptions& options)
+    : LayerNorm(Shape{normalized_size}, options) {}
+
+LayerNorm::LayerNorm(Shape shape, const LayerNormOptions& options)
+    : normalized_shape(std::move(shape)), eps(options.eps), elementwise_affine(options.elementwise_affine) {
   ATTO_CHECK(!normalized_shape.empty(), "LayerNorm", "normalized_shape must have at least one dimension");
   for (int64_t d : normalized_shape)
     ATTO_CHECK(d >= 0, "LayerNorm", "normalized_shape must be non-negative, got ", normalized_shape);
   ATTO_CHECK(eps >= 0, "LayerNorm", "eps must be non-negative, got ", eps);
   if (elementwise_affine) {
-    weight = register_parameter("weight", ones(normalized_shape));
-    bias = register_parameter("bias", zeros(normalized_shape));
+    weight = register_parameter("weight", ones(normalized_shape, {.dtype = options.dtype}));
+    bias = register_parameter("bias", zeros(normalized_shape, {.dtype = options.dtype}));
   }
+  to(options.dtype);  // a check that the dtype is a float type (the parameters are already in it)
 }
-
-LayerNorm::LayerNorm(int64_t normalized_size, double eps_, bool affine)
-    : LayerNorm(Shape{normalized_size}, eps_, affine) {}
 
 Tensor LayerNorm::forward(const Tensor& x) {
   ATTO_CHECK(x.defined(), type_name(), "called with an undefined input");
@@ -153,7 +159,7 @@ std::string LayerNorm::extra_repr() const {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Dropout, ReLU, GELU
+// Dropout and the activations
 
 Dropout::Dropout(double p, Generator& gen) : p_(p), gen_(&gen) {
   ATTO_CHECK(p >= 0.0 && p <= 1.0, "Dropout", "dropout probability has to be between 0 and 1, but got ", p);
@@ -173,6 +179,22 @@ GELU::GELU(std::string approx) : approximate(std::move(approx)) {
 Tensor GELU::forward(const Tensor& x) { return gelu(x, approximate); }
 
 std::string GELU::extra_repr() const { return "approximate='" + approximate + "'"; }
+
+Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
+
+Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
+
+Tensor SiLU::forward(const Tensor& x) { return x * sigmoid(x); }
+
+Tensor Softmax::forward(const Tensor& x) { return softmax(x, dim); }
+
+std::string Softmax::extra_repr() const { return cat("dim=", dim); }
+
+Tensor LogSoftmax::forward(const Tensor& x) { return log_softmax(x, dim); }
+
+std::string LogSoftmax::extra_repr() const { return cat("dim=", dim); }
+
+Tensor Identity::forward(const Tensor& x) { return x; }
 
 // ---------------------------------------------------------------------------------------------
 // Sequential and ModuleList

@@ -112,10 +112,6 @@ Tensor EncoderLayer::forward(const Tensor& x, const Tensor& slf_attn_mask) {
   return pos_ffn->forward(a.output);
 }
 
-void EncoderLayer::set_generator(Generator& gen) {
-  slf_attn->set_generator(gen);
-  pos_ffn->set_generator(gen);
-}
 
 void EncoderLayer::set_store_attention(bool on) {
   store_attention_ = on;
@@ -143,11 +139,6 @@ Tensor DecoderLayer::forward(const Tensor& dec_input, const Tensor& enc_output, 
   return pos_ffn->forward(c.output);
 }
 
-void DecoderLayer::set_generator(Generator& gen) {
-  slf_attn->set_generator(gen);
-  enc_attn->set_generator(gen);
-  pos_ffn->set_generator(gen);
-}
 
 void DecoderLayer::set_store_attention(bool on) {
   store_attention_ = on;
@@ -300,12 +291,6 @@ std::vector<Tensor> Transformer::decoder_cross_attention() const {
   return out;
 }
 
-void Transformer::set_generator(Generator& gen) {
-  encoder->position_enc->set_generator(gen);
-  decoder->position_enc->set_generator(gen);
-  for (const auto& m : *encoder->layer_stack) static_cast<EncoderLayer&>(*m).set_generator(gen);
-  for (const auto& m : *decoder->layer_stack) static_cast<DecoderLayer&>(*m).set_generator(gen);
-}
 
 std::string Transformer::extra_repr() const {
   const TransformerOptions& o = options;
@@ -348,12 +333,6 @@ Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
                      dropout2->generator());
 }
 
-void CausalLMBlock::set_generator(Generator& gen) {
-  self_attn->set_generator(gen);
-  ff->set_generator(gen);
-  dropout1->set_generator(gen);
-  dropout2->set_generator(gen);
-}
 
 void CausalLMBlock::set_store_attention(bool on) {
   store_attention_ = on;
@@ -416,10 +395,6 @@ std::vector<Tensor> CausalLM::attention_weights() const {
   return out;
 }
 
-void CausalLM::set_generator(Generator& gen) {
-  dropout->set_generator(gen);
-  for (const auto& m : *blocks) static_cast<CausalLMBlock&>(*m).set_generator(gen);
-}
 
 std::string CausalLM::extra_repr() const {
   const CausalLMOptions& o = options;

@@ -21,7 +21,8 @@
 //
 // Masks inside both models follow nn/masks.h (Bool, TRUE = BLOCKED). Attention weights for visualisation: after
 // store_attention(true) every layer keeps its last per-head probabilities (B, H, Lq, Lk); off by default (no
-// cost). Dropout masks come from default_generator() until set_generator() is called.
+// cost). Dropout masks come from default_generator() until Module::set_generator() points every dropout of the
+// model at another generator.
 
 #include <cstdint>
 #include <memory>
@@ -76,8 +77,6 @@ class EncoderLayer : public Module {
   /// x (B, S, d_model) -> (B, S, d_model); mask Bool TRUE = BLOCKED broadcastable to (B, H, S, S) (see
   /// MultiHeadAttention::forward), or undefined.
   Tensor forward(const Tensor& x, const Tensor& slf_attn_mask);
-  /// Draws every future dropout mask from `gen` (which must outlive the layer).
-  void set_generator(Generator& gen);
   /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
   void set_store_attention(bool on);
   /// Self-attention probabilities (B, H, S, S) of the last forward; undefined unless stored.
@@ -105,8 +104,6 @@ class DecoderLayer : public Module {
   Tensor forward(const Tensor& dec_input, const Tensor& enc_output, const Tensor& slf_attn_mask = Tensor(),
                  const Tensor& dec_enc_attn_mask = Tensor());
   using Module::forward;
-  /// Draws every future dropout mask from `gen` (which must outlive the layer).
-  void set_generator(Generator& gen);
   /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
   void set_store_attention(bool on);
   /// Self-attention probabilities (B, H, T, T) of the last forward; undefined unless stored.
@@ -200,8 +197,6 @@ class Transformer : public SequenceModel {
   std::vector<Tensor> decoder_self_attention() const;
   /// Per decoder layer: its last encoder-decoder attention probabilities (B, H, T, S).
   std::vector<Tensor> decoder_cross_attention() const;
-  /// Draws every future dropout mask from `gen` (which must outlive the model).
-  void set_generator(Generator& gen);
 
   /// "seq2seq".
   std::string kind() const override { return "seq2seq"; }
@@ -266,8 +261,6 @@ class CausalLMBlock : public Module {
   Tensor forward(const Tensor& x) override;
   /// x (B, L, D) -> (B, L, D), causal, with keys blocked where key_padding_mask (B, L) Bool is TRUE (or undefined).
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask);
-  /// Draws every future dropout mask from `gen` (which must outlive the block).
-  void set_generator(Generator& gen);
   /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
   void set_store_attention(bool on);
   /// Self-attention probabilities (B, H, L, L) of the last forward; undefined unless stored.
@@ -313,8 +306,6 @@ class CausalLM : public SequenceModel {
   std::vector<Tensor> attention_weights() const;
   /// Block i (negative counts from the end).
   std::shared_ptr<CausalLMBlock> block(int64_t i) const { return blocks->at<CausalLMBlock>(i); }
-  /// Draws every future dropout mask from `gen` (which must outlive the model).
-  void set_generator(Generator& gen);
 
   /// "lm".
   std::string kind() const override { return "lm"; }

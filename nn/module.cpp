@@ -1,6 +1,7 @@
 #include "nn/module.h"
 
 #include <cstring>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace attograd::nn {
@@ -89,9 +90,18 @@ Tensor Module::parameter(const std::string& dotted_name) const {
   throw Error(type_name(), "no parameter named '" + dotted_name + "'");
 }
 
-void Module::train(bool on) {
-  training_ = on;
-  for (auto& [_, c] : children_) c->train(on);
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& [_, c] : children_) c->apply(fn);
+  fn(*this);
+  return *this;
+}
+
+Module& Module::train(bool on) {
+  return apply([on](Module& m) { m.training_ = on; });
+}
+
+void Module::set_generator(Generator& gen) {
+  apply([&gen](Module& m) { m.set_own_generator(gen); });
 }
 
 void Module::zero_grad(bool set_to_none) {
@@ -105,8 +115,10 @@ int64_t Module::num_parameters() const {
 }
 
 void Module::to(Dtype dtype) {
-  auto convert = [dtype](Tensor t) {
-    if (t.dtype() == dtype || !is_floating(t.dtype())) return;
+  ATTO_CHECK(is_floating(dtype), type_name(), "to: expected a float dtype (float32 or float64), got ",
+             dtype_name(dtype));
+  auto convert = [dtype](const Tensor& t) {
+    if (t.dtype() == dtype || !is_floating(t.dtype())) return;  // a tied tensor is converted once
     Tensor c;
     {
       NoGradGuard ng;
@@ -119,8 +131,81 @@ void Module::to(Dtype dtype) {
     impl->dtype = dtype;
     impl->grad.reset();
   };
-  for (auto& [_, t] : named_parameters()) convert(t);
-  for (auto& [_, t] : named_buffers()) convert(t);
+  apply([&convert](Module& m) {
+    for (auto& [_, t] : m.params_) convert(t);
+    for (auto& [_, t] : m.buffers_) convert(t);
+  });
+}
+
+StateDict Module::state_dict() const {
+  StateDict out = named_parameters();
+  for (auto& b : named_buffers()) out.push_back(std::move(b));
+  return out;
+}
+
+LoadStateDictResult Module::load_state_dict(const StateDict& state, const LoadStateDictOptions& options) {
+  return detail::load_state_dict(*this, state, options, {});
+}
+
+namespace {
+std::string join(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
+  return s;
+}
+}  // namespace
+
+LoadStateDictResult detail::load_state_dict(Module& m, const StateDict& state, const LoadStateDictOptions& options,
+                                            const StateSource& source) {
+  const std::string& op = source.op;
+  const std::string& origin = source.origin;
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < state.size(); ++i) {
+    ATTO_CHECK(state[i].second.defined(), op, origin, ": tensor '", state[i].first, "' is undefined");
+    ATTO_CHECK(index.emplace(state[i].first, i).second, op, origin, ": tensor '", state[i].first,
+               "' appears more than once");
+  }
+  LoadStateDictResult report;
+  std::vector<std::string> mismatch_detail;
+  std::vector<std::pair<Tensor, size_t>> copies;  // (module tensor, index in `state`)
+  std::vector<bool> used(state.size(), false);
+  for (const auto& [name, dst] : m.state_dict()) {
+    auto it = index.find(name);
+    if (it == index.end()) {
+      report.missing.push_back(name);
+      continue;
+    }
+    used[it->second] = true;
+    const Tensor& src = state[it->second].second;
+    const bool castable = options.allow_dtype_cast && is_floating(src.dtype()) && is_floating(dst.dtype());
+    if ((src.dtype() != dst.dtype() && !castable) || src.shape() != dst.shape()) {
+      report.mismatched.push_back(name);
+      const bool only_dtype = src.shape() == dst.shape() && is_floating(src.dtype()) && is_floating(dst.dtype());
+      mismatch_detail.push_back(cat(name, " (", source.noun, " ", src.shape(), " ", dtype_name(src.dtype()), ", model ",
+                                    dst.shape(), " ", dtype_name(dst.dtype()),
+                                    only_dtype ? "; pass allow_dtype_cast = true to convert" : "", ")"));
+      continue;
+    }
+    copies.emplace_back(dst, it->second);
+  }
+  for (size_t i = 0; i < state.size(); ++i)
+    if (!used[i]) report.unexpected.push_back(state[i].first);
+  if (options.strict && !report.ok()) {
+    std::string msg = cat(origin, ": strict load failed:");
+    if (!report.missing.empty())
+      msg += cat(" ", report.missing.size(), " missing (in the model, not in the ", source.noun,
+                 "): ", join(report.missing), ";");
+    if (!report.unexpected.empty())
+      msg += cat(" ", report.unexpected.size(), " unexpected (in the ", source.noun,
+                 ", not in the model): ", join(report.unexpected), ";");
+    if (!report.mismatched.empty())
+      msg += cat(" ", report.mismatched.size(), " mismatched: ", join(mismatch_detail), ";");
+    msg += " nothing was loaded (pass strict = false to load the tensors that match)";
+    throw Error(op, msg);
+  }
+  NoGradGuard no_grad;
+  for (auto& [dst, i] : copies) copy_(dst, state[i].second);
+  return report;
 }
 
 void Module::describe(std::string& out, int indent) const {

@@ -21,12 +21,13 @@ Tensor sinusoidal_table(int64_t max_len, int64_t d_model) {
   return table;
 }
 
-PositionalEncoding::PositionalEncoding(int64_t d_model_, int64_t max_len_, double p, Generator& gen)
+PositionalEncoding::PositionalEncoding(int64_t d_model_, int64_t max_len_, double p, Generator& gen, Dtype dtype)
     : d_model(d_model_), max_len(max_len_) {
   ATTO_CHECK(d_model > 0 && max_len > 0, "PositionalEncoding",
              "d_model and max_len must be positive, got d_model=", d_model, ", max_len=", max_len);
   pe = register_buffer("pe", reshape(sinusoidal_table(max_len, d_model), {1, max_len, d_model}));
   dropout = register_module("dropout", std::make_shared<Dropout>(p, gen));
+  to(dtype);
 }
 
 Tensor PositionalEncoding::forward(const Tensor& x) {

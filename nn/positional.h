@@ -18,15 +18,14 @@ Tensor sinusoidal_table(int64_t max_len, int64_t d_model);
 /// Buffer "pe" (1, max_len, d_model) (saved with the weights, never trained); child "dropout".
 class PositionalEncoding : public Module {
  public:
-  /// Positions 0 .. max_len-1. Dropout masks come from `gen` (must outlive the module; settable).
+  /// Positions 0 .. max_len-1. Dropout masks come from `gen` (must outlive the module; settable with
+  /// Module::set_generator). The table is computed in double and rounded to float32, then converted to `dtype`.
   explicit PositionalEncoding(int64_t d_model, int64_t max_len = 5000, double dropout = 0.0,
-                              Generator& gen = default_generator());
+                              Generator& gen = default_generator(), Dtype dtype = kFloat32);
   /// "PositionalEncoding".
   std::string type_name() const override { return "PositionalEncoding"; }
   /// x (B, L, d_model) -> dropout(x + pe[:, :L]) (B, L, d_model); L > max_len is an error.
   Tensor forward(const Tensor& x) override;
-  /// Draws future dropout masks from `gen` (which must outlive the module).
-  void set_generator(Generator& gen) { dropout->set_generator(gen); }
 
   const int64_t d_model;             ///< embedding size
   const int64_t max_len;             ///< longest sequence supported

@@ -220,7 +220,7 @@ Tensor gather_positions(const Tensor& logits, const std::vector<std::pair<int64_
   const auto A = static_cast<int64_t>(positions.size());
   Tensor out = empty({A, V}, {.dtype = c.dtype()});  // (A, V)
   const size_t bytes = static_cast<size_t>(V) * dtype_size(c.dtype());
-  const auto* src = static_cast<const uint8_t*>(c.raw_data());
+  const auto* src = static_cast<const uint8_t*>(c.const_raw_data());
   auto* dst = static_cast<uint8_t*>(out.raw_data());
   for (int64_t i = 0; i < A; ++i) {
     const auto [b, t] = positions[static_cast<size_t>(i)];

@@ -52,19 +52,19 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOp
   norm2 = register_module("norm2", std::make_shared<LayerNorm>(D, eps));
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(p));
+  to(options.dtype);  // drawn in float32, then converted (see nn/layers.h)
 }
 
-Tensor TransformerEncoderLayer::forward(const Tensor& src) { return forward(src, Tensor(), Tensor(), false); }
+Tensor TransformerEncoderLayer::forward(const Tensor& src) { return forward(src, EncoderForwardOptions{}); }
 
 // The self-attention block without its residual: dropout1(self_attn(x, x, x)).
-Tensor TransformerEncoderLayer::sa_block(const Tensor& x, const Tensor& attn_mask, const Tensor& key_padding_mask,
-                                         bool is_causal) {
+Tensor TransformerEncoderLayer::sa_block(const Tensor& x, const EncoderForwardOptions& masks) {
   MhaResult r = self_attn->forward(x, x, x,
-                                   {.key_padding_mask = key_padding_mask,
-                                    .attn_mask = attn_mask,
+                                   {.key_padding_mask = masks.src_key_padding_mask,
+                                    .attn_mask = masks.src_mask,
                                     .need_weights = store_attention_,
                                     .average_attn_weights = false,
-                                    .is_causal = is_causal});
+                                    .is_causal = masks.is_causal});
   if (store_attention_) last_attention_ = r.weights;  // (B, H, L, L)
   return dropout1->forward(r.output);
 }
@@ -75,23 +75,17 @@ Tensor TransformerEncoderLayer::ff_block(const Tensor& x) {
   return dropout2->forward(linear2->forward(dropout->forward(h)));
 }
 
-Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask,
-                                        bool is_causal) {
+Tensor TransformerEncoderLayer::forward(const Tensor& src, const EncoderForwardOptions& masks) {
   check_input(src, options.d_model, "TransformerEncoderLayer", "src");
   Tensor x = src;  // (B, L, D)
   if (options.norm_first) {
-    x = x + sa_block(norm1->forward(x), src_mask, src_key_padding_mask, is_causal);
+    x = x + sa_block(norm1->forward(x), masks);
     x = x + ff_block(norm2->forward(x));
   } else {
-    x = norm1->forward(x + sa_block(x, src_mask, src_key_padding_mask, is_causal));
+    x = norm1->forward(x + sa_block(x, masks));
     x = norm2->forward(x + ff_block(x));
   }
   return x;
-}
-
-void TransformerEncoderLayer::set_generator(Generator& gen) {
-  self_attn->set_generator(gen);
-  for (Dropout* d : {dropout.get(), dropout1.get(), dropout2.get()}) d->set_generator(gen);
 }
 
 void TransformerEncoderLayer::set_store_attention(bool on) {
@@ -121,6 +115,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerDecoderLayerOp
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(p));
   dropout3 = register_module("dropout3", std::make_shared<Dropout>(p));
+  to(options.dtype);  // drawn in float32, then converted (see nn/layers.h)
 }
 
 // The feed-forward block without its residual: dropout3(linear2(dropout(activation(linear1(x))))).
@@ -129,9 +124,7 @@ Tensor TransformerDecoderLayer::ff_block(const Tensor& x) {
   return dropout3->forward(linear2->forward(dropout->forward(h)));
 }
 
-Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
-                                        const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
-                                        const Tensor& memory_key_padding_mask, bool tgt_is_causal) {
+Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const DecoderForwardOptions& masks) {
   const char* me = "TransformerDecoderLayer";
   check_input(tgt, options.d_model, me, "tgt");
   check_input(memory, options.d_model, me, "memory");
@@ -140,19 +133,19 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   // Self-attention block: dropout1(self_attn(x, x, x)).
   auto sa_block = [&](const Tensor& x) {
     MhaResult r = self_attn->forward(x, x, x,
-                                     {.key_padding_mask = tgt_key_padding_mask,
-                                      .attn_mask = tgt_mask,
+                                     {.key_padding_mask = masks.tgt_key_padding_mask,
+                                      .attn_mask = masks.tgt_mask,
                                       .need_weights = store,
                                       .average_attn_weights = false,
-                                      .is_causal = tgt_is_causal});
+                                      .is_causal = masks.tgt_is_causal});
     if (store) last_self_attention_ = r.weights;  // (B, H, T, T)
     return dropout1->forward(r.output);
   };
   // Cross-attention block: dropout2(multihead_attn(x, memory, memory)).
   auto mha_block = [&](const Tensor& x) {
     MhaResult r = multihead_attn->forward(x, memory, memory,
-                                          {.key_padding_mask = memory_key_padding_mask,
-                                           .attn_mask = memory_mask,
+                                          {.key_padding_mask = masks.memory_key_padding_mask,
+                                           .attn_mask = masks.memory_mask,
                                            .need_weights = store,
                                            .average_attn_weights = false});
     if (store) last_cross_attention_ = r.weights;  // (B, H, T, S)
@@ -169,12 +162,6 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
     x = norm3->forward(x + ff_block(x));
   }
   return x;
-}
-
-void TransformerDecoderLayer::set_generator(Generator& gen) {
-  self_attn->set_generator(gen);
-  multihead_attn->set_generator(gen);
-  for (Dropout* d : {dropout.get(), dropout1.get(), dropout2.get(), dropout3.get()}) d->set_generator(gen);
 }
 
 void TransformerDecoderLayer::set_store_attention(bool on) {
@@ -198,21 +185,16 @@ TransformerEncoder::TransformerEncoder(const TransformerEncoderLayerOptions& lay
   for (int64_t i = 0; i < n; ++i) layers->push_back(std::make_shared<TransformerEncoderLayer>(layer_options, gen));
   if (final_norm)
     norm = register_module("norm", std::make_shared<LayerNorm>(layer_options.d_model, layer_options.layer_norm_eps));
+  to(layer_options.dtype);  // the final norm (the layers are already in it)
 }
 
-Tensor TransformerEncoder::forward(const Tensor& src) { return forward(src, Tensor(), Tensor(), false); }
+Tensor TransformerEncoder::forward(const Tensor& src) { return forward(src, EncoderForwardOptions{}); }
 
-Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask,
-                                   bool is_causal) {
+Tensor TransformerEncoder::forward(const Tensor& src, const EncoderForwardOptions& masks) {
   ATTO_CHECK(src.defined(), type_name(), "src is undefined");
   Tensor x = src;  // (B, L, D)
-  for (const auto& m : *layers)
-    x = static_cast<TransformerEncoderLayer&>(*m).forward(x, mask, src_key_padding_mask, is_causal);
+  for (const auto& m : *layers) x = static_cast<TransformerEncoderLayer&>(*m).forward(x, masks);
   return norm ? norm->forward(x) : x;
-}
-
-void TransformerEncoder::set_generator(Generator& gen) {
-  for (const auto& m : *layers) static_cast<TransformerEncoderLayer&>(*m).set_generator(gen);
 }
 
 void TransformerEncoder::set_store_attention(bool on) {
@@ -233,21 +215,14 @@ TransformerDecoder::TransformerDecoder(const TransformerDecoderLayerOptions& lay
   for (int64_t i = 0; i < n; ++i) layers->push_back(std::make_shared<TransformerDecoderLayer>(layer_options, gen));
   if (final_norm)
     norm = register_module("norm", std::make_shared<LayerNorm>(layer_options.d_model, layer_options.layer_norm_eps));
+  to(layer_options.dtype);  // the final norm (the layers are already in it)
 }
 
-Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
-                                   const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
-                                   const Tensor& memory_key_padding_mask, bool tgt_is_causal) {
+Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const DecoderForwardOptions& masks) {
   ATTO_CHECK(tgt.defined() && memory.defined(), type_name(), "tgt and memory must be defined");
   Tensor x = tgt;  // (B, T, D)
-  for (const auto& m : *layers)
-    x = static_cast<TransformerDecoderLayer&>(*m).forward(x, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
-                                                          memory_key_padding_mask, tgt_is_causal);
+  for (const auto& m : *layers) x = static_cast<TransformerDecoderLayer&>(*m).forward(x, memory, masks);
   return norm ? norm->forward(x) : x;
-}
-
-void TransformerDecoder::set_generator(Generator& gen) {
-  for (const auto& m : *layers) static_cast<TransformerDecoderLayer&>(*m).set_generator(gen);
 }
 
 void TransformerDecoder::set_store_attention(bool on) {

@@ -16,8 +16,11 @@
 //
 // Attention weights for visualisation: after set_store_attention(true) a layer keeps the per-head probabilities
 // (B, H, Lq, Lk) of its last forward (after attention dropout in training mode, no history); off by default, at
-// no cost. Dropout masks come from default_generator() until set_generator() is called; re-seeding that
+// no cost. Dropout masks come from default_generator() until Module::set_generator() is called; re-seeding that
 // generator replays every mask of the layer (dropout modules and attention dropout).
+//
+// Masks are passed by keyword, with PyTorch's names: layer.forward(src, {.src_key_padding_mask = p}),
+// decoder.forward(tgt, memory, {.tgt_mask = m, .memory_key_padding_mask = p}).
 
 #include <cstdint>
 #include <memory>
@@ -40,11 +43,30 @@ struct TransformerLayerOptions {
   std::string activation = "relu";  ///< "relu" or "gelu" (exact)
   double layer_norm_eps = 1e-5;     ///< eps of every LayerNorm
   bool norm_first = false;          ///< pre-LN (true) or post-LN (false, PyTorch's default)
+  Dtype dtype = kFloat32;           ///< parameter dtype (initialised in float32, then converted: see nn/layers.h)
 };
 /// Options of TransformerEncoderLayer.
 using TransformerEncoderLayerOptions = TransformerLayerOptions;
 /// Options of TransformerDecoderLayer.
 using TransformerDecoderLayerOptions = TransformerLayerOptions;
+
+/// The masks of TransformerEncoderLayer::forward and TransformerEncoder::forward (PyTorch's keyword arguments;
+/// TransformerEncoder calls src_mask `mask`). Bool TRUE = BLOCKED, or float additive; any may be undefined.
+struct EncoderForwardOptions {
+  Tensor src_mask = {};              ///< (L, L) or (B * nhead, L, L)
+  Tensor src_key_padding_mask = {};  ///< (B, L)
+  bool is_causal = false;            ///< also block key j > query i
+};
+
+/// The masks of TransformerDecoderLayer::forward and TransformerDecoder::forward (PyTorch's keyword arguments).
+/// Bool TRUE = BLOCKED, or float additive; any may be undefined.
+struct DecoderForwardOptions {
+  Tensor tgt_mask = {};                 ///< self-attention, (T, T) or (B * nhead, T, T)
+  Tensor memory_mask = {};              ///< cross-attention, (T, S) or (B * nhead, T, S)
+  Tensor tgt_key_padding_mask = {};     ///< (B, T)
+  Tensor memory_key_padding_mask = {};  ///< (B, S)
+  bool tgt_is_causal = false;           ///< also block key j > query i in the self-attention
+};
 
 /// torch.nn.TransformerEncoderLayer (batch_first=True). Children, in PyTorch's order: self_attn, linear1,
 /// dropout, linear2, norm1, norm2, dropout1, dropout2. Initialisation as PyTorch's modules (drawn from `gen`).
@@ -56,12 +78,8 @@ class TransformerEncoderLayer : public Module {
   std::string type_name() const override { return "TransformerEncoderLayer"; }
   /// src (B, L, d_model) -> (B, L, d_model), no masks.
   Tensor forward(const Tensor& src) override;
-  /// src (B, L, d_model) -> (B, L, d_model). src_mask (L, L) or (B * nhead, L, L), src_key_padding_mask (B, L);
-  /// either may be undefined.
-  Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = Tensor(),
-                 bool is_causal = false);
-  /// Draws every future dropout mask of the layer from `gen` (which must outlive the layer).
-  void set_generator(Generator& gen);
+  /// src (B, L, d_model) -> (B, L, d_model) with the masks of `masks`.
+  Tensor forward(const Tensor& src, const EncoderForwardOptions& masks);
   /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
   void set_store_attention(bool on);
   /// Whether attention weights are kept.
@@ -84,7 +102,7 @@ class TransformerEncoderLayer : public Module {
   std::string extra_repr() const override;
 
  private:
-  Tensor sa_block(const Tensor& x, const Tensor& attn_mask, const Tensor& key_padding_mask, bool is_causal);
+  Tensor sa_block(const Tensor& x, const EncoderForwardOptions& masks);
   Tensor ff_block(const Tensor& x);
   bool store_attention_ = false;
   Tensor last_attention_;
@@ -98,15 +116,9 @@ class TransformerDecoderLayer : public Module {
   explicit TransformerDecoderLayer(const TransformerDecoderLayerOptions& options, Generator& gen = default_generator());
   /// "TransformerDecoderLayer".
   std::string type_name() const override { return "TransformerDecoderLayer"; }
-  /// tgt (B, T, d_model), memory (B, S, d_model) -> (B, T, d_model). tgt_mask (T, T) or (B * nhead, T, T),
-  /// memory_mask (T, S) or (B * nhead, T, S), tgt_key_padding_mask (B, T), memory_key_padding_mask (B, S); any may
-  /// be undefined. tgt_is_causal also blocks key j > query i in the self-attention.
-  Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
-                 const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
-                 const Tensor& memory_key_padding_mask = Tensor(), bool tgt_is_causal = false);
+  /// tgt (B, T, d_model), memory (B, S, d_model) -> (B, T, d_model) with the masks of `masks`.
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const DecoderForwardOptions& masks = {});
   using Module::forward;
-  /// Draws every future dropout mask of the layer from `gen` (which must outlive the layer).
-  void set_generator(Generator& gen);
   /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
   void set_store_attention(bool on);
   /// Whether attention weights are kept.
@@ -153,14 +165,11 @@ class TransformerEncoder : public Module {
   /// src (B, L, d_model) -> (B, L, d_model), no masks.
   Tensor forward(const Tensor& src) override;
   /// Every layer with the same masks (as TransformerEncoderLayer::forward), then the final norm if any.
-  Tensor forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask = Tensor(),
-                 bool is_causal = false);
+  Tensor forward(const Tensor& src, const EncoderForwardOptions& masks);
   /// Number of layers.
   int64_t num_layers() const { return static_cast<int64_t>(layers->size()); }
   /// Layer i (negative counts from the end).
   std::shared_ptr<TransformerEncoderLayer> layer(int64_t i) const { return layers->at<TransformerEncoderLayer>(i); }
-  /// Draws every future dropout mask from `gen` (which must outlive the module).
-  void set_generator(Generator& gen);
   /// set_store_attention(on) on every layer.
   void set_store_attention(bool on);
   /// Each layer's last self-attention probabilities (B, nhead, L, L) (undefined unless stored).
@@ -180,16 +189,12 @@ class TransformerDecoder : public Module {
   /// "TransformerDecoder".
   std::string type_name() const override { return "TransformerDecoder"; }
   /// Every layer with the same memory and masks (as TransformerDecoderLayer::forward), then the final norm.
-  Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
-                 const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
-                 const Tensor& memory_key_padding_mask = Tensor(), bool tgt_is_causal = false);
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const DecoderForwardOptions& masks = {});
   using Module::forward;
   /// Number of layers.
   int64_t num_layers() const { return static_cast<int64_t>(layers->size()); }
   /// Layer i (negative counts from the end).
   std::shared_ptr<TransformerDecoderLayer> layer(int64_t i) const { return layers->at<TransformerDecoderLayer>(i); }
-  /// Draws every future dropout mask from `gen` (which must outlive the module).
-  void set_generator(Generator& gen);
   /// set_store_attention(on) on every layer.
   void set_store_attention(bool on);
   /// Each layer's last self-attention probabilities (B, nhead, T, T) (undefined unless stored).

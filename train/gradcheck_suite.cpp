@@ -633,8 +633,10 @@ std::vector<Check> build_registry() {
                  const Tensor kpm = c.mask == "padding" ? key_padding(c) : Tensor();
                  const bool causal = c.mask == "causal";
                  Tensor causal_m = causal ? nn::causal_mask(c.len) : Tensor();
+                 const nn::EncoderForwardOptions masks{
+                     .src_mask = causal_m, .src_key_padding_mask = kpm, .is_causal = causal};
                  return module_run("TransformerEncoderLayer", module_conf(c) + " post-LN", m, {x},
-                                   [&] { return m.forward(x, causal_m, kpm, causal); }, c, o, gen, &drop);
+                                   [&] { return m.forward(x, masks); }, c, o, gen, &drop);
                }});
   r.push_back({"TransformerDecoderLayer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 39), drop(0);
@@ -646,9 +648,10 @@ std::vector<Check> build_registry() {
                  Tensor memory = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
                  const Tensor mkpm = c.mask == "padding" ? key_padding(c) : Tensor();
                  Tensor causal_m = c.mask == "causal" ? nn::causal_mask(c.len) : Tensor();
+                 const nn::DecoderForwardOptions masks{.tgt_mask = causal_m, .memory_key_padding_mask = mkpm};
                  return module_run("TransformerDecoderLayer",
                                    module_conf(c) + (c.mask == "padding" ? " (memory padding)" : "") + " post-LN", m,
-                                   {tgt, memory}, [&] { return m.forward(tgt, memory, causal_m, Tensor(), Tensor(), mkpm); },
+                                   {tgt, memory}, [&] { return m.forward(tgt, memory, masks); },
                                    c, o, gen, &drop);
                }});
   r.push_back({"CausalLM", "module", [](const CheckConfig& c, const GradcheckOptions& o) {

@@ -645,63 +645,12 @@ Parsed parse_native(const uint8_t* data, size_t size, const std::string& origin,
   return out;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Loading into a module
-
-std::string join(const std::vector<std::string>& names) {
-  std::string s;
-  for (size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
-  return s;
-}
-
 }  // namespace
 
 LoadReport detail::load_into(nn::Module& m, const NamedTensors& tensors, bool strict, const std::string& origin,
                              const char* op) {
-  std::unordered_map<std::string, size_t> index;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    ATTO_CHECK(tensors[i].second.defined(), op, origin, ": tensor '", tensors[i].first, "' is undefined");
-    ATTO_CHECK(index.emplace(tensors[i].first, i).second, op, origin, ": tensor '", tensors[i].first,
-               "' appears more than once");
-  }
-  LoadReport report;
-  std::vector<std::string> mismatch_detail;
-  std::vector<std::pair<Tensor, size_t>> copies;  // (model tensor, index in `tensors`)
-  std::vector<bool> used(tensors.size(), false);
-  for (const auto& [name, dst] : state_dict(m)) {
-    auto it = index.find(name);
-    if (it == index.end()) {
-      report.missing.push_back(name);
-      continue;
-    }
-    used[it->second] = true;
-    const Tensor& src = tensors[it->second].second;
-    const bool dtype_ok = src.dtype() == dst.dtype() || (is_floating(src.dtype()) && is_floating(dst.dtype()));
-    if (!dtype_ok || src.shape() != dst.shape()) {
-      report.mismatched.push_back(name);
-      mismatch_detail.push_back(cat(name, " (file ", src.shape(), " ", dtype_name(src.dtype()), ", model ", dst.shape(),
-                                    " ", dtype_name(dst.dtype()), ")"));
-      continue;
-    }
-    copies.emplace_back(dst, it->second);
-  }
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (!used[i]) report.unexpected.push_back(tensors[i].first);
-  if (strict && !report.ok()) {
-    std::string msg = cat(origin, ": strict load failed:");
-    if (!report.missing.empty())
-      msg += cat(" ", report.missing.size(), " missing (in the model, not in the file): ", join(report.missing), ";");
-    if (!report.unexpected.empty())
-      msg += cat(" ", report.unexpected.size(),
-                 " unexpected (in the file, not in the model): ", join(report.unexpected), ";");
-    if (!report.mismatched.empty())
-      msg += cat(" ", report.mismatched.size(), " mismatched: ", join(mismatch_detail), ";");
-    msg += " nothing was loaded (pass strict = false to load the tensors that match)";
-    throw Error(op, msg);
-  }
-  NoGradGuard no_grad;
-  for (auto& [dst, i] : copies) copy_(dst, tensors[i].second);
-  return report;
+  return nn::detail::load_state_dict(m, tensors, {.strict = strict, .allow_dtype_cast = true},
+                                     {.origin = origin, .op = op, .noun = "file"});
 }
 
 namespace {
@@ -737,14 +686,11 @@ const V& find_entry(const std::vector<std::pair<std::string, V>>& items, const s
 // ---------------------------------------------------------------------------------------------
 // Public API
 
-NamedTensors state_dict(const nn::Module& m) {
-  NamedTensors out = m.named_parameters();
-  for (auto& b : m.named_buffers()) out.push_back(std::move(b));
-  return out;
-}
+NamedTensors state_dict(const nn::Module& m) { return m.state_dict(); }
 
-LoadReport load_state_dict(nn::Module& m, const NamedTensors& tensors, bool strict, const std::string& origin) {
-  return detail::load_into(m, tensors, strict, origin, "load_state_dict");
+LoadReport load_state_dict(nn::Module& m, const NamedTensors& tensors, const nn::LoadStateDictOptions& options,
+                           const std::string& origin) {
+  return nn::detail::load_state_dict(m, tensors, options, {.origin = origin});
 }
 
 void write_tensors(const std::string& path, const NamedTensors& tensors, const std::string& metadata_json) {

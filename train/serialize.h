@@ -47,6 +47,7 @@
 
 #include "autograd/random.h"
 #include "autograd/tensor.h"
+#include "nn/module.h"
 
 namespace attograd::nn {
 class Module;
@@ -71,26 +72,23 @@ inline constexpr uint64_t kMaxNameBytes = 1 << 16;
 /// Highest tensor rank accepted.
 inline constexpr int kMaxRank = 8;
 
-/// What load() or load_state_dict() did not load, by name.
-struct LoadReport {
-  std::vector<std::string> missing;     ///< in the model, absent from the file
-  std::vector<std::string> unexpected;  ///< in the file, absent from the model
-  std::vector<std::string> mismatched;  ///< in both, but the shape (or a non-float dtype) differs
-  /// True when everything matched.
-  bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
-};
+/// What load() or load_state_dict() did not load, by name (Module::load_state_dict's result).
+using LoadReport = nn::LoadStateDictResult;
 
-/// The module's parameters (named_parameters()) followed by its buffers (named_buffers()); shares data.
+/// m.state_dict(): the module's parameters (named_parameters()) followed by its buffers (named_buffers()); shares
+/// data.
 NamedTensors state_dict(const nn::Module& m);
-/// Copies `tensors` into m's parameters and buffers in place (copy_), converting float32 <-> float64.
-/// Strict: any missing, unexpected or mismatched tensor throws ONE Error naming each, and nothing is copied.
-/// Non-strict: copies what matches and reports the rest. `origin` names the source in messages.
-LoadReport load_state_dict(nn::Module& m, const NamedTensors& tensors, bool strict = true,
+/// m.load_state_dict(tensors, options) with `origin` naming the source in messages: copies `tensors` into m's
+/// parameters and buffers in place (copy_). Strict by default: any missing, unexpected or mismatched tensor throws
+/// ONE Error naming each, and nothing is copied; non-strict copies what matches and reports the rest. A float32 /
+/// float64 difference is a mismatch unless options.allow_dtype_cast.
+LoadReport load_state_dict(nn::Module& m, const NamedTensors& tensors, const nn::LoadStateDictOptions& options = {},
                            const std::string& origin = "state dict");
 
 /// Saves m's state_dict() with `metadata_json` (must be valid JSON) to `path`, atomically.
 void save(const nn::Module& m, const std::string& path, const std::string& metadata_json = "{}");
-/// Loads a file written by save() into m in place (see load_state_dict for strict and non-strict).
+/// Loads a file written by save() into m in place (see load_state_dict for strict and non-strict). Files convert
+/// float32 <-> float64 to the module's dtypes (allow_dtype_cast: a float64 file rounds into a float32 module).
 LoadReport load(nn::Module& m, const std::string& path, bool strict = true);
 
 /// Writes named tensors (any dtype, unique non-empty names) and JSON metadata as a weights file, atomically.
@@ -130,7 +128,7 @@ Checkpoint parse_checkpoint_from_memory(const uint8_t* data, size_t size, const 
 
 /// Appends m's state_dict() to the checkpoint's tensors as "<prefix><name>" (the tensors share m's data).
 void add_module_state(Checkpoint& checkpoint, const nn::Module& m, const std::string& prefix = "model.");
-/// Loads the checkpoint's "<prefix>*" tensors into m (as load_state_dict, names without the prefix).
+/// Loads the checkpoint's "<prefix>*" tensors into m (as load(): names without the prefix, float dtypes convert).
 LoadReport load_module_state(const Checkpoint& checkpoint, nn::Module& m, const std::string& prefix = "model.",
                              bool strict = true);
 /// Appends the optimizer's state_tensors() as "<prefix><name>" and its step_count() as counter
@@ -201,7 +199,8 @@ void reset_parse_stats(uint64_t input_bytes);
 /// Records an allocation of `bytes` sized by input data.
 void note_allocation(uint64_t bytes);
 
-/// load_state_dict with `op` naming the operation in errors (load, import_safetensors, ...).
+/// nn::detail::load_state_dict with `op` naming the operation in errors (load, import_safetensors, ...) and
+/// float32 <-> float64 conversion allowed, as every file loader does.
 LoadReport load_into(nn::Module& m, const NamedTensors& tensors, bool strict, const std::string& origin,
                      const char* op);
 

@@ -17,8 +17,6 @@
 
 #include "autograd/loss.h"
 #include "autograd/shape.h"
-#include "nn/attention.h"
-#include "nn/layers.h"
 #include "train/serialize.h"
 
 namespace attograd::train {
@@ -193,15 +191,6 @@ const TrainConfig& validated(const TrainConfig& c) {
   return c;
 }
 
-// Points every module of the tree that draws dropout masks at `gen`.
-void set_dropout_generator(nn::Module& model, Generator& gen) {
-  for (auto& [_, m] : model.named_modules()) {
-    if (auto* d = dynamic_cast<nn::Dropout*>(m)) d->set_generator(gen);
-    if (auto* a = dynamic_cast<nn::MultiheadAttention*>(m)) a->set_generator(gen);
-    if (auto* a = dynamic_cast<nn::MultiHeadAttention*>(m)) a->set_generator(gen);
-  }
-}
-
 }  // namespace
 
 std::shared_ptr<data::TaskDataset> task_dataset(const TrainConfig& c) {
@@ -229,7 +218,7 @@ Trainer::Trainer(const TrainConfig& config, std::shared_ptr<data::Dataset> datas
   if (!model_) model_ = nn::make_model(config_.model, data_->model_spec(config_.model_sizes()), init_gen_);
   ATTO_CHECK(model_->vocab_size() >= data_->vocab_size(), "Trainer", "the model's vocabulary (",
              model_->vocab_size(), ") is smaller than the dataset's (", data_->vocab_size(), ")");
-  set_dropout_generator(*model_, dropout_gen_);
+  model_->set_generator(dropout_gen_);
   build_optimizer();
 }
 

@@ -15,9 +15,11 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Tensor dvec(std::vector<double> v, Shape s = {}) { return from_vector<double>(v, s, {.dtype = kFloat64}); }
+Tensor dvec(std::vector<double> v, Shape s = {}) {
+  return from_vector<double>(v, s.empty() ? Shape{std::ssize(v)} : s, {.dtype = kFloat64});
+}
 Tensor dleaf(std::vector<double> v, Shape s = {}) {
-  return from_vector<double>(v, s, {.dtype = kFloat64, .requires_grad = true});
+  return from_vector<double>(v, s.empty() ? Shape{std::ssize(v)} : s, {.dtype = kFloat64, .requires_grad = true});
 }
 
 // The sample points of the value tests, and float64 leaves built from them.

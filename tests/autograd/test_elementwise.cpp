@@ -12,9 +12,11 @@ using namespace attograd::testing;
 
 namespace {
 
-Tensor dvec(std::vector<double> v, Shape s = {}) { return from_vector<double>(v, s, {.dtype = kFloat64}); }
+Tensor dvec(std::vector<double> v, Shape s = {}) {
+  return from_vector<double>(v, s.empty() ? Shape{std::ssize(v)} : s, {.dtype = kFloat64});
+}
 Tensor dleaf(std::vector<double> v, Shape s = {}) {
-  return from_vector<double>(v, s, {.dtype = kFloat64, .requires_grad = true});
+  return from_vector<double>(v, s.empty() ? Shape{std::ssize(v)} : s, {.dtype = kFloat64, .requires_grad = true});
 }
 
 // A float64 leaf with values in [0.5, 2): safe denominators.

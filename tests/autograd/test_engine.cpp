@@ -11,7 +11,7 @@ using namespace attograd::testing;
 
 namespace {
 Tensor dleaf(std::vector<double> v, Shape s = {}) {
-  return from_vector<double>(v, s, {.dtype = kFloat64, .requires_grad = true});
+  return from_vector<double>(v, s.empty() ? Shape{std::ssize(v)} : s, {.dtype = kFloat64, .requires_grad = true});
 }
 }  // namespace
 
@@ -274,7 +274,7 @@ TEST(SavedTensor, LayerNormOutputIsFreedWithTheForwardPass) {
 }
 
 TEST(SavedTensor, OutputWrittenBeforeUseIsSavedAsData) {
-  for (int mode = 0; mode < 3; ++mode) {
+  for (int mode = 0; mode < 5; ++mode) {
     LnLinear m(4, 6, 3, 21);
     Tensor y = m.norm();
     Tensor expected = y.detach().clone();
@@ -286,11 +286,19 @@ TEST(SavedTensor, OutputWrittenBeforeUseIsSavedAsData) {
       Tensor v = reshape(y, {24});
       v.data<float>()[5] = 100.0f;
       expected.data<float>()[5] = 100.0f;
-    } else {  // copy_
+    } else if (mode == 2) {  // copy_
       Tensor yy = y;
       Tensor src = full({4, 6}, 0.5);
       copy_(yy, src);
       copy_(expected, src);
+    } else if (mode == 3) {  // copy_ into a temporary handle
+      Tensor src = full({4, 6}, -0.25);
+      copy_(Tensor(y), src);
+      copy_(expected, src);
+    } else {  // a write through the raw (untyped, writable) pointer of a const handle
+      const Tensor& cy = y;
+      static_cast<float*>(cy.raw_data())[7] = -50.0f;
+      expected.data<float>()[7] = -50.0f;
     }
     Tensor g = ones({4, 3});
     linear(y, m.w, m.b).backward(g);

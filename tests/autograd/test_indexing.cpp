@@ -15,12 +15,16 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Tensor dvec(std::vector<double> v, Shape s = {}) { return from_vector<double>(v, s, {.dtype = kFloat64}); }
-Tensor dleaf(std::vector<double> v, Shape s = {}) {
-  return from_vector<double>(v, s, {.dtype = kFloat64, .requires_grad = true});
+Tensor dvec(std::vector<double> v, Shape s = {}) {
+  return from_vector<double>(v, s.empty() ? Shape{std::ssize(v)} : s, {.dtype = kFloat64});
 }
-Tensor bvec(std::vector<bool> v, Shape s = {}) { return from_vector<bool>(v, s); }
-Tensor ivec(std::vector<int64_t> v, Shape s = {}) { return from_vector<int64_t>(v, s); }
+Tensor dleaf(std::vector<double> v, Shape s = {}) {
+  return from_vector<double>(v, s.empty() ? Shape{std::ssize(v)} : s, {.dtype = kFloat64, .requires_grad = true});
+}
+Tensor bvec(std::vector<bool> v, Shape s = {}) { return from_vector<bool>(v, s.empty() ? Shape{std::ssize(v)} : s); }
+Tensor ivec(std::vector<int64_t> v, Shape s = {}) {
+  return from_vector<int64_t>(v, s.empty() ? Shape{std::ssize(v)} : s);
+}
 
 // A Bool tensor with a fixed pseudo-random pattern.
 Tensor bool_pattern(const Shape& shape, Generator& gen) {

@@ -45,6 +45,47 @@ TEST(Tensor, Errors) {
   EXPECT_ATTO_ERROR(Tensor().shape(), "undefined tensor");
 }
 
+TEST(Tensor, FromVectorShapes) {
+  Tensor one_d = from_vector<float>({1, 2, 3});  // no shape: 1-D
+  EXPECT_EQ(one_d.shape(), (Shape{3}));
+  EXPECT_EQ(one_d.dtype(), kFloat32);
+  Tensor with_opts = from_vector<double>({1, 2}, {.dtype = kFloat32});
+  EXPECT_EQ(with_opts.shape(), (Shape{2}));
+  EXPECT_EQ(with_opts.dtype(), kFloat32);
+  Tensor s = from_vector<double>({2.5}, Shape{});  // an empty shape is 0-d, as torch.tensor(2.5)
+  EXPECT_EQ(s.dim(), 0);
+  EXPECT_EQ(s.shape(), Shape{});
+  EXPECT_EQ(s.numel(), 1);
+  EXPECT_DOUBLE_EQ(s.item(), 2.5);
+  EXPECT_EQ(s.to_string(), "tensor(2.5, dtype=float64)");
+  EXPECT_EQ(from_vector<int64_t>({7}, Shape{}).to_string(), scalar_tensor(7, {.dtype = kInt64}).to_string());
+  EXPECT_ATTO_ERROR(from_vector<float>({1, 2}, Shape{}), "got 2 values for shape [] (1 elements, a 0-d tensor)");
+  EXPECT_ATTO_ERROR(from_vector<float>({}, Shape{}), "got 0 values for shape []");
+}
+
+TEST(Tensor, WritablePointersMarkTheStorageWritten) {
+  Tensor t = zeros({3});
+  t.impl()->storage->modified = false;
+  const Tensor& ct = t;
+  (void)ct.data<float>();        // read-only
+  (void)ct.const_raw_data();     // read-only
+  EXPECT_FALSE(t.impl()->storage->modified);
+  static_cast<float*>(ct.raw_data())[1] = 4.0f;  // a writable pointer, even from a const handle
+  EXPECT_TRUE(t.impl()->storage->modified);
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{0, 4, 0}));
+  t.impl()->storage->modified = false;
+  t.data<float>()[0] = 1.0f;
+  EXPECT_TRUE(t.impl()->storage->modified);
+}
+
+TEST(Tensor, CopyIntoATemporaryHandle) {
+  Tensor w = zeros({2, 2});
+  auto handle = [&w]() { return w; };  // a temporary handle to w, as Module::parameter("weight") returns
+  copy_(handle(), from_vector<double>({1, 2, 3, 4}, {2, 2}));
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_ATTO_ERROR(copy_(handle(), zeros({3})), "copy_: destination shape [2, 2] differs from source shape [3]");
+}
+
 TEST(Tensor, Printing) {
   EXPECT_EQ(from_vector<float>({1, 2.5f}, {1, 2}).to_string(), "tensor([[1., 2.5]])");
   EXPECT_EQ(from_vector<double>({1, 2}, {2}, {.dtype = kFloat64, .requires_grad = true}).to_string(),

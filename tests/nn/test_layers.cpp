@@ -1,4 +1,4 @@
-// The basic layers: Linear, Embedding, LayerNorm, Dropout, ReLU, GELU, Sequential, ModuleList.
+// The basic layers: Linear, Embedding, LayerNorm, Dropout, the activation modules, Sequential, ModuleList.
 // Parameter names/counts as PyTorch's, default init, train/eval, float64 gradchecks over parameters
 // and inputs, errors, printing, and golden files from PyTorch 1.13 (tests/nn/golden_layers.py).
 
@@ -345,6 +345,50 @@ TEST(Activations, Gradcheck) {
   EXPECT_GRADCHECK([&] { return r->forward(x); }, {x});
   EXPECT_GRADCHECK([&] { return g->forward(x); }, {x});
   EXPECT_GRADCHECK([&] { return gt->forward(x); }, {x});
+}
+
+TEST(Activations, ModulesMatchTheFunctionalOps) {
+  Tensor x = from_vector<double>({-3.1, -0.6, 0.25, 0.8, 2.4, -1.7}, {2, 3}, {.dtype = kFloat64});
+  EXPECT_TRUE(bitwise_equal(Tanh()(x), tanh(x)));
+  EXPECT_TRUE(bitwise_equal(Sigmoid()(x), sigmoid(x)));
+  EXPECT_TRUE(bitwise_equal(SiLU()(x), x * sigmoid(x)));
+  EXPECT_NEAR(SiLU()(x).at({1, 1}), 2.4 / (1 + std::exp(-2.4)), 1e-15);
+  EXPECT_NEAR(Tanh()(x).at({0, 0}), std::tanh(-3.1), 1e-15);
+  EXPECT_NEAR(Sigmoid()(x).at({0, 2}), 1 / (1 + std::exp(-0.25)), 1e-15);
+  EXPECT_TRUE(bitwise_equal(Softmax(1)(x), softmax(x, 1)));
+  EXPECT_TRUE(bitwise_equal(Softmax(-2)(x), softmax(x, 0)));
+  EXPECT_TRUE(bitwise_equal(LogSoftmax(-1)(x), log_softmax(x, 1)));
+  EXPECT_TRUE(bitwise_equal(LogSoftmax(0)(x), log_softmax(x, 0)));
+  const double row0 = std::exp(-3.1) + std::exp(-0.6) + std::exp(0.25);
+  EXPECT_NEAR(Softmax(-1)(x).at({0, 1}), std::exp(-0.6) / row0, 1e-15);
+  EXPECT_NEAR(LogSoftmax(-1)(x).at({0, 1}), -0.6 - std::log(row0), 1e-14);
+  Identity id;
+  EXPECT_TRUE(id(x).is_same(x));
+  EXPECT_EQ(Tanh().to_string(), "Tanh()");
+  EXPECT_EQ(Sigmoid().to_string(), "Sigmoid()");
+  EXPECT_EQ(SiLU().to_string(), "SiLU()");
+  EXPECT_EQ(Softmax(-1).to_string(), "Softmax(dim=-1)");
+  EXPECT_EQ(LogSoftmax(1).to_string(), "LogSoftmax(dim=1)");
+  EXPECT_EQ(id.to_string(), "Identity()");
+  EXPECT_TRUE(Softmax(1).named_parameters().empty());
+  EXPECT_ATTO_ERROR(Softmax(2)(x), "softmax");
+}
+
+TEST(Activations, ModulesGradcheck) {
+  Tensor x = from_vector<double>({-1.3, -0.4, 0.2, 0.7, 1.9, -2.2}, {2, 3}, {.dtype = kFloat64, .requires_grad = true});
+  std::vector<std::shared_ptr<Module>> mods = {std::make_shared<Tanh>(),        std::make_shared<Sigmoid>(),
+                                               std::make_shared<SiLU>(),        std::make_shared<Softmax>(-1),
+                                               std::make_shared<Softmax>(0),    std::make_shared<LogSoftmax>(-1),
+                                               std::make_shared<LogSoftmax>(0), std::make_shared<Identity>()};
+  for (auto& m : mods) EXPECT_GRADCHECK([&] { return m->forward(x); }, {x}) << m->to_string();
+  // In a Sequential, like any single-tensor module.
+  Generator gen(11);
+  auto seq = std::make_shared<Sequential>(std::make_shared<Linear>(3, 4, true, gen), std::make_shared<SiLU>(),
+                                          std::make_shared<Identity>(), std::make_shared<LogSoftmax>(-1));
+  seq->to(kFloat64);
+  std::vector<Tensor> inputs = {x};
+  for (auto& p : seq->parameters()) inputs.push_back(p);
+  EXPECT_GRADCHECK([&] { return seq->forward(x); }, inputs);
 }
 
 TEST(PyFloat, MatchesPythonRepr) {

@@ -78,14 +78,14 @@ TEST_P(EncoderLayerGolden, MatchesPyTorch) {
   expect_names_and_load(layer, gp);
 
   Tensor src = leaf(g.at("src"));
-  Tensor out = layer.forward(src, g.at("src_mask"), g.at("src_key_padding_mask"));
+  Tensor out = layer.forward(src, {.src_mask = g.at("src_mask"), .src_key_padding_mask = g.at("src_key_padding_mask")});
   EXPECT_TRUE(all_close(out, g.at("output"), 1e-5));
   out.backward(g.at("grad_output"));
   EXPECT_TRUE(all_close(src.grad(), g.at("grad.src"), 1e-5, 1e-4));
   expect_param_grads(layer, g, gp);
 
   // is_causal instead of the explicit causal mask gives the same numbers.
-  Tensor again = layer.forward(g.at("src"), Tensor(), g.at("src_key_padding_mask"), true);
+  Tensor again = layer.forward(g.at("src"), {.src_key_padding_mask = g.at("src_key_padding_mask"), .is_causal = true});
   EXPECT_TRUE(all_close(again, g.at("output"), 1e-5));
 }
 
@@ -104,14 +104,16 @@ TEST_P(DecoderLayerGolden, MatchesPyTorch) {
 
   Tensor tgt = leaf(g.at("tgt")), memory = leaf(g.at("memory"));
   const Tensor tkpm = maybe(g, "tgt_key_padding_mask"), mkpm = g.at("memory_key_padding_mask");
-  Tensor out = layer.forward(tgt, memory, g.at("tgt_mask"), Tensor(), tkpm, mkpm);
+  Tensor out = layer.forward(
+      tgt, memory, {.tgt_mask = g.at("tgt_mask"), .tgt_key_padding_mask = tkpm, .memory_key_padding_mask = mkpm});
   EXPECT_TRUE(all_close(out, g.at("output"), 1e-5));
   out.backward(g.at("grad_output"));
   EXPECT_TRUE(all_close(tgt.grad(), g.at("grad.tgt"), 1e-5, 1e-4));
   EXPECT_TRUE(all_close(memory.grad(), g.at("grad.memory"), 1e-5, 1e-4));
   expect_param_grads(layer, g, gp);
 
-  Tensor again = layer.forward(g.at("tgt"), g.at("memory"), Tensor(), Tensor(), tkpm, mkpm, true);
+  Tensor again = layer.forward(g.at("tgt"), g.at("memory"),
+                               {.tgt_key_padding_mask = tkpm, .memory_key_padding_mask = mkpm, .tgt_is_causal = true});
   EXPECT_TRUE(all_close(again, g.at("output"), 1e-5));
 }
 
@@ -204,18 +206,19 @@ TEST(TransformerStacks, ForwardChainsTheLayersThenTheNorm) {
   enc.eval();
   Tensor x = randn({2, 5, 4}, gen);
   Tensor kpm = right_padding({5, 3}, 5);
-  Tensor expect =
-      enc.norm->forward(enc.layer(1)->forward(enc.layer(0)->forward(x, Tensor(), kpm, true), Tensor(), kpm, true));
-  EXPECT_TRUE(all_close(enc.forward(x, Tensor(), kpm, true), expect, 0));
+  Tensor expect = enc.norm->forward(
+      enc.layer(1)->forward(enc.layer(0)->forward(x, {.src_key_padding_mask = kpm, .is_causal = true}),
+                            {.src_key_padding_mask = kpm, .is_causal = true}));
+  EXPECT_TRUE(all_close(enc.forward(x, {.src_key_padding_mask = kpm, .is_causal = true}), expect, 0));
   EXPECT_TRUE(all_close(enc.forward(x), enc.norm->forward(enc.layer(1)->forward(enc.layer(0)->forward(x))), 0));
 
   TransformerDecoder dec(lo, 2, true, gen);
   dec.eval();
   Tensor y = randn({2, 3, 4}, gen);
   Tensor mkpm = right_padding({4, 2}, 5);
-  Tensor h = dec.layer(0)->forward(y, x, causal_mask(3), Tensor(), Tensor(), mkpm);
-  h = dec.norm->forward(dec.layer(1)->forward(h, x, causal_mask(3), Tensor(), Tensor(), mkpm));
-  EXPECT_TRUE(all_close(dec.forward(y, x, causal_mask(3), Tensor(), Tensor(), mkpm), h, 0));
+  Tensor h = dec.layer(0)->forward(y, x, {.tgt_mask = causal_mask(3), .memory_key_padding_mask = mkpm});
+  h = dec.norm->forward(dec.layer(1)->forward(h, x, {.tgt_mask = causal_mask(3), .memory_key_padding_mask = mkpm}));
+  EXPECT_TRUE(all_close(dec.forward(y, x, {.tgt_mask = causal_mask(3), .memory_key_padding_mask = mkpm}), h, 0));
 }
 
 TEST(TransformerEncoderLayer, PostAndPreLnDifferAndShapesHold) {
@@ -267,11 +270,11 @@ TEST(TransformerLayers, StoredAttentionWeights) {
   enc.eval();
   Tensor x = randn({2, 5, 4}, gen);
   Tensor kpm = right_padding({5, 3}, 5);
-  enc.forward(x, Tensor(), kpm, true);
+  enc.forward(x, {.src_key_padding_mask = kpm, .is_causal = true});
   for (const Tensor& w : enc.attention_weights()) EXPECT_FALSE(w.defined());  // off by default
   enc.set_store_attention(true);
   EXPECT_TRUE(enc.layer(0)->store_attention());
-  enc.forward(x, Tensor(), kpm, true);
+  enc.forward(x, {.src_key_padding_mask = kpm, .is_causal = true});
   std::vector<Tensor> ws = enc.attention_weights();
   ASSERT_EQ(ws.size(), 2u);
   for (const Tensor& w : ws) {
@@ -292,7 +295,7 @@ TEST(TransformerLayers, StoredAttentionWeights) {
   dec.eval();
   dec.set_store_attention(true);
   Tensor y = randn({2, 3, 4}, gen);
-  dec.forward(y, x, Tensor(), Tensor(), Tensor(), kpm, true);
+  dec.forward(y, x, {.memory_key_padding_mask = kpm, .tgt_is_causal = true});
   Tensor s = dec.self_attention_weights()[0], c = dec.cross_attention_weights()[0];
   ASSERT_EQ(s.shape(), Shape({2, 2, 3, 3}));
   ASSERT_EQ(c.shape(), Shape({2, 2, 3, 5}));
@@ -308,9 +311,9 @@ TEST(TransformerLayers, FloatMasksAndPerHeadMasksAreAccepted) {
   Tensor x = randn({2, 3, 4}, gen);
   Tensor bool_mask = causal_mask(3);
   Tensor float_mask = masked_fill(zeros({3, 3}), bool_mask, -INFINITY);
-  EXPECT_TRUE(all_close(layer.forward(x, bool_mask), layer.forward(x, float_mask), 1e-6));
+  EXPECT_TRUE(all_close(layer.forward(x, {.src_mask = bool_mask}), layer.forward(x, {.src_mask = float_mask}), 1e-6));
   Tensor per_head = logical_or(bool_mask, zeros({4, 3, 3}, {.dtype = kBool}));  // (B * nhead, L, L)
-  EXPECT_TRUE(all_close(layer.forward(x, per_head), layer.forward(x, bool_mask), 0));
+  EXPECT_TRUE(all_close(layer.forward(x, {.src_mask = per_head}), layer.forward(x, {.src_mask = bool_mask}), 0));
 }
 
 TEST(TransformerLayers, FullyBlockedQueriesStayFinite) {
@@ -323,7 +326,7 @@ TEST(TransformerLayers, FullyBlockedQueriesStayFinite) {
   x.requires_grad_(true);
   Tensor kpm = zeros({2, 3}, {.dtype = kBool});
   kpm.set({1, 0}, 1);
-  Tensor out = layer.forward(x, Tensor(), kpm, true);
+  Tensor out = layer.forward(x, {.src_key_padding_mask = kpm, .is_causal = true});
   ASSERT_TRUE(all_finite(out));
   sum(out * out).backward();
   EXPECT_TRUE(all_finite(x.grad()));
@@ -340,7 +343,8 @@ TEST(TransformerEncoderLayer, GradcheckPostLnWithMasks) {
   layer.to(kFloat64);
   Tensor x = rand_leaf({2, 4, 4}, gen);
   Tensor kpm = right_padding({4, 2}, 4);
-  EXPECT_GRADCHECK([&] { return layer.forward(x, causal_mask(4), kpm); }, with_params({x}, layer, gen));
+  EXPECT_GRADCHECK([&] { return layer.forward(x, {.src_mask = causal_mask(4), .src_key_padding_mask = kpm}); },
+                   with_params({x}, layer, gen));
 }
 
 TEST(TransformerEncoderLayer, GradcheckPreLnGeluWithMasksAndDropout) {
@@ -355,7 +359,7 @@ TEST(TransformerEncoderLayer, GradcheckPreLnGeluWithMasksAndDropout) {
   EXPECT_GRADCHECK(
       [&] {
         drop.manual_seed(7);  // the same dropout masks at every evaluation
-        return layer.forward(x, Tensor(), kpm, true);
+        return layer.forward(x, {.src_key_padding_mask = kpm, .is_causal = true});
       },
       with_params({x}, layer, gen));
 }
@@ -367,7 +371,7 @@ TEST(TransformerDecoderLayer, GradcheckPostLnWithMasks) {
   layer.to(kFloat64);
   Tensor y = rand_leaf({2, 3, 4}, gen), mem = rand_leaf({2, 4, 4}, gen);
   Tensor mkpm = right_padding({4, 2}, 4);
-  EXPECT_GRADCHECK([&] { return layer.forward(y, mem, causal_mask(3), Tensor(), Tensor(), mkpm); },
+  EXPECT_GRADCHECK([&] { return layer.forward(y, mem, {.tgt_mask = causal_mask(3), .memory_key_padding_mask = mkpm}); },
                    with_params({y, mem}, layer, gen));
 }
 
@@ -384,7 +388,11 @@ TEST(TransformerDecoderLayer, GradcheckPreLnWithDropoutAndAllMasks) {
   EXPECT_GRADCHECK(
       [&] {
         drop.manual_seed(8);
-        return layer.forward(y, mem, Tensor(), mem_mask, tkpm, mkpm, true);
+        return layer.forward(y, mem,
+                             {.memory_mask = mem_mask,
+                              .tgt_key_padding_mask = tkpm,
+                              .memory_key_padding_mask = mkpm,
+                              .tgt_is_causal = true});
       },
       with_params({y, mem}, layer, gen));
 }
@@ -400,8 +408,7 @@ TEST(TransformerStacks, GradcheckEncoderDecoderStack) {
   dec.to(kFloat64);
   Tensor src = rand_leaf({1, 3, 4}, gen), tgt = rand_leaf({1, 2, 4}, gen);
   std::vector<Tensor> inputs = with_params(with_params({src, tgt}, enc, gen), dec, gen);
-  EXPECT_GRADCHECK([&] { return dec.forward(tgt, enc.forward(src), Tensor(), Tensor(), Tensor(), Tensor(), true); },
-                   inputs);
+  EXPECT_GRADCHECK([&] { return dec.forward(tgt, enc.forward(src), {.tgt_is_causal = true}); }, inputs);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -418,8 +425,9 @@ TEST(TransformerLayers, Errors) {
   TransformerEncoderLayer enc({.d_model = 4, .nhead = 2, .dim_feedforward = 8}, gen);
   EXPECT_ATTO_ERROR(enc.forward(randn({2, 3, 5}, gen)), "TransformerEncoderLayer");
   EXPECT_ATTO_ERROR(enc.forward(randn({3, 4}, gen)), "[3, 4]");
-  EXPECT_ATTO_ERROR(enc.forward(randn({2, 3, 4}, gen), Tensor(), zeros({2, 4}, {.dtype = kBool})), "key_padding_mask");
-  EXPECT_ATTO_ERROR(enc.forward(randn({2, 3, 4}, gen), causal_mask(4)), "attn_mask");
+  EXPECT_ATTO_ERROR(enc.forward(randn({2, 3, 4}, gen), {.src_key_padding_mask = zeros({2, 4}, {.dtype = kBool})}),
+                    "key_padding_mask");
+  EXPECT_ATTO_ERROR(enc.forward(randn({2, 3, 4}, gen), {.src_mask = causal_mask(4)}), "attn_mask");
   EXPECT_ATTO_ERROR(enc.forward(randn({2, 3, 4}, gen, {.dtype = kFloat64})), "dtype");
 
   TransformerDecoderLayer dec({.d_model = 4, .nhead = 2, .dim_feedforward = 8}, gen);

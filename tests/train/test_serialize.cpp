@@ -293,6 +293,37 @@ TEST(Serialize, FloatDtypesConvertOnLoad) {
   for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(b64.weight.flat(i), a32.weight.flat(i));
 }
 
+TEST(Serialize, FreeFunctionsAreTheModuleMethods) {
+  Generator g(5);
+  nn::Linear a(3, 2, true, g), b(3, 2, true, g);
+  auto sa = io::state_dict(a), ma = a.state_dict();
+  ASSERT_EQ(sa.size(), ma.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_EQ(sa[i].first, ma[i].first);
+    EXPECT_TRUE(sa[i].second.is_same(ma[i].second));
+  }
+  EXPECT_TRUE(io::load_state_dict(b, a.state_dict()).ok());
+  EXPECT_TRUE(same_state(a, b));
+  // In memory a float dtype difference is explicit (the files above convert): the error names key and dtypes.
+  nn::Linear c64(3, 2, {.dtype = kFloat64}, g);
+  EXPECT_ATTO_ERROR(
+      io::load_state_dict(b, c64.state_dict(), {}, "c64"),
+      "load_state_dict: c64: strict load failed: 2 mismatched: weight (state [2, 3] float64, model [2, 3] "
+      "float32; pass allow_dtype_cast = true to convert)");
+  EXPECT_TRUE(io::load_state_dict(b, c64.state_dict(), {.allow_dtype_cast = true}).ok());
+  EXPECT_EQ(b.weight.flat(4), static_cast<double>(static_cast<float>(c64.weight.flat(4))));
+  // A checkpoint's module state goes through the same loader (and converts, as files do).
+  io::Checkpoint ck;
+  io::add_module_state(ck, c64);
+  nn::Linear d(3, 2, true, g);
+  EXPECT_TRUE(io::load_module_state(ck, d).ok());
+  EXPECT_EQ(d.bias.flat(1), static_cast<double>(static_cast<float>(c64.bias.flat(1))));
+  ck.tensors.pop_back();
+  EXPECT_ATTO_ERROR(io::load_module_state(ck, d),
+                    "load_module_state: checkpoint tensors 'model.*': strict load failed: 1 missing (in the model, not "
+                    "in the file): bias;");
+}
+
 TEST(Serialize, NonFloatDtypeDifferenceIsAMismatch) {
   TempDir dir("serialize");
   io::write_tensors(dir.file("w"), {{"a", from_vector<int64_t>({1, 2}, {2})}});
