@@ -2,7 +2,7 @@
 // attograd in one include: tensors and every op with its gradient, the modules and models, optimizers and
 // schedules, the trainer, decoding, the weights formats and gradient checking. Installed as <attograd/attograd.h>;
 // in the source tree, "attograd.h". The kernels' internals (allocator.h, gemm.h, simd.h, strided.h, eigen_util.h)
-// and the benchmark (train/bench.h) are not part of it and are not installed.
+// and the benchmark (train/tools/bench.h) are not part of it and are not installed.
 
 #include "autograd/activation.h"
 #include "autograd/attention.h"
@@ -32,14 +32,14 @@
 #include "nn/positional.h"
 #include "nn/sequence_model.h"
 #include "nn/transformer.h"
-#include "train/dataset.h"
+#include "train/data/dataset.h"
 #include "train/decode.h"
-#include "train/gradcheck_suite.h"
-#include "train/optim.h"
-#include "train/progress.h"
-#include "train/report.h"
-#include "train/safetensors.h"
-#include "train/schedule.h"
-#include "train/serialize.h"
-#include "train/tasks.h"
+#include "train/tools/gradcheck_suite.h"
+#include "train/optim/optimizers.h"
+#include "train/tools/progress.h"
+#include "train/tools/report.h"
+#include "train/io/safetensors.h"
+#include "train/optim/schedule.h"
+#include "train/io/serialize.h"
+#include "train/data/tasks.h"
 #include "train/trainer.h"

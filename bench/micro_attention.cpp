@@ -1,6 +1,6 @@
 // Microbenchmarks of the fused causal attention (scaled_dot_product_attention, is_causal, dropout 0.1) at every
 // benchmark configuration's (B, H, L, d_k): forward alone (no grad) and forward + backward. FLOPs count Q K^T and
-// P V over the causal pairs (x3 with the backward), as the model FLOPs of train/bench.h.
+// P V over the causal pairs (x3 with the backward), as the model FLOPs of train/tools/bench.h.
 
 #include "micro_common.h"
 

@@ -1,5 +1,5 @@
 #pragma once
-// Shapes shared by the microbenchmarks: the benchmark configurations of train/bench.h, and helpers that turn
+// Shapes shared by the microbenchmarks: the benchmark configurations of train/tools/bench.h, and helpers that turn
 // a lambda into a Google Benchmark with a FLOP-rate counter.
 
 #include <benchmark/benchmark.h>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "autograd/autograd.h"
-#include "train/bench.h"
+#include "train/tools/bench.h"
 
 namespace attograd::micro {
 

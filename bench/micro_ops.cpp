@@ -7,7 +7,7 @@
 
 #include "micro_common.h"
 #include "nn/models.h"
-#include "train/optim.h"
+#include "train/optim/optimizers.h"
 
 namespace attograd::micro {
 namespace {

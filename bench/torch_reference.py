@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch side of the issue-7 benchmark: exactly `attograd bench` (train/bench.h) in PyTorch 1.13.
+"""PyTorch side of the issue-7 benchmark: exactly `attograd bench` (train/tools/bench.h) in PyTorch 1.13.
 
 Same model (decoder-only pre-LN causal LM: token embedding * sqrt(D) + sinusoidal positions, dropout 0.1; N blocks
 x + Dropout(MHA(LN(x))) with causal mask and q, k, v, o projections with bias, attention-probability dropout,
@@ -28,13 +28,13 @@ import statistics
 import sys
 import time
 
-PRESETS = {  # (V, D, H, F, N, L, B), as train/bench.cpp
+PRESETS = {  # (V, D, H, F, N, L, B), as train/tools/bench.cpp
     "small": (16, 64, 4, 256, 2, 32, 32),
     "medium": (64, 128, 4, 512, 2, 64, 32),
     "large": (256, 256, 8, 1024, 4, 128, 16),
     "long": (64, 128, 4, 512, 2, 1024, 4),
 }
-FIRST_SYMBOL = 5  # specials: pad 0, bos 1, eos 2, sep 3, plus 4 (train/tasks.h)
+FIRST_SYMBOL = 5  # specials: pad 0, bos 1, eos 2, sep 3, plus 4 (train/data/tasks.h)
 SEP = 3
 IGNORE = -100
 
@@ -63,7 +63,7 @@ def parse_args(argv):
 
 
 def model_flops_per_step(V, D, H, F, N, L, B):
-    """As train/bench.cpp: 3 x the forward's matmul FLOPs, attention over the L(L+1)/2 causal pairs."""
+    """As train/tools/bench.cpp: 3 x the forward's matmul FLOPs, attention over the L(L+1)/2 causal pairs."""
     T = B * L
     projections = 2 * T * D * (4 * D)
     ffn = 2 * T * D * F * 2

@@ -15,7 +15,7 @@
 #include "autograd/activation.h"
 #include "autograd/shape.h"
 #include "nn/layers.h"
-#include "train/serialize.h"
+#include "train/io/serialize.h"
 #include "train/trainer.h"
 
 using namespace attograd;

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "train/serialize.h"
+#include "train/io/serialize.h"
 #include "train/trainer.h"
 
 using namespace attograd;

@@ -16,9 +16,9 @@
 #include "autograd/shape.h"
 #include "nn/models.h"
 #include "train/decode.h"
-#include "train/optim.h"
-#include "train/schedule.h"
-#include "train/tasks.h"
+#include "train/optim/optimizers.h"
+#include "train/optim/schedule.h"
+#include "train/data/tasks.h"
 #include "train/trainer.h"
 
 using namespace attograd;

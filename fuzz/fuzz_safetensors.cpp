@@ -1,4 +1,4 @@
-// libFuzzer target for the safetensors parser (train/safetensors.h). Only attograd::Error may escape; anything
+// libFuzzer target for the safetensors parser (train/io/safetensors.h). Only attograd::Error may escape; anything
 // else (a crash, an ASan report, another exception) is a bug.
 //
 //   CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -DATTOGRAD_FUZZ=ON -DATTOGRAD_BUILD_TESTS=OFF \
@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "train/safetensors.h"
+#include "train/io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace io = attograd::io;

@@ -1,4 +1,4 @@
-// libFuzzer target for the native weights and checkpoint parser (train/serialize.h).
+// libFuzzer target for the native weights and checkpoint parser (train/io/serialize.h).
 // Each input is parsed as given (the checksum gate rejects nearly all of them), then again with its last 8 bytes
 // replaced by the valid checksum, so that the structural checks behind the gate are fuzzed too. Only
 // attograd::Error may escape the parsers; anything else (a crash, an ASan report, another exception) is a bug.
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "train/serialize.h"
+#include "train/io/serialize.h"
 
 namespace {
 

@@ -21,7 +21,7 @@
 
 #include "autograd/tensor.h"
 #include "nn/sequence_model.h"
-#include "train/dataset.h"
+#include "train/data/dataset.h"
 
 namespace attograd::train {
 

@@ -1,5 +1,5 @@
 // The toy-task training loop: config validation and JSON, the Trainer's step/train/evaluate, and bit-exact
-// checkpoints through train/serialize.h.
+// checkpoints through train/io/serialize.h.
 
 #include "train/trainer.h"
 
@@ -17,7 +17,7 @@
 
 #include "autograd/loss.h"
 #include "autograd/shape.h"
-#include "train/serialize.h"
+#include "train/io/serialize.h"
 
 namespace attograd::train {
 

@@ -1,6 +1,6 @@
 #pragma once
 // The training loop (attograd::train): a configuration with JSON round trip, and a Trainer that trains any
-// sequence model (nn/sequence_model.h) on any dataset (train/dataset.h): it owns the optimizer, the schedule and
+// sequence model (nn/sequence_model.h) on any dataset (train/data/dataset.h): it owns the optimizer, the schedule and
 // every random generator, steps, evaluates, logs per-step metrics and saves/restores bit-exact checkpoints.
 // Trainer(config) builds the built-in task config.task and the registered model kind config.model; Trainer(config,
 // dataset[, model]) trains a user's data (and a user's model: any registered kind, or a model built by hand).
@@ -23,11 +23,11 @@
 #include "autograd/random.h"
 #include "autograd/tensor.h"
 #include "nn/sequence_model.h"
-#include "train/dataset.h"
+#include "train/data/dataset.h"
 #include "train/decode.h"
-#include "train/optim.h"
-#include "train/schedule.h"
-#include "train/tasks.h"
+#include "train/optim/optimizers.h"
+#include "train/optim/schedule.h"
+#include "train/data/tasks.h"
 
 namespace attograd::train {
 

@@ -1,5 +1,5 @@
 // `attograd bench [--preset small|medium|large|long] [-V -D -H -F -N -L -B] [--steps] [--warmup] [--threads]
-// [--seed]`: times training steps of the causal LM benchmark (train/bench.h) and prints the JSON result last.
+// [--seed]`: times training steps of the causal LM benchmark (train/tools/bench.h) and prints the JSON result last.
 
 #include "cli_bench.h"
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "train/bench.h"
+#include "train/tools/bench.h"
 
 namespace attograd::cli {
 

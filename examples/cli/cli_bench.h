@@ -1,5 +1,5 @@
 #pragma once
-// `attograd bench`: the training-step benchmark of issue 7 (train/bench.h) from the command line. It prints a
+// `attograd bench`: the training-step benchmark of issue 7 (train/tools/bench.h) from the command line. It prints a
 // short human summary, then one JSON object as the LAST line of stdout (what bench/compare reads).
 
 #include <CLI/CLI.hpp>

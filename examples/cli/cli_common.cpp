@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "train/safetensors.h"
-#include "train/serialize.h"
+#include "train/io/safetensors.h"
+#include "train/io/serialize.h"
 
 namespace attograd::cli {
 

@@ -1,4 +1,4 @@
-// `attograd gradcheck`: finite-difference gradient checks of every op and module (train/gradcheck_suite.h).
+// `attograd gradcheck`: finite-difference gradient checks of every op and module (train/tools/gradcheck_suite.h).
 
 #include <algorithm>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "train/gradcheck_suite.h"
+#include "train/tools/gradcheck_suite.h"
 
 namespace attograd::cli {
 

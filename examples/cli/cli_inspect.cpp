@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "train/serialize.h"
+#include "train/io/serialize.h"
 
 namespace attograd::cli {
 

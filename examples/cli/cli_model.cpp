@@ -8,9 +8,9 @@
 
 #include "cli.h"
 #include "nn/module.h"
-#include "train/report.h"
-#include "train/safetensors.h"
-#include "train/serialize.h"
+#include "train/tools/report.h"
+#include "train/io/safetensors.h"
+#include "train/io/serialize.h"
 
 namespace attograd::cli {
 

@@ -11,9 +11,9 @@
 #include "cli.h"
 #include "nn/module.h"
 #include "nn/sequence_model.h"
-#include "train/progress.h"
-#include "train/report.h"
-#include "train/serialize.h"
+#include "train/tools/progress.h"
+#include "train/tools/report.h"
+#include "train/io/serialize.h"
 
 namespace attograd::cli {
 

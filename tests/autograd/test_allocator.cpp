@@ -7,7 +7,7 @@
 #include "autograd/allocator.h"
 #include "nn/models.h"
 #include "testing.h"
-#include "train/optim.h"
+#include "train/optim/optimizers.h"
 
 using namespace attograd;
 using namespace attograd::testing;

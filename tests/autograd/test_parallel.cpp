@@ -11,7 +11,7 @@
 #include "autograd/parallel.h"
 #include "nn/models.h"
 #include "testing.h"
-#include "train/optim.h"
+#include "train/optim/optimizers.h"
 
 using namespace attograd;
 using namespace attograd::testing;

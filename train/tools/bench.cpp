@@ -1,4 +1,4 @@
-#include "train/bench.h"
+#include "train/tools/bench.h"
 
 #include <sys/resource.h>
 
@@ -10,8 +10,8 @@
 
 #include "autograd/autograd.h"
 #include "nn/models.h"
-#include "train/optim.h"
-#include "train/tasks.h"
+#include "train/optim/optimizers.h"
+#include "train/data/tasks.h"
 
 #include "autograd/allocator.h"
 #include "autograd/parallel.h"

@@ -1,4 +1,4 @@
-// Corruption sweeps over the loaders (train/serialize.h, train/safetensors.h): truncation at every length, a flipped
+// Corruption sweeps over the loaders (train/io/serialize.h, train/io/safetensors.h): truncation at every length, a flipped
 // byte at every offset, single-bit flips, seeded random corruptions, and hand-forged files whose sizes lie but whose
 // checksum is valid. Every input must be rejected with attograd::Error or load exactly the original data (and for
 // each sweep the test says which), never crash, and never allocate more than the input's size in one piece.
@@ -9,8 +9,8 @@
 #include <random>
 
 #include "testing.h"
-#include "train/safetensors.h"
-#include "train/serialize.h"
+#include "train/io/safetensors.h"
+#include "train/io/serialize.h"
 
 using namespace attograd;
 using namespace attograd::testing;

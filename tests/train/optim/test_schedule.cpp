@@ -6,8 +6,8 @@
 #include <numbers>
 
 #include "testing.h"
-#include "train/optim.h"
-#include "train/schedule.h"
+#include "train/optim/optimizers.h"
+#include "train/optim/schedule.h"
 
 using namespace attograd;
 using namespace attograd::testing;

@@ -1,4 +1,4 @@
-#include "train/serialize.h"
+#include "train/io/serialize.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -29,8 +29,8 @@
 
 #include "autograd/elementwise.h"
 #include "nn/module.h"
-#include "train/optim.h"
-#include "train/safetensors.h"
+#include "train/optim/optimizers.h"
+#include "train/io/safetensors.h"
 
 namespace attograd::io {
 

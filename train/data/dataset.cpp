@@ -1,6 +1,6 @@
 // The data interface's shared parts and GeneratedDataset.
 
-#include "train/dataset.h"
+#include "train/data/dataset.h"
 
 #include <cstdlib>
 #include <sstream>

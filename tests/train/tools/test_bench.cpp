@@ -1,4 +1,4 @@
-// The training-step benchmark (train/bench.h): presets and their errors, validation, the FLOP count by hand,
+// The training-step benchmark (train/tools/bench.h): presets and their errors, validation, the FLOP count by hand,
 // a tiny run that returns finite positive numbers and one JSON line, and the loss going down. No timing is
 // ever asserted (only that times are positive).
 
@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "testing.h"
-#include "train/bench.h"
+#include "train/tools/bench.h"
 
 using namespace attograd;
 using namespace attograd::bench;

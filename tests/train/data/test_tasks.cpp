@@ -5,7 +5,7 @@
 #include <set>
 
 #include "testing.h"
-#include "train/tasks.h"
+#include "train/data/tasks.h"
 
 using namespace attograd;
 using namespace attograd::data;

@@ -7,8 +7,8 @@
 
 #include "nn/models.h"
 #include "testing.h"
-#include "train/progress.h"
-#include "train/report.h"
+#include "train/tools/progress.h"
+#include "train/tools/report.h"
 
 namespace attograd {
 namespace {

@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "testing.h"
-#include "train/gradcheck_suite.h"
+#include "train/tools/gradcheck_suite.h"
 
 namespace attograd {
 namespace {
@@ -124,7 +124,7 @@ TEST(GradcheckSuite, EveryOpOfTheAutogradHeadersHasAnEntry) {
   for (const std::string& name : declared)
     EXPECT_TRUE(checked.count(name) || unchecked.count(name))
         << name << " is declared in autograd/ but has no gradcheck entry: add one in build_registry() "
-        << "(train/gradcheck_suite.cpp), or list it in unchecked_ops() with the reason";
+        << "(train/tools/gradcheck_suite.cpp), or list it in unchecked_ops() with the reason";
   for (const std::string& name : checked)
     EXPECT_TRUE(declared.count(name)) << name << ": no such function in autograd/";
   for (const std::string& name : unchecked)

@@ -1,6 +1,6 @@
-// SVG pictures of a training run: loss/accuracy curves and attention heatmaps (see train/report.h).
+// SVG pictures of a training run: loss/accuracy curves and attention heatmaps (see train/tools/report.h).
 
-#include "train/report.h"
+#include "train/tools/report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "nn/sequence_model.h"
-#include "train/tasks.h"
+#include "train/data/tasks.h"
 
 namespace attograd::report {
 

@@ -1,4 +1,4 @@
-// safetensors interop (train/safetensors.h): round trips, layout, PyTorch-written goldens (a TransformerEncoderLayer
+// safetensors interop (train/io/safetensors.h): round trips, layout, PyTorch-written goldens (a TransformerEncoderLayer
 // state_dict imported and run against PyTorch's output), module export/import and errors.
 
 #include <algorithm>
@@ -11,9 +11,9 @@
 #include "nn/layers.h"
 #include "nn/transformer.h"
 #include "testing.h"
-#include "train/files.h"
-#include "train/safetensors.h"
-#include "train/serialize.h"
+#include "train/io/files.h"
+#include "train/io/safetensors.h"
+#include "train/io/serialize.h"
 
 using namespace attograd;
 using namespace attograd::testing;

@@ -1,6 +1,6 @@
-// The registry of named gradient checks behind `attograd gradcheck` (see train/gradcheck_suite.h).
+// The registry of named gradient checks behind `attograd gradcheck` (see train/tools/gradcheck_suite.h).
 
-#include "train/gradcheck_suite.h"
+#include "train/tools/gradcheck_suite.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,12 +1,12 @@
 #pragma once
-// The built-in toy sequence tasks (copy, reverse, sort, add): one Dataset implementation (train/dataset.h) with
+// The built-in toy sequence tasks (copy, reverse, sort, add): one Dataset implementation (train/data/dataset.h) with
 // its own seeded generator. Each model frames the examples itself (nn/sequence_model.h).
 
 #include <string>
 #include <vector>
 
 #include "autograd/autograd.h"
-#include "train/dataset.h"
+#include "train/data/dataset.h"
 
 namespace attograd::data {
 

@@ -1,7 +1,7 @@
-"""Golden values for tests/train/test_optim.cpp and test_schedule.cpp from PyTorch 1.13.
+"""Golden values for tests/train/optim/test_optim.cpp and test_schedule.cpp from PyTorch 1.13.
 
 Run with /usr/bin/python3 (the python with torch) from anywhere:
-    /usr/bin/python3 tests/train/golden_optim.py
+    /usr/bin/python3 tests/train/optim/golden_optim.py
 Writes tests/data/train/optim.golden and tests/data/train/schedule.golden.
 """
 import math
@@ -9,12 +9,12 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 from golden import write_golden  # noqa: E402
 
 import torch  # noqa: E402
 
-DATA = os.path.join(os.path.dirname(HERE), "data", "train")
+DATA = os.path.join(os.path.dirname(os.path.dirname(HERE)), "data", "train")
 STEPS = 5
 SCALES = [1.0, 0.3, 2.0, 0.1, 0.5]  # per-step gradient scales, so that AMSGrad's running max matters
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "testing.h"
-#include "train/files.h"
-#include "train/serialize.h"
+#include "train/io/files.h"
+#include "train/io/serialize.h"
 
 namespace attograd {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "nn/module.h"
 #include "testing.h"
-#include "train/optim.h"
-#include "train/schedule.h"
+#include "train/optim/optimizers.h"
+#include "train/optim/schedule.h"
 
 using namespace attograd;
 using namespace attograd::testing;

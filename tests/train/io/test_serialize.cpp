@@ -1,4 +1,4 @@
-// Native weights files and checkpoints (train/serialize.h): round trips, module loading, strict and non-strict
+// Native weights files and checkpoints (train/io/serialize.h): round trips, module loading, strict and non-strict
 // reports, dtype conversion, checksums, atomic saves under injected faults, checkpoints and inspect().
 
 #include <sys/stat.h>
@@ -15,10 +15,10 @@
 #include "nn/layers.h"
 #include "nn/positional.h"
 #include "testing.h"
-#include "train/files.h"
-#include "train/optim.h"
-#include "train/safetensors.h"
-#include "train/serialize.h"
+#include "train/io/files.h"
+#include "train/optim/optimizers.h"
+#include "train/io/safetensors.h"
+#include "train/io/serialize.h"
 
 using namespace attograd;
 using namespace attograd::testing;

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "train/optim.h"
+#include "train/optim/optimizers.h"
 
 namespace attograd::optim {
 

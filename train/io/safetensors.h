@@ -10,7 +10,7 @@
 //
 // The writer pads the header with spaces to a multiple of 8 bytes and lays the data out by element size
 // (largest first), then by name, so every tensor starts at an offset aligned to its element size (as the
-// reference writer does). The reader is as defensive as the native loader (train/serialize.h): it bounds N
+// reference writer does). The reader is as defensive as the native loader (train/io/serialize.h): it bounds N
 // (kMaxSafetensorsHeader and the file size), parses the header with a streaming (SAX) parser that accepts only
 // the structure above (no nesting beyond it, rank <= 8, no duplicate names or fields), checks every dtype,
 // shape and offset pair and product(shape) * size (overflow-checked) against the data section, and requires
@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "train/serialize.h"
+#include "train/io/serialize.h"
 
 namespace attograd::io {
 

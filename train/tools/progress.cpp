@@ -1,6 +1,6 @@
-// Training progress display: a terminal bar redrawn in place, or plain periodic lines (see train/progress.h).
+// Training progress display: a terminal bar redrawn in place, or plain periodic lines (see train/tools/progress.h).
 
-#include "train/progress.h"
+#include "train/tools/progress.h"
 
 #include <unistd.h>
 

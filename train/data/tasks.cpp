@@ -1,4 +1,4 @@
-#include "train/tasks.h"
+#include "train/data/tasks.h"
 
 #include <algorithm>
 #include <sstream>

@@ -2,7 +2,7 @@
 // (sgd_update, adam_update) that follows PyTorch 1.13's single-tensor code operation by operation, in the
 // parameter's own precision, so float32 trajectories agree with PyTorch's to rounding.
 
-#include "train/optim.h"
+#include "train/optim/optimizers.h"
 
 #include <cmath>
 #include <cstring>

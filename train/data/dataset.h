@@ -1,7 +1,7 @@
 #pragma once
 // The data interface (attograd::data): what Trainer knows of its data. A Dataset is a seeded, resumable stream of
 // training examples plus a fixed held-out set, and describes its token space (vocabulary size, the longest source
-// and target, the special tokens) so that a model can be built for it. The built-in toy tasks (train/tasks.h) are
+// and target, the special tokens) so that a model can be built for it. The built-in toy tasks (train/data/tasks.h) are
 // one implementation; a user's task is another (examples/custom_task.cpp).
 //
 // Most synthetic tasks only need to say how to draw one example from a generator: derive from GeneratedDataset and

@@ -1,7 +1,7 @@
-"""Golden safetensors files for tests/train/test_safetensors.cpp, from PyTorch 1.13.
+"""Golden safetensors files for tests/train/io/test_safetensors.cpp, from PyTorch 1.13.
 
 Run with /usr/bin/python3 (the python with torch) from anywhere:
-    /usr/bin/python3 tests/train/golden_safetensors.py
+    /usr/bin/python3 tests/train/io/golden_safetensors.py
 The `safetensors` package is not needed: the format is written by hand below (8-byte little-endian header
 length, JSON header, raw little-endian data). Writes, under tests/data/train/:
   encoder_layer.safetensors / .golden           nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), post-LN relu
@@ -9,7 +9,7 @@ length, JSON header, raw little-endian data). Writes, under tests/data/train/:
   mixed.safetensors / .golden                   F32 / F64 / I64 / BOOL tensors, a 0-d and an empty one, metadata
 Each .golden (tests/golden.py format) holds the input "x" and the eval-mode output "y" (or the mixed tensors).
 
-    /usr/bin/python3 tests/train/golden_safetensors.py --check FILE.safetensors STEM
+    /usr/bin/python3 tests/train/io/golden_safetensors.py --check FILE.safetensors STEM
 reads a safetensors file written by attograd (export_safetensors) by hand, loads it strictly into the PyTorch layer
 of golden STEM and checks that the layer reproduces that golden's output (the PyTorch -> attograd -> PyTorch trip).
 """
@@ -19,12 +19,12 @@ import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 from golden import write_golden  # noqa: E402
 
 import torch  # noqa: E402
 
-DATA = os.path.join(os.path.dirname(HERE), "data", "train")
+DATA = os.path.join(os.path.dirname(os.path.dirname(HERE)), "data", "train")
 
 _DT = {torch.float32: ("F32", 4), torch.float64: ("F64", 8), torch.int64: ("I64", 8), torch.bool: ("BOOL", 1)}
 

@@ -1,4 +1,4 @@
-#include "train/safetensors.h"
+#include "train/io/safetensors.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,6 +1,6 @@
 // Learning-rate schedules: closed-form value functions and the schedulers that apply them.
 
-#include "train/schedule.h"
+#include "train/optim/schedule.h"
 
 #include <algorithm>
 #include <cmath>
