@@ -4,7 +4,8 @@
 // is seed::AttentionSublayer in nn/seed/attention.h.)
 //
 // Mask convention everywhere at this API: a Bool entry TRUE means BLOCKED ("do not attend"), as in PyTorch's
-// nn.MultiheadAttention (and the opposite of F.scaled_dot_product_attention's mask, where true means "attend"). A float mask is added to the scores (-inf blocks).
+// nn.MultiheadAttention (and the opposite of F.scaled_dot_product_attention's mask, where true means "attend"). A
+// float mask is added to the scores (-inf blocks).
 // A query whose keys are ALL blocked attends to nothing: its attention output is zero (so MultiheadAttention
 // returns out_proj.bias for it), its weights are zero and every gradient through it is finite (zero), never NaN.
 // PyTorch 1.13 gives NaN there; the seed (masked_fill -1e9) gives uniform weights over the blocked keys.
