@@ -30,6 +30,8 @@
 #include "nn/models.h"
 #include "nn/module.h"
 #include "nn/positional.h"
+#include "nn/seed/attention.h"
+#include "nn/seed/transformer.h"
 #include "nn/sequence_model.h"
 #include "nn/transformer.h"
 #include "train/data/dataset.h"

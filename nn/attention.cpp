@@ -15,7 +15,6 @@ namespace attograd::nn {
 namespace {
 
 constexpr const char* kMha = "MultiheadAttention";
-constexpr const char* kSeed = "MultiHeadAttention";
 
 // Writes the masks of one score row (b, h, i) into row[0, Lk): float masks are added, Bool masks and the causal
 // mask block (true, or -inf for a float row). row[Lk, tk) (bias_kv / zero-attn keys) stays open.
@@ -217,74 +216,6 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
   out.output = out_proj->forward(r.output);  // (B, Lq, E)
   if (opts.need_weights) out.weights = opts.average_attn_weights ? mean(r.weights, {1}) : r.weights;
   return out;
-}
-
-// ---------------------------------------------------------------------------------------------
-// MultiHeadAttention (the seed's formulation)
-
-MultiHeadAttention::MultiHeadAttention(int64_t heads, int64_t model, int64_t key_size, int64_t value_size, double p,
-                                       Generator& gen, Dtype dtype)
-    : n_head(heads), d_model(model), d_k(key_size), d_v(value_size), attn_dropout_(p) {
-  ATTO_CHECK(heads > 0 && model > 0 && key_size > 0 && value_size > 0, kSeed,
-             "n_head, d_model, d_k and d_v must be positive, got n_head=", heads, ", d_model=", model,
-             ", d_k=", key_size, ", d_v=", value_size);
-  ATTO_CHECK(p >= 0.0 && p < 1.0, kSeed, "dropout must be in [0, 1), got ", p);
-  NoGradGuard no_grad;
-  w_qs = register_module("w_qs", std::make_shared<Linear>(model, heads * key_size, false, gen));
-  w_ks = register_module("w_ks", std::make_shared<Linear>(model, heads * key_size, false, gen));
-  w_vs = register_module("w_vs", std::make_shared<Linear>(model, heads * value_size, false, gen));
-  fc = register_module("fc", std::make_shared<Linear>(heads * value_size, model, false, gen));
-  dropout = register_module("dropout", std::make_shared<Dropout>(p, default_generator()));
-  layer_norm = register_module("layer_norm", std::make_shared<LayerNorm>(model, 1e-6));
-  for (Linear* l : {w_qs.get(), w_ks.get(), w_vs.get(), fc.get()}) init::xavier_uniform_(l->weight, 1.0, gen);
-  to(dtype);  // drawn in float32, then converted (see nn/layers.h)
-}
-
-SeedAttentionResult MultiHeadAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                                                bool need_weights) {
-  ATTO_CHECK(q.defined() && k.defined() && v.defined(), kSeed, "q, k and v must be defined");
-  const Shape& qs = q.shape();
-  const Shape& ks = k.shape();
-  const Shape& vs = v.shape();
-  ATTO_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && qs[2] == d_model && ks[2] == d_model && vs[2] == d_model,
-             kSeed, "expected q (B, Lq, ", d_model, "), k (B, Lk, ", d_model, "), v (B, Lk, ", d_model, "), got q ", qs,
-             ", k ", ks, ", v ", vs);
-  ATTO_CHECK(qs[0] == ks[0] && qs[0] == vs[0], kSeed, "batch sizes differ: q ", qs, ", k ", ks, ", v ", vs);
-  ATTO_CHECK(ks[1] == vs[1], kSeed, "k and v lengths differ: k ", ks, ", v ", vs);
-  const Dtype dt = fc->weight.dtype();
-  ATTO_CHECK(q.dtype() == dt && k.dtype() == dt && v.dtype() == dt, kSeed, "dtype mismatch: parameters are ",
-             dtype_name(dt), ", q ", dtype_name(q.dtype()), ", k ", dtype_name(k.dtype()), ", v ",
-             dtype_name(v.dtype()));
-  const int64_t B = qs[0], Lq = qs[1], Lk = ks[1], H = n_head;
-
-  Tensor m = mask;
-  if (m.defined()) {
-    ATTO_CHECK(m.dtype() == kBool || m.dtype() == dt, kSeed, "mask must be bool (true = blocked) or ", dtype_name(dt),
-               ", got ", dtype_name(m.dtype()), " mask ", m.shape());
-    if (m.dim() == 3) m = unsqueeze(m, 1);  // (B, Lq or 1, Lk) -> (B, 1, Lq or 1, Lk), as the seed does
-    const Shape target{B, H, Lq, Lk};
-    const Shape& ms = m.shape();
-    bool ok = ms.size() >= 2 && ms.size() <= 4;
-    for (size_t d = 0; ok && d < ms.size(); ++d) {
-      const int64_t md = ms[ms.size() - 1 - d], td = target[3 - d];
-      ok = md == td || md == 1;
-    }
-    ATTO_CHECK(ok, kSeed, "mask of shape ", mask.shape(), " does not broadcast to the scores (B, H, Lq, Lk) = ", target,
-               " (expected (B, Lq or 1, Lk), (Lq, Lk) or 4-D; q ", qs, ", k ", ks, ")");
-  }
-
-  AttentionOptions ao;
-  ao.attn_mask = m;
-  ao.dropout_p = is_training() ? attn_dropout_ : 0.0;
-  ao.scale = 1.0 / std::sqrt(static_cast<double>(d_k));
-  ao.generator = dropout_gen_;
-  ao.need_weights = need_weights;
-  AttentionResult r = multi_head_attention(w_qs->forward(q),  // (B, Lq, H d_k)
-                                           w_ks->forward(k),  // (B, Lk, H d_k)
-                                           w_vs->forward(v),  // (B, Lk, H d_v)
-                                           H, ao);            // (B, Lq, H d_v)
-  Tensor o = dropout->forward(fc->forward(r.output));  // (B, Lq, d_model)
-  return {layer_norm->forward(o + q), r.weights};
 }
 
 }  // namespace attograd::nn

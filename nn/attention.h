@@ -1,12 +1,11 @@
 #pragma once
-// Multi-head attention modules, both built on the fused scaled_dot_product_attention op:
-//  - MultiheadAttention: torch.nn.MultiheadAttention (PyTorch's parameters, names and masks), always batch-first.
-//  - MultiHeadAttention: the seed's sublayer (attention-is-all-you-need style): bias-free projections,
-//    attention, fc, dropout, + residual, post-LayerNorm.
+// MultiheadAttention: torch.nn.MultiheadAttention (PyTorch's parameters, names and masks), always batch-first, built
+// on the fused scaled_dot_product_attention op. (The seed's attention sublayer, with its residual and post-LayerNorm,
+// is seed::AttentionSublayer in nn/seed/attention.h.)
 //
 // Mask convention everywhere at this API: a Bool entry TRUE means BLOCKED ("do not attend"), as in PyTorch's
-// nn.MultiheadAttention (and the opposite of F.scaled_dot_product_attention's and of the seed's mask, where
-// true/1 means "attend"). A float mask is added to the scores (-inf blocks).
+// nn.MultiheadAttention (and the opposite of F.scaled_dot_product_attention's mask, where true means "attend"). A
+// float mask is added to the scores (-inf blocks).
 // A query whose keys are ALL blocked attends to nothing: its attention output is zero (so MultiheadAttention
 // returns out_proj.bias for it), its weights are zero and every gradient through it is finite (zero), never NaN.
 // PyTorch 1.13 gives NaN there; the seed (masked_fill -1e9) gives uniform weights over the blocked keys.
@@ -103,63 +102,6 @@ class MultiheadAttention : public Module {
  private:
   MultiheadAttentionOptions opts_;
   bool same_embed_ = true;
-  Generator* dropout_gen_ = nullptr;
-};
-
-/// What MultiHeadAttention::forward returns.
-struct SeedAttentionResult {
-  Tensor output;  ///< (B, Lq, d_model)
-  Tensor attn;    ///< (B, H, Lq, Lk) probabilities after attention dropout (no history); undefined unless need_weights
-};
-
-/// The seed's multi-head attention sublayer (attention-is-all-you-need-pytorch's MultiHeadAttention):
-///   q_h = w_qs(q), k_h = w_ks(k), v_h = w_vs(v)            (bias-free; per-head sizes d_k, d_k, d_v)
-///   a   = dropout(softmax(q_h k_h^T / sqrt(d_k) + mask)) v_h  (per head)
-///   out = layer_norm(dropout(fc(concat_h a)) + q)           (post-LN, LayerNorm(d_model, eps = 1e-6))
-/// Parameters: w_qs.weight (H d_k, d_model), w_ks.weight (H d_k, d_model), w_vs.weight (H d_v, d_model),
-/// fc.weight (d_model, H d_v), layer_norm.weight, layer_norm.bias; xavier_uniform_ on the four weights (as the
-/// seed's model does for every parameter with more than one dimension). One dropout probability serves both the
-/// attention probabilities and the output (the seed hard-wires 0.1 for the former, equal to the default).
-class MultiHeadAttention : public Module {
- public:
-  /// n_head heads of query/key size d_k and value size d_v (need not be d_model / n_head); parameters in
-  /// `dtype` (initialised in float32, then converted: see nn/layers.h).
-  MultiHeadAttention(int64_t n_head, int64_t d_model, int64_t d_k, int64_t d_v, double dropout = 0.1,
-                     Generator& gen = default_generator(), Dtype dtype = kFloat32);
-
-  /// q (B, Lq, d_model), k (B, Lk, d_model), v (B, Lk, d_model); mask Bool with TRUE = BLOCKED, or float additive,
-  /// either (B, Lq or 1, Lk) — the seed's shape: the head axis is inserted as the seed does —, (Lq, Lk), or 4-D
-  /// broadcastable to (B, H, Lq, Lk). The seed's mask means the opposite (1 = attend, blocked where mask == 0):
-  /// pass logical_not(seed_mask) (or eq(seed_mask, 0) for a numeric one).
-  SeedAttentionResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
-                              bool need_weights = true);
-  /// Calls forward(q, k, v, mask, need_weights).
-  SeedAttentionResult operator()(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
-                                 bool need_weights = true) {
-    return forward(q, k, v, mask, need_weights);
-  }
-  using Module::forward;
-
-  /// "MultiHeadAttention".
-  std::string type_name() const override { return "MultiHeadAttention"; }
-
-  int64_t n_head;                         ///< H
-  int64_t d_model;                        ///< model width
-  int64_t d_k;                            ///< per-head query/key size
-  int64_t d_v;                            ///< per-head value size
-  std::shared_ptr<Linear> w_qs;           ///< d_model -> H d_k, no bias
-  std::shared_ptr<Linear> w_ks;           ///< d_model -> H d_k, no bias
-  std::shared_ptr<Linear> w_vs;           ///< d_model -> H d_v, no bias
-  std::shared_ptr<Linear> fc;             ///< H d_v -> d_model, no bias
-  std::shared_ptr<Dropout> dropout;       ///< on fc's output
-  std::shared_ptr<LayerNorm> layer_norm;  ///< LayerNorm(d_model, eps = 1e-6)
-
- protected:
-  /// Draws future attention-dropout masks from `gen` (set_generator's hook; the child "dropout" has its own).
-  void set_own_generator(Generator& gen) override { dropout_gen_ = &gen; }
-
- private:
-  double attn_dropout_;
   Generator* dropout_gen_ = nullptr;
 };
 

@@ -1,26 +1,14 @@
 #pragma once
-// Whole models:
-//
-//  - Transformer: the seed's encoder-decoder ("Attention Is All You Need", attention-is-all-you-need-pytorch's
-//    transformer/Models.py and Layers.py), with the seed's module names (so named_parameters() lists the seed's
-//    names in the seed's order): encoder.src_word_emb, encoder.layer_stack.<i>.slf_attn / .pos_ffn,
-//    encoder.layer_norm, decoder.trg_word_emb, decoder.layer_stack.<i>.slf_attn / .enc_attn / .pos_ffn,
-//    decoder.layer_norm, trg_word_prj. Built from the seed's MultiHeadAttention and PositionwiseFeedForward
-//    (residual_norm: post-LN, LayerNorm eps 1e-6). Encoder/decoder input: embedding (times sqrt(d_model) with
-//    scale_embedding), + sinusoidal positions, dropout, LayerNorm, then the layers (the seed's order: its stacks
-//    normalise the input, not the output). xavier_uniform_ on every parameter with more than one dimension
-//    (embeddings included, so that, as in the seed, the padding row is not zero; it gets no gradient through the
-//    lookup). Position table: buffer "position_enc.pe" (the seed's "position_enc.pos_table", same values).
-//
-//  - CausalLM: a decoder-only (GPT-style) pre-LN language model:
+// CausalLM, a decoder-only (GPT-style) pre-LN language model (not from the seed; the seed's encoder-decoder
+// Transformer is seed::Transformer in nn/seed/transformer.h, included below for convenience):
 //      x = dropout(embed(tokens) * sqrt(d_model) + pe[:L])
 //      per block: x = x + dropout1(self_attn(norm1(x), causal));  x = x + dropout2(ff(norm2(x)))
 //      logits = norm(x) embed.weight^T                 (output projection tied to the embedding, no bias)
 //    self_attn is torch.nn.MultiheadAttention's formulation (q, k, v, o projections with bias, attention
 //    dropout); ff = linear2(dropout(relu(linear1(x)))); every LayerNorm has eps 1e-6.
 //
-// Masks inside both models follow nn/masks.h (Bool, TRUE = BLOCKED). Attention weights for visualisation: after
-// store_attention(true) every layer keeps its last per-head probabilities (B, H, Lq, Lk); off by default (no
+// Masks inside the model follow nn/masks.h (Bool, TRUE = BLOCKED). Attention weights for visualisation: after
+// store_attention(true) every block keeps its last per-head probabilities (B, H, Lq, Lk); off by default (no
 // cost). Dropout masks come from default_generator() until Module::set_generator() points every dropout of the
 // model at another generator.
 
@@ -34,202 +22,10 @@
 #include "nn/layers.h"
 #include "nn/module.h"
 #include "nn/positional.h"
+#include "nn/seed/transformer.h"
 #include "nn/sequence_model.h"
 
 namespace attograd::nn {
-
-// ---------------------------------------------------------------------------------------------
-// The seed's encoder-decoder Transformer
-
-/// Options of Transformer (plain fields): Transformer({.src_vocab = 100, .tgt_vocab = 100, .d_model = 64}).
-/// The defaults are the paper's base model (and the seed's), not attograd's training defaults: d_k and d_v stay 64
-/// whatever d_model is. make_model("seq2seq", spec) (what Trainer and `attograd train` use) derives every field
-/// from one ModelSpec instead: d_k = d_v = d_model / heads, n_position = max(max_source_len, max_target_len + 1).
-struct TransformerOptions {
-  int64_t src_vocab = 0;          ///< source vocabulary size
-  int64_t tgt_vocab = 0;          ///< target vocabulary size
-  int64_t d_model = 512;          ///< model width (= the seed's d_word_vec)
-  int64_t n_head = 8;             ///< attention heads
-  int64_t d_k = 64;               ///< per-head query/key size
-  int64_t d_v = 64;               ///< per-head value size
-  int64_t d_inner = 2048;         ///< hidden size of the feed-forward blocks
-  int64_t n_layers = 6;           ///< encoder layers and decoder layers (each)
-  double dropout = 0.1;           ///< every dropout (embeddings, attention probabilities, sublayer outputs)
-  int64_t pad_idx = 0;            ///< padding token of both vocabularies (a blocked key, no lookup gradient); < 0: none
-  int64_t n_position = 200;       ///< longest source or target sequence (rows of the position table)
-  bool share_embeddings = false;  ///< one embedding for source and target (needs src_vocab == tgt_vocab)
-  bool tie_output = false;        ///< output projection weight = the target embedding (no separate weight)
-  bool scale_embedding = false;   ///< with tie_output: embeddings times sqrt(d_model) (the seed's 'emb')
-  bool scale_projection = false;  ///< with tie_output: logits times d_model^-0.5 (the seed's 'prj')
-};
-
-/// The seed's EncoderLayer: slf_attn (MultiHeadAttention, post-LN) then pos_ffn (PositionwiseFeedForward with
-/// residual_norm).
-class EncoderLayer : public Module {
- public:
-  /// Draws initial weights from `gen` (slf_attn, then pos_ffn).
-  EncoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double dropout = 0.1,
-               Generator& gen = default_generator());
-  /// "EncoderLayer".
-  std::string type_name() const override { return "EncoderLayer"; }
-  /// x (B, S, d_model) -> (B, S, d_model), no mask.
-  Tensor forward(const Tensor& x) override;
-  /// x (B, S, d_model) -> (B, S, d_model); mask Bool TRUE = BLOCKED broadcastable to (B, H, S, S) (see
-  /// MultiHeadAttention::forward), or undefined.
-  Tensor forward(const Tensor& x, const Tensor& slf_attn_mask);
-  /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
-  void set_store_attention(bool on);
-  /// Self-attention probabilities (B, H, S, S) of the last forward; undefined unless stored.
-  const Tensor& last_attention() const { return last_attention_; }
-
-  std::shared_ptr<MultiHeadAttention> slf_attn;      ///< "slf_attn"
-  std::shared_ptr<PositionwiseFeedForward> pos_ffn;  ///< "pos_ffn"
-
- private:
-  bool store_attention_ = false;
-  Tensor last_attention_;
-};
-
-/// The seed's DecoderLayer: slf_attn, enc_attn (queries from the decoder, keys/values from the encoder output),
-/// pos_ffn; each post-LN.
-class DecoderLayer : public Module {
- public:
-  /// Draws initial weights from `gen` (slf_attn, enc_attn, pos_ffn).
-  DecoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double dropout = 0.1,
-               Generator& gen = default_generator());
-  /// "DecoderLayer".
-  std::string type_name() const override { return "DecoderLayer"; }
-  /// dec_input (B, T, d_model), enc_output (B, S, d_model) -> (B, T, d_model); masks Bool TRUE = BLOCKED
-  /// broadcastable to (B, H, T, T) and (B, H, T, S), or undefined.
-  Tensor forward(const Tensor& dec_input, const Tensor& enc_output, const Tensor& slf_attn_mask = Tensor(),
-                 const Tensor& dec_enc_attn_mask = Tensor());
-  using Module::forward;
-  /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
-  void set_store_attention(bool on);
-  /// Self-attention probabilities (B, H, T, T) of the last forward; undefined unless stored.
-  const Tensor& last_self_attention() const { return last_self_attention_; }
-  /// Encoder-decoder attention probabilities (B, H, T, S) of the last forward; undefined unless stored.
-  const Tensor& last_cross_attention() const { return last_cross_attention_; }
-
-  std::shared_ptr<MultiHeadAttention> slf_attn;      ///< "slf_attn"
-  std::shared_ptr<MultiHeadAttention> enc_attn;      ///< "enc_attn"
-  std::shared_ptr<PositionwiseFeedForward> pos_ffn;  ///< "pos_ffn"
-
- private:
-  bool store_attention_ = false;
-  Tensor last_self_attention_;
-  Tensor last_cross_attention_;
-};
-
-/// The seed's Encoder: src_word_emb, position_enc, layer_stack (EncoderLayer list), layer_norm (eps 1e-6).
-class Encoder : public Module {
- public:
-  /// Built from options (src_vocab); uses `word_emb` as its embedding when given (shared with the decoder).
-  Encoder(const TransformerOptions& options, Generator& gen = default_generator(),
-          std::shared_ptr<Embedding> word_emb = nullptr);
-  /// "Encoder".
-  std::string type_name() const override { return "Encoder"; }
-  /// src_seq (B, S) Int64, src_mask Bool (B, 1, 1, S) TRUE = BLOCKED (or undefined) -> (B, S, d_model).
-  Tensor forward(const Tensor& src_seq, const Tensor& src_mask);
-  using Module::forward;
-
-  std::shared_ptr<Embedding> src_word_emb;           ///< (src_vocab, d_model), padding_idx = pad_idx
-  std::shared_ptr<PositionalEncoding> position_enc;  ///< sinusoidal table (n_position rows) + dropout
-  std::shared_ptr<ModuleList> layer_stack;           ///< n_layers EncoderLayer
-  std::shared_ptr<LayerNorm> layer_norm;             ///< applied before the layers (the seed's order)
-
- private:
-  double scale_;  // sqrt(d_model) with scale_embedding and tie_output, else 1
-};
-
-/// The seed's Decoder: trg_word_emb, position_enc, layer_stack (DecoderLayer list), layer_norm (eps 1e-6).
-class Decoder : public Module {
- public:
-  /// Built from options (tgt_vocab); uses `word_emb` as its embedding when given (shared with the encoder).
-  Decoder(const TransformerOptions& options, Generator& gen = default_generator(),
-          std::shared_ptr<Embedding> word_emb = nullptr);
-  /// "Decoder".
-  std::string type_name() const override { return "Decoder"; }
-  /// trg_seq (B, T) Int64, trg_mask Bool broadcastable to (B, 1, T, T), enc_output (B, S, d_model), src_mask
-  /// Bool (B, 1, 1, S) (masks TRUE = BLOCKED, or undefined) -> (B, T, d_model).
-  Tensor forward(const Tensor& trg_seq, const Tensor& trg_mask, const Tensor& enc_output, const Tensor& src_mask);
-  using Module::forward;
-
-  std::shared_ptr<Embedding> trg_word_emb;           ///< (tgt_vocab, d_model), padding_idx = pad_idx
-  std::shared_ptr<PositionalEncoding> position_enc;  ///< sinusoidal table (n_position rows) + dropout
-  std::shared_ptr<ModuleList> layer_stack;           ///< n_layers DecoderLayer
-  std::shared_ptr<LayerNorm> layer_norm;             ///< applied before the layers (the seed's order)
-
- private:
-  double scale_;  // sqrt(d_model) with scale_embedding and tie_output, else 1
-};
-
-/// The seed's encoder-decoder Transformer (see the file comment). Padding and causal masks are built inside from
-/// the tokens and pad_idx. A query whose keys are all padding attends to nothing (zeros; the seed's -1e9 fill
-/// gives uniform weights there): only a source of nothing but padding, or a target starting with pad_idx.
-class Transformer : public SequenceModel {
- public:
-  /// The options type.
-  using Options = TransformerOptions;
-  /// Builds the model, drawing every initial weight from `gen`.
-  explicit Transformer(const TransformerOptions& options, Generator& gen = default_generator());
-  /// Kind "seq2seq" from a spec: src_vocab = tgt_vocab = vocab, d_k = d_v = d_model / heads, d_inner = d_ff,
-  /// n_position = max(max_source_len, max_target_len + 1), pad_idx = specials.pad, no sharing or tying.
-  static std::shared_ptr<SequenceModel> build(const ModelSpec& spec, Generator& gen);
-  /// "Transformer".
-  std::string type_name() const override { return "Transformer"; }
-  /// src (B, S) Int64, tgt_in (B, T) Int64 -> logits (B, T, tgt_vocab) (the seed returns them as (B*T, V)).
-  Tensor forward(const Tensor& src, const Tensor& tgt_in);
-  using Module::forward;
-  /// src (B, S) Int64 -> memory (B, S, d_model), the encoder output.
-  Tensor encode(const Tensor& src);
-  /// tgt_in (B, T) Int64, memory (B, S, d_model) from encode(src), src (B, S) (for its padding mask) -> logits
-  /// (B, T, tgt_vocab). forward(src, tgt) == decode(tgt, encode(src), src).
-  Tensor decode(const Tensor& tgt_in, const Tensor& memory, const Tensor& src);
-  /// The output projection weight (tgt_vocab, d_model): trg_word_prj.weight, or the target embedding when tied.
-  Tensor output_weight() const;
-
-  /// Keeps (true) or stops keeping (false) every layer's last attention weights.
-  void store_attention(bool on);
-  /// Per encoder layer: its last self-attention probabilities (B, H, S, S) (undefined unless stored).
-  std::vector<Tensor> encoder_attention() const;
-  /// Per decoder layer: its last self-attention probabilities (B, H, T, T).
-  std::vector<Tensor> decoder_self_attention() const;
-  /// Per decoder layer: its last encoder-decoder attention probabilities (B, H, T, S).
-  std::vector<Tensor> decoder_cross_attention() const;
-
-  /// "seq2seq".
-  std::string kind() const override { return "seq2seq"; }
-  /// The spec (from build(), or derived from the options: vocab = max(src_vocab, tgt_vocab), max_source_len =
-  /// n_position, max_target_len = n_position - 1).
-  const ModelSpec& spec() const override { return spec_; }
-  /// inputs {src (B, S), tgt_in (B, T) = BOS tgt}, target (B, T) = tgt EOS (ignore_index after it).
-  SequenceBatch make_batch(const std::vector<Example>& examples) const override;
-  /// forward(inputs[0], inputs[1]) -> (B, T, tgt_vocab).
-  Tensor forward_batch(const SequenceBatch& batch) override;
-  /// Encodes the padded sources once (memory[0] = src (B, S), memory[1] = encoder output (B, S, d_model)).
-  DecodeState begin_decode(const TokenRows& sources) override;
-  /// Runs the decoder over BOS + decoded for every row (finished rows padded) and returns the active rows'
-  /// last-position logits.
-  Tensor decode_step(DecodeState& state) override;
-  /// n_position (the decoder reads BOS plus at most n_position - 1 tokens).
-  int64_t max_decode_len() const override { return options.n_position; }
-  /// Encoder self-attention per layer, then decoder self and cross attention per layer.
-  std::vector<AttentionMap> attention_maps(const std::vector<int64_t>& src,
-                                           const std::vector<int64_t>& output) override;
-
-  const TransformerOptions options;      ///< the options it was built with
-  std::shared_ptr<Encoder> encoder;      ///< "encoder"
-  std::shared_ptr<Decoder> decoder;      ///< "decoder"
-  std::shared_ptr<Linear> trg_word_prj;  ///< d_model -> tgt_vocab, no bias; null with tie_output
-
- protected:
-  /// "src_vocab=.., tgt_vocab=.., d_model=.., ...".
-  std::string extra_repr() const override;
-
- private:
-  ModelSpec spec_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Decoder-only causal language model

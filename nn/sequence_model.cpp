@@ -69,7 +69,7 @@ struct Registry {
   std::vector<Entry> entries;
   Registry() {
     entries.push_back({"lm", CausalLM::build, "decoder-only pre-LN language model (src SEP tgt, causal)"});
-    entries.push_back({"seq2seq", Transformer::build,
+    entries.push_back({"seq2seq", seed::Transformer::build,
                        "the seed's encoder-decoder Transformer (attention-is-all-you-need-pytorch)"});
     entries.push_back({"encoder", EncoderTagger::build,
                        "encoder-only model with a per-position head (BERT-style tagging; targets aligned with sources)"});

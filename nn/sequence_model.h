@@ -1,8 +1,8 @@
 #pragma once
 // The sequence-model interface: what Trainer, greedy decoding, evaluation, the reports, checkpoints and the CLI
-// know of a model. CausalLM (decoder-only), the seed's Transformer (encoder-decoder), EncoderTagger (encoder-only,
-// a head per position) and a user's own model implement it; nothing outside a model's own file knows which one
-// it is.
+// know of a model. CausalLM (decoder-only), the seed's seed::Transformer (encoder-decoder, nn/seed/transformer.h),
+// EncoderTagger (encoder-only, a head per position) and a user's own model implement it; nothing outside a model's
+// own file knows which one it is.
 //
 // A model sees examples as token rows (source, target; no special tokens) and frames them itself:
 //   make_batch(examples)   -> the tensors its forward reads and the target aligned with its logits,

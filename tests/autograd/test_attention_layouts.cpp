@@ -37,7 +37,7 @@ Tensor bool_tensor(const std::vector<int>& values, const Shape& shape) {
 
 }  // namespace
 
-TEST(MultiHeadAttention, MatchesSplitHeadsBitwise) {
+TEST(MultiHeadAttentionOp, MatchesSplitHeadsBitwise) {
   for (Dtype dt : {kFloat32, kFloat64}) {
     for (int variant = 0; variant < 4; ++variant) {
       SCOPED_TRACE("variant " + std::to_string(variant) + " " + dtype_name(dt));
@@ -75,7 +75,7 @@ TEST(MultiHeadAttention, MatchesSplitHeadsBitwise) {
   }
 }
 
-TEST(PackedSelfAttention, MatchesMultiHeadAttentionOnTheSlicesBitwise) {
+TEST(PackedSelfAttention, MatchesMultiHeadAttentionOpOnTheSlicesBitwise) {
   for (bool dropout : {false, true}) {
     Generator gen(21);
     const int64_t B = 3, L = 40, H = 4, d = 16, E = H * d;
@@ -97,7 +97,7 @@ TEST(PackedSelfAttention, MatchesMultiHeadAttentionOnTheSlicesBitwise) {
   }
 }
 
-TEST(MultiHeadAttention, Gradcheck) {
+TEST(MultiHeadAttentionOp, Gradcheck) {
   Generator gen(31);
   Tensor q = rand_leaf({2, 5, 6}, gen), k = rand_leaf({2, 4, 6}, gen), v = rand_leaf({2, 4, 4}, gen);
   auto f = [&]() { return multi_head_attention(q, k, v, 2).output; };
@@ -126,7 +126,7 @@ TEST(PackedSelfAttention, Gradcheck) {
   EXPECT_EQ(packed_self_attention(empty_seq, 2).output.shape(), (Shape{2, 0, 4}));
 }
 
-TEST(MultiHeadAttention, LongCausalSequencesAcrossManyBlocks) {
+TEST(MultiHeadAttentionOp, LongCausalSequencesAcrossManyBlocks) {
   // More query rows than one block and more keys than one packed panel: blocks, panels and edges all line up.
   Generator gen(41);
   const int64_t B = 1, L = 300, H = 2, d = 24;
@@ -138,7 +138,7 @@ TEST(MultiHeadAttention, LongCausalSequencesAcrossManyBlocks) {
   EXPECT_TRUE(all_close(a, r, 1e-5, 1e-4));
 }
 
-TEST(MultiHeadAttention, Errors) {
+TEST(MultiHeadAttentionOp, Errors) {
   Tensor q = zeros({2, 3, 8}), k = zeros({2, 4, 8}), v = zeros({2, 4, 8});
   EXPECT_ATTO_ERROR(multi_head_attention(q, k, v, 3), "num_heads = 3 must divide the features");
   EXPECT_ATTO_ERROR(multi_head_attention(q, k, v, 0), "num_heads must be positive, got 0");

@@ -283,8 +283,8 @@ TEST_F(Cli, GradcheckWithNoArgumentsChecksEveryOpAndModule) {
         "transpose", "reshape", "slice", "cat", "stack", "split", "sum", "mean", "max", "softmax", "log_softmax",
         "masked_fill", "where", "dropout", "embedding", "layer_norm", "cross_entropy", "mse_loss",
         "scaled_dot_product_attention", "Linear", "Embedding", "LayerNorm", "Dropout", "PositionwiseFeedForward",
-        "MultiheadAttention", "MultiHeadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM",
-        "Transformer"}) {
+        "MultiheadAttention", "seed::AttentionSublayer", "TransformerEncoderLayer", "TransformerDecoderLayer",
+        "CausalLM", "seed::Transformer"}) {
     bool found = false;
     for (const std::string& l : lines(r.out)) found = found || l.rfind(std::string(name) + " ", 0) == 0;
     EXPECT_TRUE(found) << name;

@@ -8,6 +8,7 @@
 #include "nn/layers.h"
 #include "nn/module.h"
 #include "nn/positional.h"
+#include "nn/seed/attention.h"
 #include "nn/transformer.h"
 #include "testing.h"
 
@@ -117,7 +118,7 @@ struct DropoutTree : Module {
   std::shared_ptr<Sequential> seq;
   std::shared_ptr<Dropout> deep;
   std::shared_ptr<MultiheadAttention> mha;
-  std::shared_ptr<MultiHeadAttention> seed_mha;
+  std::shared_ptr<seed::AttentionSublayer> seed_mha;
   std::shared_ptr<TransformerEncoderLayer> layer;
   std::shared_ptr<PositionalEncoding> pe;
   DropoutTree() {
@@ -128,7 +129,7 @@ struct DropoutTree : Module {
                                                               std::make_shared<Sequential>(deep)));
     mha = register_module("mha", std::make_shared<MultiheadAttention>(
                                      MultiheadAttentionOptions{.embed_dim = 4, .num_heads = 2, .dropout = 0.5}, init));
-    seed_mha = register_module("seed_mha", std::make_shared<MultiHeadAttention>(2, 4, 2, 2, 0.5, init));
+    seed_mha = register_module("seed_mha", std::make_shared<seed::AttentionSublayer>(2, 4, 2, 2, 0.5, init));
     layer =
         register_module("layer", std::make_shared<TransformerEncoderLayer>(
                                      TransformerLayerOptions{.d_model = 4, .nhead = 2, .dim_feedforward = 8}, init));
@@ -323,9 +324,9 @@ TEST(LayerDtype, EveryLayerBuildsInTheRequestedDtype) {
   }
   {
     Generator g1(8), g2(8);
-    MultiHeadAttention a(2, 6, 3, 3, 0.1, g1, kFloat64);
-    MultiHeadAttention b(2, 6, 3, 3, 0.1, g2);
-    expect_equal_state(a, b, "MultiHeadAttention");
+    seed::AttentionSublayer a(2, 6, 3, 3, 0.1, g1, kFloat64);
+    seed::AttentionSublayer b(2, 6, 3, 3, 0.1, g2);
+    expect_equal_state(a, b, "AttentionSublayer");
   }
   {
     Generator g1(9), g2(9);

@@ -87,8 +87,8 @@ TEST(SequenceModel, SpecsFromOptions) {
   EXPECT_EQ(lm.kind(), "lm");
   EXPECT_EQ(lm.vocab_size(), 20);
   EXPECT_EQ(lm.spec().max_source_len, 9);
-  Transformer tf({.src_vocab = 12, .tgt_vocab = 17, .d_model = 16, .n_head = 2, .d_k = 8, .d_v = 8, .d_inner = 32,
-                  .n_layers = 1, .n_position = 7});
+  seed::Transformer tf({.src_vocab = 12, .tgt_vocab = 17, .d_model = 16, .n_head = 2, .d_k = 8, .d_v = 8,
+                        .d_inner = 32, .n_layers = 1, .n_position = 7});
   EXPECT_EQ(tf.kind(), "seq2seq");
   EXPECT_EQ(tf.vocab_size(), 17);
   EXPECT_EQ(tf.max_decode_len(), 7);

@@ -611,16 +611,16 @@ std::vector<Check> build_registry() {
                  return module_run("MultiheadAttention", module_conf(c), m, {x},
                                    [&] { return m.forward(x, x, x, fo).output; }, c, o, gen, &drop);
                }});
-  r.push_back({"MultiHeadAttention", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+  r.push_back({"seed::AttentionSublayer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 37), drop(0);
                  const int64_t dk = c.d_model / c.heads;
-                 nn::MultiHeadAttention m(c.heads, c.d_model, dk, dk, c.dropout, gen);
+                 nn::seed::AttentionSublayer m(c.heads, c.d_model, dk, dk, c.dropout, gen);
                  m.set_generator(drop);
                  Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
                  Tensor mask;
                  if (c.mask == "causal") mask = nn::causal_mask(c.len);
                  if (c.mask == "padding") mask = reshape(key_padding(c), {c.batch, 1, c.len});
-                 return module_run("MultiHeadAttention", module_conf(c) + " seed's, post-LN", m, {x},
+                 return module_run("seed::AttentionSublayer", module_conf(c) + " post-LN", m, {x},
                                    [&] { return m.forward(x, x, x, mask, false).output; }, c, o, gen, &drop);
                }});
   r.push_back({"TransformerEncoderLayer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
@@ -678,21 +678,21 @@ std::vector<Check> build_registry() {
                                    cat(module_conf(c, false), " layers=", c.layers, " causal", padding ? "+padding" : ""),
                                    m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
                }});
-  r.push_back({"Transformer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+  r.push_back({"seed::Transformer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 41), drop(0);
                  const int64_t dk = c.d_model / c.heads;
-                 nn::Transformer m({.src_vocab = 7,
-                                    .tgt_vocab = 7,
-                                    .d_model = c.d_model,
-                                    .n_head = c.heads,
-                                    .d_k = dk,
-                                    .d_v = dk,
-                                    .d_inner = 2 * c.d_model,
-                                    .n_layers = c.layers,
-                                    .dropout = c.dropout,
-                                    .pad_idx = 0,
-                                    .n_position = c.len},
-                                   gen);
+                 nn::seed::Transformer m({.src_vocab = 7,
+                                          .tgt_vocab = 7,
+                                          .d_model = c.d_model,
+                                          .n_head = c.heads,
+                                          .d_k = dk,
+                                          .d_v = dk,
+                                          .d_inner = 2 * c.d_model,
+                                          .n_layers = c.layers,
+                                          .dropout = c.dropout,
+                                          .pad_idx = 0,
+                                          .n_position = c.len},
+                                         gen);
                  m.set_generator(drop);
                  std::vector<int64_t> s = random_tokens(c.batch, c.len, 1, 7, gen);
                  const std::vector<int64_t> t = random_tokens(c.batch, c.len, 1, 7, gen);
@@ -703,7 +703,7 @@ std::vector<Check> build_registry() {
                      if (kpm.flat(i) != 0) s[static_cast<size_t>(i)] = 0;
                  }
                  Tensor src = tokens(s, c.batch, c.len), tgt = tokens(t, c.batch, c.len);
-                 return module_run("Transformer",
+                 return module_run("seed::Transformer",
                                    cat(module_conf(c, false), " layers=", c.layers, padding ? " src padding" : ""),
                                    m, {}, [&] { return m.forward(src, tgt); }, c, o, gen, &drop);
                }});
@@ -752,8 +752,9 @@ const Check& find_check(const std::string& name) {
   static const std::map<std::string, std::string> aliases = {
       {"mha", "MultiheadAttention"},
       {"multihead_attention", "MultiheadAttention"},
-      {"seed_mha", "MultiHeadAttention"},
-      {"seed-mha", "MultiHeadAttention"},
+      {"seed_mha", "seed::AttentionSublayer"},
+      {"seed-mha", "seed::AttentionSublayer"},
+      {"attention_sublayer", "seed::AttentionSublayer"},
       {"ffn", "PositionwiseFeedForward"},
       {"feedforward", "PositionwiseFeedForward"},
       {"feed_forward", "PositionwiseFeedForward"},
@@ -761,8 +762,8 @@ const Check& find_check(const std::string& name) {
       {"decoder_layer", "TransformerDecoderLayer"},
       {"causal_lm", "CausalLM"},
       {"lm", "CausalLM"},
-      {"transformer", "Transformer"},
-      {"seq2seq", "Transformer"},
+      {"transformer", "seed::Transformer"},
+      {"seq2seq", "seed::Transformer"},
       {"sdpa", "scaled_dot_product_attention"},
       {"attention", "scaled_dot_product_attention"},
       {"layernorm", "LayerNorm"},

@@ -43,7 +43,7 @@ struct CheckConfig {
   int64_t len = 5;            ///< sequence length (queries and keys)
   int64_t d_model = 8;        ///< model width
   int64_t heads = 2;          ///< attention heads (must divide d_model)
-  int64_t layers = 1;         ///< layers of the whole models (CausalLM, Transformer)
+  int64_t layers = 1;         ///< layers of the whole models (CausalLM, seed::Transformer)
   std::string mask = "none";  ///< attention mask: "none", "causal" or "padding"
   double dropout = 0.0;  ///< dropout probability of modules with dropout (the dropout op and Dropout use 0.2 when 0)
   uint64_t seed = 0;     ///< seed of inputs and initial weights
@@ -84,8 +84,9 @@ const std::vector<UncheckedOp>& unchecked_ops();
 GradcheckOptions tolerances(Dtype dtype);
 
 /// The check called `name`: an exact registry name ("softmax", "MultiheadAttention"), else an alias or a
-/// case-insensitive name ("mha" = MultiheadAttention, "seed_mha" = MultiHeadAttention, "encoder_layer",
-/// "decoder_layer", "ffn", "causal_lm", "transformer", ...). Error listing the names when none matches.
+/// case-insensitive name ("mha" = MultiheadAttention, "seed_mha" = seed::AttentionSublayer, "encoder_layer",
+/// "decoder_layer", "ffn", "causal_lm", "transformer" = seed::Transformer, ...). Error listing the names when none
+/// matches.
 const Check& find_check(const std::string& name);
 
 /// Validates a configuration (Error naming the offending field).

@@ -14,6 +14,7 @@
 #include "nn/feedforward.h"
 #include "nn/layers.h"
 #include "nn/positional.h"
+#include "nn/seed/attention.h"
 #include "testing.h"
 #include "train/io/files.h"
 #include "train/optim/optimizers.h"
@@ -200,7 +201,7 @@ TEST(Serialize, MultiheadAttentionRoundTrip) {
 
 TEST(Serialize, SeedModulesRoundTrip) {
   Generator g1(1), g2(2);
-  nn::MultiHeadAttention a(2, 8, 4, 3, 0.1, g1), b(2, 8, 4, 3, 0.1, g2);
+  nn::seed::AttentionSublayer a(2, 8, 4, 3, 0.1, g1), b(2, 8, 4, 3, 0.1, g2);
   check_module_round_trip(a, b);
   nn::PositionwiseFeedForward fa(8, 16, {}, g1), fb(8, 16, {}, g2);
   check_module_round_trip(fa, fb);

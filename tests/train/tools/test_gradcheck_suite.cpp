@@ -70,11 +70,11 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                             "Dropout",
                                             "PositionwiseFeedForward",
                                             "MultiheadAttention",
-                                            "MultiHeadAttention",
+                                            "seed::AttentionSublayer",
                                             "TransformerEncoderLayer",
                                             "TransformerDecoderLayer",
                                             "CausalLM",
-                                            "Transformer"};
+                                            "seed::Transformer"};
   std::vector<std::string> names, kinds;
   for (const checks::Check& c : checks::registry()) names.push_back(c.name), kinds.push_back(c.kind);
   std::vector<std::string> expected = ops;
@@ -133,7 +133,11 @@ TEST(GradcheckSuite, EveryOpOfTheAutogradHeadersHasAnEntry) {
 
 TEST(GradcheckSuite, FindsNamesAndAliases) {
   EXPECT_EQ(checks::find_check("mha").name, "MultiheadAttention");
-  EXPECT_EQ(checks::find_check("seed_mha").name, "MultiHeadAttention");
+  EXPECT_EQ(checks::find_check("seed_mha").name, "seed::AttentionSublayer");
+  EXPECT_EQ(checks::find_check("attention_sublayer").name, "seed::AttentionSublayer");
+  EXPECT_EQ(checks::find_check("multiheadattention").name, "MultiheadAttention");  // no longer ambiguous
+  EXPECT_EQ(checks::find_check("transformer").name, "seed::Transformer");
+  EXPECT_EQ(checks::find_check("seed::transformer").name, "seed::Transformer");
   EXPECT_EQ(checks::find_check("linear").name, "linear");
   EXPECT_EQ(checks::find_check("Linear").name, "Linear");
   EXPECT_EQ(checks::find_check("SOFTMAX").name, "softmax");
@@ -210,7 +214,10 @@ INSTANTIATE_TEST_SUITE_P(Registry, GradcheckEntry,
                          ::testing::Combine(::testing::ValuesIn(registry_names()),
                                             ::testing::Values(kFloat64, kFloat32)),
                          [](const ::testing::TestParamInfo<GradcheckEntry::ParamType>& info) {
-                           return std::get<0>(info.param) + "_" + dtype_name(std::get<1>(info.param));
+                           // A test name is alphanumeric: "seed::Transformer" -> "seed_Transformer".
+                           std::string name = std::get<0>(info.param);
+                           for (size_t at; (at = name.find("::")) != std::string::npos;) name.replace(at, 2, "_");
+                           return name + "_" + dtype_name(std::get<1>(info.param));
                          });
 
 TEST(GradcheckSuite, AttentionModulesWithMasksDropoutAndFloat32) {

@@ -208,9 +208,10 @@ TEST(Report, AttentionFigureOfCausalLM) {
 
 TEST(Report, AttentionFigureOfTransformer) {
   Generator gen(6);
-  nn::Transformer t({.src_vocab = 15, .tgt_vocab = 15, .d_model = 8, .n_head = 2, .d_k = 4, .d_v = 4, .d_inner = 16,
-                     .n_layers = 2, .n_position = 16},
-                    gen);
+  nn::seed::Transformer t(
+      {.src_vocab = 15, .tgt_vocab = 15, .d_model = 8, .n_head = 2, .d_k = 4, .d_v = 4, .d_inner = 16, .n_layers = 2,
+       .n_position = 16},
+      gen);
   t.eval();
   const AttentionFigure f = report::attention_figure(t, {5, 6, 7, 8}, {8, 7});
   ASSERT_EQ(f.rows.size(), 6u);  // encoder 0, encoder 1, decoder 0 self, decoder 0 cross, decoder 1 self, cross

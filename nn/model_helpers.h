@@ -1,0 +1,45 @@
+#pragma once
+// Internal (not installed): helpers that the whole models of nn/models.cpp and nn/seed/transformer.cpp share.
+
+#include <cstdint>
+#include <vector>
+
+#include "autograd/tensor.h"
+
+namespace attograd::nn::detail {
+
+/// Error unless tokens is (B, L) Int64 with L <= max_len and every id in [0, vocab); messages name the model `me`,
+/// the tensor `what`, its shape and the offending value (max_name names the length limit).
+void check_tokens(const Tensor& tokens, int64_t vocab, int64_t max_len, const char* me, const char* what,
+                  const char* max_name);
+
+/// One row of tokens as a (1, L) Int64 tensor.
+Tensor row_tensor(const std::vector<int64_t>& tokens);
+
+/// "True" or "False", as Python's repr prints a bool.
+inline const char* py_bool(bool b) { return b ? "True" : "False"; }
+
+/// Puts a model in eval mode with its attention stored for the scope; restores its training flag and stops storing
+/// attention afterwards.
+template <class M>
+class AttentionScope {
+ public:
+  /// Switches `m` to eval mode and turns on store_attention.
+  explicit AttentionScope(M& m) : m_(m), was_training_(m.is_training()) {
+    m_.eval();
+    m_.store_attention(true);
+  }
+  /// Turns store_attention off and restores the training flag.
+  ~AttentionScope() {
+    m_.store_attention(false);
+    m_.train(was_training_);
+  }
+  AttentionScope(const AttentionScope&) = delete;
+  AttentionScope& operator=(const AttentionScope&) = delete;
+
+ private:
+  M& m_;
+  bool was_training_;
+};
+
+}  // namespace attograd::nn::detail

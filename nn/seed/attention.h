@@ -1,0 +1,79 @@
+#pragma once
+// The seed's multi-head attention sublayer: jadore801120/attention-is-all-you-need-pytorch, transformer/SubLayers.py,
+// class MultiHeadAttention (there: projections, scaled dot-product attention, fc, dropout, + residual, post-LayerNorm).
+// Named AttentionSublayer here, so that it does not differ by one capital letter from PyTorch's MultiheadAttention
+// (nn/attention.h); its parameter names are the seed's (w_qs, w_ks, w_vs, fc, layer_norm).
+//
+// Masks at this API follow nn/attention.h: a Bool entry TRUE means BLOCKED (the seed's mask means the opposite:
+// 1 = attend), a float mask is added to the scores. A query whose keys are all blocked attends to nothing (zero
+// output before the residual, finite gradients); the seed's masked_fill(-1e9) gives uniform weights there.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "autograd/random.h"
+#include "autograd/tensor.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+
+namespace attograd::nn::seed {
+
+/// What AttentionSublayer::forward returns.
+struct AttentionSublayerResult {
+  Tensor output;  ///< (B, Lq, d_model)
+  Tensor attn;    ///< (B, H, Lq, Lk) probabilities after attention dropout (no history); undefined unless need_weights
+};
+
+/// The seed's multi-head attention sublayer (its transformer/SubLayers.py MultiHeadAttention):
+///   q_h = w_qs(q), k_h = w_ks(k), v_h = w_vs(v)            (bias-free; per-head sizes d_k, d_k, d_v)
+///   a   = dropout(softmax(q_h k_h^T / sqrt(d_k) + mask)) v_h  (per head)
+///   out = layer_norm(dropout(fc(concat_h a)) + q)           (post-LN, LayerNorm(d_model, eps = 1e-6))
+/// Parameters: w_qs.weight (H d_k, d_model), w_ks.weight (H d_k, d_model), w_vs.weight (H d_v, d_model),
+/// fc.weight (d_model, H d_v), layer_norm.weight, layer_norm.bias; xavier_uniform_ on the four weights (as the
+/// seed's model does for every parameter with more than one dimension). One dropout probability serves both the
+/// attention probabilities and the output (the seed hard-wires 0.1 for the former, equal to the default).
+class AttentionSublayer : public Module {
+ public:
+  /// n_head heads of query/key size d_k and value size d_v (need not be d_model / n_head); parameters in
+  /// `dtype` (initialised in float32, then converted: see nn/layers.h).
+  AttentionSublayer(int64_t n_head, int64_t d_model, int64_t d_k, int64_t d_v, double dropout = 0.1,
+                    Generator& gen = default_generator(), Dtype dtype = kFloat32);
+
+  /// q (B, Lq, d_model), k (B, Lk, d_model), v (B, Lk, d_model); mask Bool with TRUE = BLOCKED, or float additive,
+  /// either (B, Lq or 1, Lk) — the seed's shape: the head axis is inserted as the seed does —, (Lq, Lk), or 4-D
+  /// broadcastable to (B, H, Lq, Lk). The seed's mask means the opposite (1 = attend, blocked where mask == 0):
+  /// pass logical_not(seed_mask) (or eq(seed_mask, 0) for a numeric one).
+  AttentionSublayerResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
+                                  bool need_weights = true);
+  /// Calls forward(q, k, v, mask, need_weights).
+  AttentionSublayerResult operator()(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
+                                     bool need_weights = true) {
+    return forward(q, k, v, mask, need_weights);
+  }
+  using Module::forward;
+
+  /// "AttentionSublayer".
+  std::string type_name() const override { return "AttentionSublayer"; }
+
+  int64_t n_head;                         ///< H
+  int64_t d_model;                        ///< model width
+  int64_t d_k;                            ///< per-head query/key size
+  int64_t d_v;                            ///< per-head value size
+  std::shared_ptr<Linear> w_qs;           ///< d_model -> H d_k, no bias
+  std::shared_ptr<Linear> w_ks;           ///< d_model -> H d_k, no bias
+  std::shared_ptr<Linear> w_vs;           ///< d_model -> H d_v, no bias
+  std::shared_ptr<Linear> fc;             ///< H d_v -> d_model, no bias
+  std::shared_ptr<Dropout> dropout;       ///< on fc's output
+  std::shared_ptr<LayerNorm> layer_norm;  ///< LayerNorm(d_model, eps = 1e-6)
+
+ protected:
+  /// Draws future attention-dropout masks from `gen` (set_generator's hook; the child "dropout" has its own).
+  void set_own_generator(Generator& gen) override { dropout_gen_ = &gen; }
+
+ private:
+  double attn_dropout_;
+  Generator* dropout_gen_ = nullptr;
+};
+
+}  // namespace attograd::nn::seed

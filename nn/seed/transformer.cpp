@@ -1,0 +1,329 @@
+// The seed's encoder-decoder Transformer (jadore801120/attention-is-all-you-need-pytorch, transformer/Layers.py and
+// transformer/Models.py): see nn/seed/transformer.h.
+#include "nn/seed/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/matmul.h"
+#include "nn/init.h"
+#include "nn/masks.h"
+#include "nn/model_helpers.h"
+
+namespace attograd::nn::seed {
+
+using detail::AttentionScope;
+using detail::check_tokens;
+using detail::py_bool;
+using detail::row_tensor;
+
+// ---------------------------------------------------------------------------------------------
+// The seed's layers
+
+EncoderLayer::EncoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double p,
+                           Generator& gen) {
+  slf_attn = register_module("slf_attn", std::make_shared<AttentionSublayer>(n_head, d_model, d_k, d_v, p, gen));
+  pos_ffn =
+      register_module("pos_ffn", std::make_shared<PositionwiseFeedForward>(
+                                     d_model, d_inner, FeedForwardOptions{.dropout = p, .residual_norm = true}, gen));
+}
+
+Tensor EncoderLayer::forward(const Tensor& x) { return forward(x, Tensor()); }
+
+Tensor EncoderLayer::forward(const Tensor& x, const Tensor& slf_attn_mask) {
+  AttentionSublayerResult a = slf_attn->forward(x, x, x, slf_attn_mask, store_attention_);  // (B, S, D)
+  if (store_attention_) last_attention_ = a.attn;                                           // (B, H, S, S)
+  return pos_ffn->forward(a.output);
+}
+
+void EncoderLayer::set_store_attention(bool on) {
+  store_attention_ = on;
+  if (!on) last_attention_ = Tensor();
+}
+
+DecoderLayer::DecoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double p,
+                           Generator& gen) {
+  slf_attn = register_module("slf_attn", std::make_shared<AttentionSublayer>(n_head, d_model, d_k, d_v, p, gen));
+  enc_attn = register_module("enc_attn", std::make_shared<AttentionSublayer>(n_head, d_model, d_k, d_v, p, gen));
+  pos_ffn =
+      register_module("pos_ffn", std::make_shared<PositionwiseFeedForward>(
+                                     d_model, d_inner, FeedForwardOptions{.dropout = p, .residual_norm = true}, gen));
+}
+
+Tensor DecoderLayer::forward(const Tensor& dec_input, const Tensor& enc_output, const Tensor& slf_attn_mask,
+                             const Tensor& dec_enc_attn_mask) {
+  const bool store = store_attention_;
+  AttentionSublayerResult a = slf_attn->forward(dec_input, dec_input, dec_input, slf_attn_mask, store);  // (B, T, D)
+  AttentionSublayerResult c = enc_attn->forward(a.output, enc_output, enc_output, dec_enc_attn_mask, store);
+  if (store) {
+    last_self_attention_ = a.attn;   // (B, H, T, T)
+    last_cross_attention_ = c.attn;  // (B, H, T, S)
+  }
+  return pos_ffn->forward(c.output);
+}
+
+void DecoderLayer::set_store_attention(bool on) {
+  store_attention_ = on;
+  if (!on) {
+    last_self_attention_ = Tensor();
+    last_cross_attention_ = Tensor();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The seed's Encoder, Decoder and Transformer
+
+Encoder::Encoder(const TransformerOptions& o, Generator& gen, std::shared_ptr<Embedding> word_emb)
+    : scale_(o.tie_output && o.scale_embedding ? std::sqrt(static_cast<double>(o.d_model)) : 1.0) {
+  src_word_emb = register_module(
+      "src_word_emb", word_emb ? word_emb : std::make_shared<Embedding>(o.src_vocab, o.d_model, o.pad_idx, gen));
+  position_enc =
+      register_module("position_enc", std::make_shared<PositionalEncoding>(o.d_model, o.n_position, o.dropout));
+  layer_stack = register_module("layer_stack", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < o.n_layers; ++i)
+    layer_stack->push_back(
+        std::make_shared<EncoderLayer>(o.d_model, o.d_inner, o.n_head, o.d_k, o.d_v, o.dropout, gen));
+  layer_norm = register_module("layer_norm", std::make_shared<LayerNorm>(o.d_model, 1e-6));
+}
+
+Tensor Encoder::forward(const Tensor& src_seq, const Tensor& src_mask) {
+  Tensor x = src_word_emb->forward(src_seq);  // (B, S, D)
+  if (scale_ != 1.0) x = x * scale_;
+  x = layer_norm->forward(position_enc->forward(x));
+  for (const auto& m : *layer_stack) x = static_cast<EncoderLayer&>(*m).forward(x, src_mask);
+  return x;
+}
+
+Decoder::Decoder(const TransformerOptions& o, Generator& gen, std::shared_ptr<Embedding> word_emb)
+    : scale_(o.tie_output && o.scale_embedding ? std::sqrt(static_cast<double>(o.d_model)) : 1.0) {
+  trg_word_emb = register_module(
+      "trg_word_emb", word_emb ? word_emb : std::make_shared<Embedding>(o.tgt_vocab, o.d_model, o.pad_idx, gen));
+  position_enc =
+      register_module("position_enc", std::make_shared<PositionalEncoding>(o.d_model, o.n_position, o.dropout));
+  layer_stack = register_module("layer_stack", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < o.n_layers; ++i)
+    layer_stack->push_back(
+        std::make_shared<DecoderLayer>(o.d_model, o.d_inner, o.n_head, o.d_k, o.d_v, o.dropout, gen));
+  layer_norm = register_module("layer_norm", std::make_shared<LayerNorm>(o.d_model, 1e-6));
+}
+
+Tensor Decoder::forward(const Tensor& trg_seq, const Tensor& trg_mask, const Tensor& enc_output,
+                        const Tensor& src_mask) {
+  Tensor x = trg_word_emb->forward(trg_seq);  // (B, T, D)
+  if (scale_ != 1.0) x = x * scale_;
+  x = layer_norm->forward(position_enc->forward(x));
+  for (const auto& m : *layer_stack) x = static_cast<DecoderLayer&>(*m).forward(x, enc_output, trg_mask, src_mask);
+  return x;
+}
+
+Transformer::Transformer(const TransformerOptions& o, Generator& gen) : options(o) {
+  spec_ = {.vocab = std::max(o.src_vocab, o.tgt_vocab),
+           .layers = o.n_layers,
+           .d_model = o.d_model,
+           .heads = o.n_head,
+           .d_ff = o.d_inner,
+           .dropout = o.dropout,
+           .max_source_len = o.n_position,
+           .max_target_len = o.n_position - 1,
+           .specials = {.pad = o.pad_idx}};
+  const char* me = "Transformer";
+  ATTO_CHECK(o.src_vocab > 0 && o.tgt_vocab > 0, me,
+             "src_vocab and tgt_vocab must be positive, got src_vocab=", o.src_vocab, ", tgt_vocab=", o.tgt_vocab);
+  ATTO_CHECK(o.d_model > 0 && o.n_head > 0 && o.d_k > 0 && o.d_v > 0 && o.d_inner > 0, me,
+             "d_model, n_head, d_k, d_v and d_inner must be positive, got d_model=", o.d_model, ", n_head=", o.n_head,
+             ", d_k=", o.d_k, ", d_v=", o.d_v, ", d_inner=", o.d_inner);
+  ATTO_CHECK(o.n_layers >= 0 && o.n_position > 0, me,
+             "n_layers must be non-negative and n_position positive, got n_layers=", o.n_layers,
+             ", n_position=", o.n_position);
+  ATTO_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, me, "dropout must be in [0, 1), got ", o.dropout);
+  ATTO_CHECK(o.pad_idx < o.src_vocab && o.pad_idx < o.tgt_vocab, me, "pad_idx ", o.pad_idx,
+             " must be below src_vocab=", o.src_vocab, " and tgt_vocab=", o.tgt_vocab);
+  ATTO_CHECK(!o.share_embeddings || o.src_vocab == o.tgt_vocab, me,
+             "share_embeddings needs src_vocab == tgt_vocab, got src_vocab=", o.src_vocab, ", tgt_vocab=", o.tgt_vocab);
+  ATTO_CHECK(!(o.scale_embedding && o.scale_projection), me,
+             "scale_embedding and scale_projection are exclusive (the seed's scale_emb_or_prj)");
+  std::shared_ptr<Embedding> shared;
+  if (o.share_embeddings) shared = std::make_shared<Embedding>(o.tgt_vocab, o.d_model, o.pad_idx, gen);
+  encoder = register_module("encoder", std::make_shared<Encoder>(o, gen, shared));
+  decoder = register_module("decoder", std::make_shared<Decoder>(o, gen, shared));
+  if (!o.tie_output)
+    trg_word_prj = register_module("trg_word_prj", std::make_shared<Linear>(o.d_model, o.tgt_vocab, false, gen));
+  // The seed: xavier_uniform_ on every parameter with more than one dimension (a shared tensor once).
+  NoGradGuard no_grad;
+  for (auto& [_, p] : named_parameters())
+    if (p.dim() > 1) init::xavier_uniform_(p, 1.0, gen);
+}
+
+Tensor Transformer::output_weight() const {
+  return trg_word_prj ? trg_word_prj->weight : decoder->trg_word_emb->weight;
+}
+
+Tensor Transformer::encode(const Tensor& src) {
+  check_tokens(src, options.src_vocab, options.n_position, "Transformer", "src", "n_position");
+  const Tensor src_mask = options.pad_idx >= 0 ? padding_mask(src, options.pad_idx) : Tensor();  // (B, 1, 1, S)
+  return encoder->forward(src, src_mask);                                                        // (B, S, D)
+}
+
+Tensor Transformer::decode(const Tensor& tgt_in, const Tensor& memory, const Tensor& src) {
+  const char* me = "Transformer";
+  check_tokens(tgt_in, options.tgt_vocab, options.n_position, me, "tgt_in", "n_position");
+  ATTO_CHECK(src.defined() && src.dtype() == kInt64 && src.dim() == 2, me,
+             "decode needs the source tokens (B, S) int64 for their padding mask");
+  ATTO_CHECK(memory.defined() && memory.dim() == 3 && memory.size(0) == src.size(0) && memory.size(1) == src.size(1) &&
+                 memory.size(2) == options.d_model,
+             me,
+             "memory must be the encoder output (B, S, d_model) = ", Shape({src.size(0), src.size(1), options.d_model}),
+             " for src ", src.shape(), ", got ", memory.defined() ? memory.shape() : Shape{});
+  ATTO_CHECK(tgt_in.size(0) == src.size(0), me, "batch sizes differ: tgt_in ", tgt_in.shape(), ", src ", src.shape());
+  const int64_t T = tgt_in.size(1);
+  Tensor src_mask, tgt_mask = causal_mask(T);  // (T, T)
+  if (options.pad_idx >= 0) {
+    src_mask = padding_mask(src, options.pad_idx);                           // (B, 1, 1, S)
+    tgt_mask = logical_or(padding_mask(tgt_in, options.pad_idx), tgt_mask);  // (B, 1, T, T)
+  }
+  Tensor h = decoder->forward(tgt_in, tgt_mask, memory, src_mask);  // (B, T, D)
+  Tensor logits = linear(h, output_weight());                       // (B, T, V)
+  if (options.tie_output && options.scale_projection)
+    logits = logits * (1.0 / std::sqrt(static_cast<double>(options.d_model)));
+  return logits;
+}
+
+Tensor Transformer::forward(const Tensor& src, const Tensor& tgt_in) { return decode(tgt_in, encode(src), src); }
+
+void Transformer::store_attention(bool on) {
+  for (const auto& m : *encoder->layer_stack) static_cast<EncoderLayer&>(*m).set_store_attention(on);
+  for (const auto& m : *decoder->layer_stack) static_cast<DecoderLayer&>(*m).set_store_attention(on);
+}
+
+std::vector<Tensor> Transformer::encoder_attention() const {
+  std::vector<Tensor> out;
+  for (const auto& m : *encoder->layer_stack) out.push_back(static_cast<EncoderLayer&>(*m).last_attention());
+  return out;
+}
+
+std::vector<Tensor> Transformer::decoder_self_attention() const {
+  std::vector<Tensor> out;
+  for (const auto& m : *decoder->layer_stack) out.push_back(static_cast<DecoderLayer&>(*m).last_self_attention());
+  return out;
+}
+
+std::vector<Tensor> Transformer::decoder_cross_attention() const {
+  std::vector<Tensor> out;
+  for (const auto& m : *decoder->layer_stack) out.push_back(static_cast<DecoderLayer&>(*m).last_cross_attention());
+  return out;
+}
+
+std::string Transformer::extra_repr() const {
+  const TransformerOptions& o = options;
+  return cat("src_vocab=", o.src_vocab, ", tgt_vocab=", o.tgt_vocab, ", d_model=", o.d_model, ", n_head=", o.n_head,
+             ", d_k=", o.d_k, ", d_v=", o.d_v, ", d_inner=", o.d_inner, ", n_layers=", o.n_layers,
+             ", dropout=", detail::py_float(o.dropout), ", pad_idx=", o.pad_idx, ", n_position=", o.n_position,
+             ", share_embeddings=", py_bool(o.share_embeddings), ", tie_output=", py_bool(o.tie_output),
+             ", scale_embedding=", py_bool(o.scale_embedding), ", scale_projection=", py_bool(o.scale_projection));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sequence-model interface
+
+std::shared_ptr<SequenceModel> Transformer::build(const ModelSpec& s, Generator& gen) {
+  ATTO_CHECK(s.heads > 0 && s.d_model % s.heads == 0, "Transformer", "heads (", s.heads, ") must divide d_model (",
+             s.d_model, ")");
+  auto m =
+      std::make_shared<Transformer>(TransformerOptions{.src_vocab = s.vocab,
+                                                       .tgt_vocab = s.vocab,
+                                                       .d_model = s.d_model,
+                                                       .n_head = s.heads,
+                                                       .d_k = s.d_model / s.heads,
+                                                       .d_v = s.d_model / s.heads,
+                                                       .d_inner = s.d_ff,
+                                                       .n_layers = s.layers,
+                                                       .dropout = s.dropout,
+                                                       .pad_idx = s.specials.pad,
+                                                       .n_position = std::max(s.max_source_len, s.max_target_len + 1)},
+                                    gen);
+  m->spec_ = s;
+  return m;
+}
+
+SequenceBatch Transformer::make_batch(const std::vector<Example>& ex) const {
+  check_examples(ex, "Transformer::make_batch");
+  const SpecialTokens& sp = spec_.specials;
+  size_t S = 0, T = 0;
+  for (const Example& e : ex) {
+    S = std::max(S, e.src.size());
+    T = std::max(T, e.tgt.size() + 1);
+  }
+  const auto B = static_cast<int64_t>(ex.size());
+  Tensor src = full({B, static_cast<int64_t>(S)}, static_cast<double>(sp.pad), {.dtype = kInt64});     // (B, S)
+  Tensor tgt_in = full({B, static_cast<int64_t>(T)}, static_cast<double>(sp.pad), {.dtype = kInt64});  // (B, T)
+  Tensor tgt_out = full({B, static_cast<int64_t>(T)}, static_cast<double>(sp.ignore_index), {.dtype = kInt64});
+  int64_t* ps = src.data<int64_t>();
+  int64_t* pi = tgt_in.data<int64_t>();
+  int64_t* po = tgt_out.data<int64_t>();
+  for (size_t i = 0; i < ex.size(); ++i) {
+    std::copy(ex[i].src.begin(), ex[i].src.end(), ps + i * S);
+    pi[i * T] = sp.bos;
+    std::copy(ex[i].tgt.begin(), ex[i].tgt.end(), pi + i * T + 1);
+    std::copy(ex[i].tgt.begin(), ex[i].tgt.end(), po + i * T);
+    po[i * T + ex[i].tgt.size()] = sp.eos;
+  }
+  return {.inputs = {src, tgt_in}, .target = tgt_out, .examples = ex};
+}
+
+Tensor Transformer::forward_batch(const SequenceBatch& b) {
+  ATTO_CHECK(b.inputs.size() == 2, "Transformer", "a batch needs inputs {src, tgt_in}, got ", b.inputs.size(),
+             " tensors");
+  return forward(b.inputs[0], b.inputs[1]);  // (B, T, V)
+}
+
+DecodeState Transformer::begin_decode(const TokenRows& sources) {
+  DecodeState st = DecodeState::start(sources);
+  if (sources.empty()) return st;
+  size_t S = 0;
+  for (const auto& r : sources) S = std::max(S, r.size());
+  const Tensor src = pack_rows(sources, static_cast<int64_t>(S), spec_.specials.pad);  // (B, S)
+  st.memory = {src, encode(src)};                                                      // (B, S), (B, S, D)
+  return st;
+}
+
+Tensor Transformer::decode_step(DecodeState& st) {
+  // Every row is fed (BOS + its tokens; a finished row padded after its EOS), as the rows of one batch.
+  const int64_t t = [&] {
+    size_t n = 0;
+    for (int64_t b : st.active) n = std::max(n, st.decoded[static_cast<size_t>(b)].size());
+    return static_cast<int64_t>(n);
+  }();
+  TokenRows tgt(st.decoded.size());
+  for (size_t b = 0; b < tgt.size(); ++b) {
+    tgt[b].push_back(spec_.specials.bos);
+    tgt[b].insert(tgt[b].end(), st.decoded[b].begin(), st.decoded[b].end());
+  }
+  const Tensor logits = decode(pack_rows(tgt, t + 1, spec_.specials.pad), st.memory[1], st.memory[0]);  // (B, t+1, V)
+  std::vector<std::pair<int64_t, int64_t>> at;
+  for (int64_t b : st.active) at.emplace_back(b, static_cast<int64_t>(st.decoded[static_cast<size_t>(b)].size()));
+  return gather_positions(logits, at);  // (A, V)
+}
+
+std::vector<AttentionMap> Transformer::attention_maps(const std::vector<int64_t>& src,
+                                                      const std::vector<int64_t>& output) {
+  std::vector<int64_t> tgt_in{spec_.specials.bos};
+  tgt_in.insert(tgt_in.end(), output.begin(), output.end());
+  std::vector<Tensor> enc, dec_self, dec_cross;
+  {
+    NoGradGuard no_grad;
+    AttentionScope scope(*this);
+    forward(row_tensor(src), row_tensor(tgt_in));
+    enc = encoder_attention();
+    dec_self = decoder_self_attention();
+    dec_cross = decoder_cross_attention();
+  }
+  std::vector<AttentionMap> maps;
+  for (size_t i = 0; i < enc.size(); ++i) maps.push_back({cat("encoder ", i, " self"), enc[i], src, src});
+  for (size_t i = 0; i < dec_self.size(); ++i) {
+    maps.push_back({cat("decoder ", i, " self"), dec_self[i], tgt_in, tgt_in});
+    maps.push_back({cat("decoder ", i, " cross"), dec_cross[i], tgt_in, src});
+  }
+  return maps;
+}
+
+}  // namespace attograd::nn::seed
