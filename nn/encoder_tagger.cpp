@@ -46,6 +46,7 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
         gen));
   norm = register_module("norm", std::make_shared<LayerNorm>(o.d_model));
   head = register_module("head", std::make_shared<Linear>(o.d_model, o.vocab, true, gen));
+  if (o.dtype != kFloat32) to(o.dtype);
 }
 
 std::shared_ptr<SequenceModel> EncoderTagger::build(const ModelSpec& s, Generator& gen) {

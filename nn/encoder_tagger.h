@@ -34,6 +34,7 @@ struct EncoderTaggerOptions {
   int64_t max_len = 512;  ///< longest input, SEP included (rows of the position table)
   int64_t pad_idx = 0;    ///< padding token (a blocked key); < 0: none
   int64_t sep_idx = 3;    ///< the token appended to every source
+  Dtype dtype = kFloat32; ///< parameter and buffer dtype (drawn as float32, then converted, as to() does)
 };
 
 /// Encoder-only model with a per-position head (see the file comment). Parameters: embed.weight (vocab, D)

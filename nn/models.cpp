@@ -146,6 +146,7 @@ CausalLM::CausalLM(const CausalLMOptions& o, Generator& gen) : options(o) {
   blocks = register_module("blocks", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < o.n_layers; ++i) blocks->push_back(std::make_shared<CausalLMBlock>(o, gen));
   norm = register_module("norm", std::make_shared<LayerNorm>(o.d_model, 1e-6));
+  if (o.dtype != kFloat32) to(o.dtype);
 }
 
 Tensor CausalLM::forward(const Tensor& tokens) { return forward(tokens, false); }

@@ -42,6 +42,7 @@ struct CausalLMOptions {
   double dropout = 0.1;   ///< every dropout (embedding, attention probabilities, residual branches, FFN hidden)
   int64_t max_len = 512;  ///< longest sequence (rows of the position table)
   int64_t pad_idx = 0;    ///< padding token, masked as a key by forward(tokens, true); < 0: none
+  Dtype dtype = kFloat32; ///< parameter and buffer dtype (drawn as float32, then converted, as to() does)
 };
 
 /// One pre-LN block of CausalLM: x + dropout1(self_attn(norm1(x))) with a causal mask, then

@@ -152,6 +152,7 @@ Transformer::Transformer(const TransformerOptions& o, Generator& gen) : options(
   NoGradGuard no_grad;
   for (auto& [_, p] : named_parameters())
     if (p.dim() > 1) init::xavier_uniform_(p, 1.0, gen);
+  if (o.dtype != kFloat32) to(o.dtype);
 }
 
 Tensor Transformer::output_weight() const {

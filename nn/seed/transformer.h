@@ -50,6 +50,7 @@ struct TransformerOptions {
   bool tie_output = false;        ///< output projection weight = the target embedding (no separate weight)
   bool scale_embedding = false;   ///< with tie_output: embeddings times sqrt(d_model) (the seed's 'emb')
   bool scale_projection = false;  ///< with tie_output: logits times d_model^-0.5 (the seed's 'prj')
+  Dtype dtype = kFloat32;         ///< parameter and buffer dtype (drawn as float32, then converted, as to() does)
 };
 
 /// The seed's EncoderLayer: slf_attn (AttentionSublayer, post-LN) then pos_ffn (PositionwiseFeedForward with

@@ -10,6 +10,9 @@ Writes, under tests/data/nn/:
   transformer_decoder_pre.golden    same with norm_first=True, gelu, plus a tgt_key_padding_mask
   causal_lm.golden                  the CausalLM of nn/models.h, re-implemented below with the same
                                     parameter names, with mask_padding on
+  encoder_tagger.golden             the EncoderTagger of nn/encoder_tagger.h, built below from
+                                    nn.TransformerEncoderLayer(norm_first=True) with the same parameter names,
+                                    right padding as a key padding mask
 
 All in eval mode (dropout off). Inputs require grad, which also keeps PyTorch 1.13's fast path for
 encoder layers off, so the reference is the standard math path. Each file holds, in float32:
@@ -18,6 +21,7 @@ encoder layers off, so the reference is the standard math path. Each file holds,
                        their effects and gradients are visible
   config               int64: layers [d_model, nhead, dim_feedforward, norm_first, gelu];
                        causal_lm [vocab, d_model, n_head, d_ff, n_layers, max_len, pad_idx, mask_padding]
+                       encoder_tagger [vocab, d_model, n_head, d_ff, n_layers, max_len, pad_idx]
   src / tgt, memory / tokens               the inputs
   src_mask, src_key_padding_mask, tgt_mask, tgt_key_padding_mask, memory_key_padding_mask
                        Bool masks (True = blocked), when present
@@ -202,6 +206,57 @@ def causal_lm_case(name, V=7, D=4, H=2, F=8, n_layers=2, max_len=8, pad_idx=0, s
     write_golden(os.path.join(OUT, name + ".golden"), t)
 
 
+# ---------------------------------------------------------------------------------------------
+# EncoderTagger (nn/encoder_tagger.h), with the same parameter names
+
+
+class Pos(nn.Module):
+    def __init__(self, d, max_len, p):
+        super().__init__()
+        self.register_buffer("pe", sinusoidal_table(max_len, d)[None])
+        self.dropout = nn.Dropout(p)
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[:, : x.shape[1]])
+
+
+class EncoderTagger(nn.Module):
+    def __init__(self, vocab, d, h, f, n_layers, p, max_len, pad_idx):
+        super().__init__()
+        self.d, self.pad_idx = d, pad_idx
+        self.embed = nn.Embedding(vocab, d)
+        self.pos = Pos(d, max_len, p)
+        self.layers = nn.ModuleList([nn.TransformerEncoderLayer(d, h, dim_feedforward=f, dropout=p, batch_first=True,
+                                                                norm_first=True) for _ in range(n_layers)])
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        x = self.pos(self.embed(tokens) * math.sqrt(self.d))
+        kpm = tokens == self.pad_idx
+        for layer in self.layers:
+            x = layer(x, src_key_padding_mask=kpm)
+        return self.head(self.norm(x))
+
+
+def encoder_tagger_case(name, V=9, D=4, H=2, F=8, n_layers=2, max_len=6, pad_idx=0, seed=3):
+    torch.manual_seed(seed)
+    m = EncoderTagger(V, D, H, F, n_layers, 0.1, max_len, pad_idx)
+    perturb(m)
+    m.eval()
+    tokens = torch.tensor([[5, 6, 7, 8, 3], [6, 5, 3, 0, 0]])  # src SEP, right-padded
+    out = m(tokens)
+    g = torch.randn(out.shape)
+    out.backward(g)
+    t, grads = params_and_grads(m)
+    t["config"] = torch.tensor([V, D, H, F, n_layers, max_len, pad_idx])
+    t["tokens"] = tokens
+    t["grad_output"] = g
+    t["output"] = out
+    t.update(grads)
+    write_golden(os.path.join(OUT, name + ".golden"), t)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     encoder_case("transformer_encoder_post", norm_first=False, activation="relu")
@@ -209,6 +264,7 @@ def main():
     decoder_case("transformer_decoder_post", norm_first=False, activation="relu", tgt_padding=False)
     decoder_case("transformer_decoder_pre", norm_first=True, activation="gelu", tgt_padding=True)
     causal_lm_case("causal_lm")
+    encoder_tagger_case("encoder_tagger")
 
 
 if __name__ == "__main__":

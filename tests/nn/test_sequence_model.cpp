@@ -101,6 +101,34 @@ TEST(SequenceModel, SpecsFromOptions) {
   for (const std::string kind : {"lm", "seq2seq", "encoder"}) EXPECT_EQ(make_model(kind, s)->spec(), s) << kind;
 }
 
+TEST(SequenceModel, DtypeOptionOfEveryModelEqualsConvertingAfterwards) {
+  auto same = [](const Module& a, const Module& b) {
+    const auto x = a.state_dict(), y = b.state_dict();
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(x[i].second.dtype(), kFloat64) << x[i].first;
+      EXPECT_EQ(x[i].second.to_vector<double>(), y[i].second.to_vector<double>()) << x[i].first;
+    }
+  };
+  {
+    Generator a(1), b(1);
+    CausalLM direct({.vocab = 9, .d_model = 8, .n_head = 2, .d_ff = 16, .n_layers = 1, .dtype = kFloat64}, a);
+    CausalLM later({.vocab = 9, .d_model = 8, .n_head = 2, .d_ff = 16, .n_layers = 1}, b);
+    later.to(kFloat64);
+    same(direct, later);
+  }
+  {
+    Generator a(2), b(2);
+    const seed::TransformerOptions o{.src_vocab = 9, .tgt_vocab = 9, .d_model = 8, .n_head = 2, .d_k = 4, .d_v = 4,
+                                     .d_inner = 16, .n_layers = 1};
+    seed::TransformerOptions o64 = o;
+    o64.dtype = kFloat64;
+    seed::Transformer direct(o64, a), later(o, b);
+    later.to(kFloat64);
+    same(direct, later);
+  }
+}
+
 TEST(SequenceModel, SpecJsonRoundTrips) {
   ModelSpec s = small_spec();
   s.dropout = 0.25;

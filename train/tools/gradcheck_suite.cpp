@@ -20,6 +20,7 @@
 #include "autograd/reduce.h"
 #include "autograd/shape.h"
 #include "nn/attention.h"
+#include "nn/encoder_tagger.h"
 #include "nn/feedforward.h"
 #include "nn/init.h"
 #include "nn/layers.h"
@@ -678,6 +679,25 @@ std::vector<Check> build_registry() {
                                    cat(module_conf(c, false), " layers=", c.layers, " causal", padding ? "+padding" : ""),
                                    m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
                }});
+  r.push_back({"EncoderTagger", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 42), drop(0);
+                 nn::EncoderTagger m({.vocab = 7,
+                                      .d_model = c.d_model,
+                                      .n_head = c.heads,
+                                      .d_ff = 2 * c.d_model,
+                                      .n_layers = c.layers,
+                                      .dropout = c.dropout,
+                                      .max_len = c.len,
+                                      .pad_idx = 0},
+                                     gen);
+                 m.set_generator(drop);
+                 std::vector<int64_t> v = random_tokens(c.batch, c.len, 1, 7, gen);
+                 // Right padding on the last row (a blocked key for every query of that row).
+                 v[static_cast<size_t>(c.batch * c.len - 1)] = 0;
+                 Tensor t = tokens(v, c.batch, c.len);
+                 return module_run("EncoderTagger", cat(module_conf(c, false), " layers=", c.layers, " +padding"), m,
+                                   {}, [&] { return m.forward(t); }, c, o, gen, &drop);
+               }});
   r.push_back({"seed::Transformer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 41), drop(0);
                  const int64_t dk = c.d_model / c.heads;
@@ -762,6 +782,8 @@ const Check& find_check(const std::string& name) {
       {"decoder_layer", "TransformerDecoderLayer"},
       {"causal_lm", "CausalLM"},
       {"lm", "CausalLM"},
+      {"encoder", "EncoderTagger"},
+      {"encoder_tagger", "EncoderTagger"},
       {"transformer", "seed::Transformer"},
       {"seq2seq", "seed::Transformer"},
       {"sdpa", "scaled_dot_product_attention"},

@@ -74,6 +74,7 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                             "TransformerEncoderLayer",
                                             "TransformerDecoderLayer",
                                             "CausalLM",
+                                            "EncoderTagger",
                                             "seed::Transformer"};
   std::vector<std::string> names, kinds;
   for (const checks::Check& c : checks::registry()) names.push_back(c.name), kinds.push_back(c.kind);
