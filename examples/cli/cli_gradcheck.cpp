@@ -108,7 +108,7 @@ Command add_gradcheck(CLI::App& app) {
   sub->add_option("--len", a->config.len, "sequence length")->capture_default_str();
   sub->add_option("--d-model", a->config.d_model, "model width")->capture_default_str();
   sub->add_option("--heads", a->config.heads, "attention heads")->capture_default_str();
-  sub->add_option("--layers", a->config.layers, "layers of CausalLM and seed::Transformer")->capture_default_str();
+  sub->add_option("--layers", a->config.layers, "layers of CausalLM, EncoderTagger and seed::Transformer")->capture_default_str();
   sub->add_option("--mask", a->config.mask, "attention mask: none, causal or padding")
       ->check(CLI::IsMember({"none", "causal", "padding"}))
       ->capture_default_str();
