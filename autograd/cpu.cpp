@@ -26,6 +26,8 @@ Isa isa_of(std::string_view name) {
 
 }  // namespace
 
+void kernel_error(const char* op, const char* what) { throw Error(op, what); }
+
 Isa select_isa() {
   const Isa isa = isa_of(detail::select_cpu_kernels(std::getenv("ATTOGRAD_CPU"), supported_cpu_kernels()));
   g_active_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
@@ -61,8 +63,8 @@ std::string_view detail::select_cpu_kernels(const char* env, const std::vector<s
     if (name == want) return name;
   std::string have;
   for (std::string_view name : supported) have += (have.empty() ? "" : ", ") + std::string(name);
-  throw Error("cpu_kernels", "ATTOGRAD_CPU=" + std::string(want) + " asks for kernels this CPU (or build) cannot run; " +
-                                 "supported here: " + have);
+  throw Error("cpu_kernels", "ATTOGRAD_CPU=" + std::string(want) +
+                                 " asks for kernels this CPU (or build) cannot run; " + "supported here: " + have);
 }
 
 std::string_view cpu_kernels() { return cpu::kNames[static_cast<size_t>(cpu::active_isa())]; }

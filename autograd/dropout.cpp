@@ -40,9 +40,9 @@ uint64_t lcg_advance(uint64_t s, uint64_t inc, uint64_t delta) {
 }
 
 // Calls f(start, len, words) for the consecutive blocks [start, start + len) of [0, n) (len <= kBlock), words holding
-// the block's keep bits exactly as n sequential draws from gen give them (the draw_keep_bits kernel). Blocks run in parallel,
-// each from gen's state advanced to its first draw, so the bits never depend on the thread count; gen ends n draws
-// further, as after the sequential draws.
+// the block's keep bits exactly as n sequential draws from gen give them (the draw_keep_bits kernel). Blocks run in
+// parallel, each from gen's state advanced to its first draw, so the bits never depend on the thread count; gen ends n
+// draws further, as after the sequential draws.
 template <class F>
 void for_keep_blocks(Generator& gen, int64_t n, uint64_t threshold, F&& f) {
   const GeneratorState st = gen.get_state();
@@ -164,8 +164,9 @@ Tensor relu_dropout_impl(const Tensor& x, double p, bool training, Generator& ge
   return record("relu_dropout", out, {x}, [mask, scale](const Tensor& g, GradInputs& gi) {
     Tensor dx = reuse_or_empty_like(g);  // elementwise: may overwrite g
     dispatch_float(g.dtype(), "relu_dropout_backward", [&]<typename T>() {
-      ATTO_CPU(masked_scale<T>)(static_cast<const uint8_t*>(mask.raw_data()), g.data<T>(), static_cast<T>(scale), dx.data<T>(),
-                      g.numel());
+      const auto masked_scale = ATTO_CPU(masked_scale<T>);
+      masked_scale(static_cast<const uint8_t*>(mask.raw_data()), g.data<T>(), static_cast<T>(scale), dx.data<T>(),
+                   g.numel());
     });
     gi[0] = dx;
   });

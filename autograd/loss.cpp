@@ -5,6 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include "autograd/cpu/kernels.h"
+#include "autograd/cpu/math.h"
 #include "autograd/elementwise.h"
 #include "autograd/norm.h"
 
@@ -16,9 +18,12 @@ using detail::exp_le0;
 
 const char* reduction_name(Reduction r) {
   switch (r) {
-    case Reduction::None: return "none";
-    case Reduction::Mean: return "mean";
-    case Reduction::Sum: return "sum";
+    case Reduction::None:
+      return "none";
+    case Reduction::Mean:
+      return "mean";
+    case Reduction::Sum:
+      return "sum";
   }
   return "?";
 }
@@ -39,8 +44,8 @@ struct CeLayout {
 // Forward of cross_entropy: writes the per-position loss (0 where ignored) and, when lse is non-null,
 // the log-sum-exp of every position (0 where ignored). Returns the sum of the losses, in double.
 template <class T>
-double cross_entropy_forward(const T* x, const int64_t* t, const CeLayout L, const CrossEntropyOptions& o,
-                             T* loss, T* lse_out) {
+double cross_entropy_forward(const T* x, const int64_t* t, const CeLayout L, const CrossEntropyOptions& o, T* loss,
+                             T* lse_out) {
   const double s = o.label_smoothing;
   const double invC = L.C > 0 ? 1.0 / static_cast<double>(L.C) : 0.0;
   const T ninf = -std::numeric_limits<T>::infinity();
@@ -59,10 +64,10 @@ double cross_entropy_forward(const T* x, const int64_t* t, const CeLayout L, con
         continue;
       }
       const T* xr = x + n * L.C;
-      const T m = detail::row_max(xr, L.C);
+      const T m = ATTO_CPU(row_max<T>)(xr, L.C);
       const T shift = m == ninf ? T(0) : m;
-      const double lse = static_cast<double>(shift) + std::log(detail::sum_exp_shifted(xr, shift, L.C));
-      const double sum_x = s > 0 ? detail::row_sum(xr, L.C) : 0.0;
+      const double lse = static_cast<double>(shift) + std::log(ATTO_CPU(sum_exp_shifted<T>)(xr, shift, L.C));
+      const double sum_x = s > 0 ? ATTO_CPU(row_sum<T>)(xr, L.C) : 0.0;
       const double l = combine(lse, static_cast<double>(xr[tn]), sum_x);
       loss[n] = static_cast<T>(l);
       if (lse_out) lse_out[n] = static_cast<T>(lse);
@@ -199,8 +204,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, CrossEntropyOpti
   for (int64_t p = 0; p < P; ++p) {
     if (t[p] == opts.ignore_index) continue;
     ATTO_CHECK(t[p] >= 0 && t[p] < L.C, op, "target value ", t[p], " is out of range for ", L.C,
-               " classes (expected 0 <= target < ", L.C, ", or ignore_index ", opts.ignore_index,
-               "); input shape ", is);
+               " classes (expected 0 <= target < ", L.C, ", or ignore_index ", opts.ignore_index, "); input shape ",
+               is);
     ++count;
   }
 
@@ -213,9 +218,15 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, CrossEntropyOpti
     const double total =
         cross_entropy_forward<T>(input.data<T>(), t, L, opts, per.data<T>(), save ? lse.data<T>() : nullptr);
     switch (opts.reduction) {
-      case Reduction::None: out = per; break;
-      case Reduction::Sum: out = scalar_of<T>(total); break;
-      case Reduction::Mean: out = scalar_of<T>(count > 0 ? total / static_cast<double>(count) : 0.0); break;
+      case Reduction::None:
+        out = per;
+        break;
+      case Reduction::Sum:
+        out = scalar_of<T>(total);
+        break;
+      case Reduction::Mean:
+        out = scalar_of<T>(count > 0 ? total / static_cast<double>(count) : 0.0);
+        break;
     }
   });
   if (!save) return out;
@@ -235,8 +246,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, CrossEntropyOpti
       } else {
         k = count > 0 ? static_cast<T>(static_cast<double>(g.data<T>()[0]) / static_cast<double>(count)) : T(0);
       }
-      cross_entropy_backward<T>(xd.data<T>(), td.data<int64_t>(), lse.data<T>(), scale, stride, L, opts,
-                                dx.data<T>());
+      cross_entropy_backward<T>(xd.data<T>(), td.data<int64_t>(), lse.data<T>(), scale, stride, L, opts, dx.data<T>());
     });
     gi[0] = dx;
   });
@@ -245,8 +255,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, CrossEntropyOpti
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   const char* op = "mse_loss";
   ATTO_CHECK(input.defined() && target.defined(), op, "called with an undefined tensor");
-  ATTO_CHECK(input.shape() == target.shape(), op, "input shape ", input.shape(), " and target shape ",
-             target.shape(), " must be equal (reduction ", reduction_name(reduction), ")");
+  ATTO_CHECK(input.shape() == target.shape(), op, "input shape ", input.shape(), " and target shape ", target.shape(),
+             " must be equal (reduction ", reduction_name(reduction), ")");
   check_same_dtype(input, target, op);
   const int64_t n = input.numel();
   Tensor out;

@@ -123,8 +123,8 @@ void relu_keep_block(const uint16_t* words, int64_t len, T s, const T* xb, T* qb
   if constexpr (std::is_same_v<T, float>) {
     const __m512 vs = _mm512_set1_ps(s), zero = _mm512_setzero_ps();
     for (; i + 16 <= len; i += 16)  // max(x, 0) is 0 for NaN and -0, as x > 0 ? x : 0 is
-      _mm512_storeu_ps(qb + i, _mm512_mul_ps(_mm512_max_ps(_mm512_loadu_ps(xb + i), zero),
-                                             _mm512_maskz_mov_ps(words[i / 16], vs)));
+      _mm512_storeu_ps(
+          qb + i, _mm512_mul_ps(_mm512_max_ps(_mm512_loadu_ps(xb + i), zero), _mm512_maskz_mov_ps(words[i / 16], vs)));
   }
 #endif
   for (; i < len; ++i) {
@@ -174,10 +174,10 @@ void masked_scale(const uint8_t* bits, const T* g, T s, T* dx, int64_t n) {
   for (; i < n; ++i) dx[i] = (bits[i / 8] >> (i % 8)) & 1 ? g[i] * s : T(0);
 }
 
-#define ATTOGRAD_INSTANTIATE(T)                                                                  \
-  template void apply_keep_block<T>(const uint16_t*, int64_t, T, const T*, const T*, T*);       \
-  template void relu_keep_block<T>(const uint16_t*, int64_t, T, const T*, T*);                  \
-  template void positive_bits<T>(const T*, int64_t, uint8_t*);                                  \
+#define ATTOGRAD_INSTANTIATE(T)                                                           \
+  template void apply_keep_block<T>(const uint16_t*, int64_t, T, const T*, const T*, T*); \
+  template void relu_keep_block<T>(const uint16_t*, int64_t, T, const T*, T*);            \
+  template void positive_bits<T>(const T*, int64_t, uint8_t*);                            \
   template void masked_scale<T>(const uint8_t*, const T*, T, T*, int64_t);
 ATTOGRAD_INSTANTIATE(float)
 ATTOGRAD_INSTANTIATE(double)

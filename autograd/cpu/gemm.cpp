@@ -16,7 +16,6 @@
 #include "autograd/cpu/kernels.h"
 #include "autograd/cpu/scratch.h"
 #include "autograd/cpu/simd.h"
-#include "autograd/error.h"
 
 namespace attograd::cpu::ATTOGRAD_CPU_ISA {
 
@@ -29,7 +28,7 @@ namespace {
 template <int NV>
 struct Block {
   static constexpr int kNV = NV;
-  static constexpr int kNR = 16 * NV;         // columns of the register block
+  static constexpr int kNR = 16 * NV;            // columns of the register block
   static constexpr int kMR = NV == 2 ? 12 : 16;  // rows of the register block (more spill row pointers)
 };
 constexpr int64_t kKC = 256;  // k per panel (a KC x NR micro-panel of B is at most 32 KB: L1)
@@ -243,8 +242,8 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a, c
         const bool pack = a.trans && nc > 2 * kNR;
         if (pack)
           for (int64_t ir = 0; ir < mc; ir += kMR)
-            pack_a<kMR>(a.data + p0 * a.ld + i0 + ir, a.ld, true, static_cast<int>(std::min<int64_t>(kMR, mc - ir)),
-                        kc, pa + ir * kc);
+            pack_a<kMR>(a.data + p0 * a.ld + i0 + ir, a.ld, true, static_cast<int>(std::min<int64_t>(kMR, mc - ir)), kc,
+                        pa + ir * kc);
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const int nr = static_cast<int>(std::min<int64_t>(kNR, nc - jr));
           const float* bp = pb + jr * kc;
@@ -267,8 +266,8 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a, c
 
 // C (m, n) (+)= alpha * op(A) B[0:k, 0:n] with B packed whole (kb rows per panel) by pack_gemm_b.
 template <int NV>
-void prepacked_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a, const float* pb, int64_t kb,
-                    float* c, int64_t ldc, bool accumulate, float alpha) {
+void prepacked_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a, const float* pb, int64_t kb, float* c,
+                    int64_t ldc, bool accumulate, float alpha) {
   constexpr int kMR = Block<NV>::kMR, kNR = Block<NV>::kNR;
   for (int64_t p0 = 0; p0 < k; p0 += kKC) {
     const int64_t kc = std::min(kKC, k - p0);
@@ -340,8 +339,8 @@ void gemm_packed(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, const fl
 namespace {
 
 #if defined(__AVX2__)
-constexpr int kW = 8;  // floats per vector
-constexpr int kMR = 6;  // rows of the register block: 6 x 2 accumulators of 8 lanes (12 of the 16 ymm registers)
+constexpr int kW = 8;         // floats per vector
+constexpr int kMR = 6;        // rows of the register block: 6 x 2 accumulators of 8 lanes (12 of the 16 ymm registers)
 #else
 constexpr int kW = 4;
 constexpr int kMR = 4;  // 4 x 2 accumulators of 4 lanes (8 of the 16 xmm registers)
@@ -371,7 +370,8 @@ void micro_tile(int64_t kc, const GemmOperand<float>& a, int64_t i, int64_t p0, 
                 int mr, int nr, float alpha, bool acc, const float* bias) {
   Vec r[kMR][2] = {};
   const float* arow[kMR];
-  for (int q = 0; q < kMR; ++q) arow[q] = a.data + (a.trans ? p0 * a.ld + i + std::min(q, mr - 1) : (i + std::min(q, mr - 1)) * a.ld + p0);
+  for (int q = 0; q < kMR; ++q)
+    arow[q] = a.data + (a.trans ? p0 * a.ld + i + std::min(q, mr - 1) : (i + std::min(q, mr - 1)) * a.ld + p0);
   const int64_t astep = a.trans ? a.ld : 1;
   for (int64_t kk = 0; kk < kc; ++kk) {
     Vec b0, b1;
@@ -428,11 +428,11 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOper
 
 size_t packed_b_floats(int64_t, int64_t) { return 0; }
 void pack_gemm_b(int64_t, int64_t, GemmOperand<float>, float*) {
-  throw Error("gemm", "internal error: no prepacked GEMM kernel in this kernel set");
+  kernel_error("gemm", "internal error: no prepacked GEMM kernel in this kernel set");
 }
 void gemm_packed(int64_t, int64_t, int64_t, GemmOperand<float>, const float*, int64_t, int64_t, float*, int64_t, bool,
                  float) {
-  throw Error("gemm", "internal error: no prepacked GEMM kernel in this kernel set");
+  kernel_error("gemm", "internal error: no prepacked GEMM kernel in this kernel set");
 }
 
 #endif

@@ -45,4 +45,57 @@ void pack_gemm_b(int64_t k, int64_t n, GemmOperand<float> b, float* dst);
 void gemm_packed(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, const float* packed_b, int64_t kb, int64_t nb,
                  float* c, int64_t ldc, bool accumulate, float alpha);
 
+// ---- norm.cpp: row reductions, softmax, layer_norm
+
+/// The maximum of x[0..n) (-inf when n == 0; NaN entries ignored).
+template <class T>
+T row_max(const T* x, int64_t n);
+/// The sum of x[0..n) accumulated in double.
+template <class T>
+double row_sum(const T* x, int64_t n);
+/// Writes exp(x[i] - shift) to out[i] (shift >= max x; -inf entries give exactly 0) and returns their sum in double.
+template <class T>
+double exp_shifted_sum(const T* x, T shift, T* out, int64_t n);
+/// The sum of exp(x[i] - shift) in double, without storing.
+template <class T>
+double sum_exp_shifted(const T* x, T shift, int64_t n);
+/// y = softmax (Log = false) or log_softmax (Log = true) of x over the n of each slice.
+template <class T, bool Log>
+void softmax_forward(const T* x, T* y, Slices s);
+/// dx = y * (g - sum(g * y)) per slice (zero for an all-zero slice).
+template <class T>
+void softmax_backward(const T* y, const T* g, T* dx, Slices s);
+/// dx = g - exp(y) * sum(g) per slice (zero for an all -inf slice).
+template <class T>
+void log_softmax_backward(const T* y, const T* g, T* dx, Slices s);
+/// y = (x - mean) * rstd * w + b over `rows` rows of N (w, b may be null), statistics in double; writes the per-row
+/// mean and rstd when mean_out is non-null. Splits rows on the thread pool.
+template <class T>
+void layer_norm_forward(const T* x, const T* w, const T* b, T* y, double* mean_out, double* rstd_out, int64_t rows,
+                        int64_t N, double eps);
+/// The forward's y again, bit for bit, from the saved per-row mean and rstd. Splits rows on the thread pool.
+template <class T>
+void layer_norm_recompute(const T* x, const T* w, const T* b, T* y, const double* mean, const double* rstd,
+                          int64_t rows, int64_t N);
+/// layer_norm's backward: dx (may alias g; null when not wanted), and dw, db (N doubles, accumulated into; null when
+/// not wanted) through dw_part, db_part: zeroed (ceil(rows / kLayerNormBlockRows), N) scratch for each wanted one.
+/// Splits blocks of rows on the thread pool.
+template <class T>
+void layer_norm_backward(const T* x, const T* w, const T* g, const double* mean, const double* rstd, T* dx, double* dw,
+                         double* db, int64_t rows, int64_t N, T* dw_part, T* db_part);
+
+// ---- attention.cpp: scaled dot-product attention
+
+/// The forward over all heads (split between threads): out, and per row {max score, 1 / sum exp} in stats (B, H, Lq,
+/// 2); stats, weights (B, H, Lq, Lk) and probs (the probabilities before dropout, block by block) may be null.
+template <class T>
+void attention_forward(const AttentionPlan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
+                       const void* mask, HeadView<T> out, T* stats, T* weights, T* probs);
+/// The backward over all heads (split between threads): dq assigned, dk and dv (zero-filled by the caller)
+/// accumulated; each may be null. P is recomputed from stats, or read from the forward's probs when non-null.
+template <class T>
+void attention_backward(const AttentionPlan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
+                        const void* mask, HeadView<const T> out, const T* stats, const T* probs, HeadView<const T> dout,
+                        HeadView<T> dq, HeadView<T> dk, HeadView<T> dv);
+
 }  // namespace attograd::cpu::ATTOGRAD_CPU_NS

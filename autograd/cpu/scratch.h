@@ -1,9 +1,9 @@
 #pragma once
 // Internal, for the kernel files (autograd/cpu/*.cpp) only: per-thread scratch memory.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
-#include <algorithm>
 #include <initializer_list>
 #include <new>
 

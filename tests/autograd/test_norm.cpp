@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/cpu/math.h"
 #include "autograd/norm.h"
 #include "testing.h"
 
