@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "autograd/cpu/kernels.h"
+#include "autograd/dims.h"
 #include "autograd/elementwise.h"
 
 namespace attograd {
@@ -12,13 +13,6 @@ namespace {
 
 using cpu::Slices;
 
-// Normalises a possibly negative dim of x (a 0-d tensor accepts -1 and 0, as in PyTorch).
-int64_t wrap_dim(int64_t dim, const Shape& shape, const char* op) {
-  const int64_t r = std::max<int64_t>(static_cast<int64_t>(shape.size()), 1);
-  ATTO_CHECK(dim >= -r && dim < r, op, "dim ", dim, " is out of range for a tensor of shape ", shape,
-             " (expected a dim in [", -r, ", ", r - 1, "])");
-  return dim < 0 ? dim + r : dim;
-}
 
 Slices slices_of(const Shape& shape, int64_t d) {
   Slices s;
@@ -32,7 +26,7 @@ Slices slices_of(const Shape& shape, int64_t d) {
 template <bool Log>
 Tensor softmax_op(const Tensor& x, int64_t dim, const char* name) {
   ATTO_CHECK(x.defined(), name, "called with an undefined tensor");
-  const Slices s = slices_of(x.shape(), wrap_dim(dim, x.shape(), name));
+  const Slices s = slices_of(x.shape(), detail::wrap_dim(dim, std::max<int64_t>(x.dim(), 1), x.shape(), name));
   Tensor out = empty(x.shape(), {.dtype = x.dtype()});
   dispatch_float(x.dtype(), name, [&]<typename T>() {
     ATTO_CPU(softmax_forward<T, Log>)(x.data<T>(), out.data<T>(), s);

@@ -21,6 +21,7 @@
 #endif
 
 #include "autograd/cpu/kernels.h"
+#include "autograd/cpu/rows.h"
 #include "autograd/cpu/scratch.h"
 #include "autograd/cpu/simd.h"
 #include "autograd/parallel.h"
@@ -284,7 +285,7 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
         T row_m[kBlockRows], row_sum[kBlockRows];
         for (int64_t r = 0; r < n; ++r) {
           T* row = s + r * lk;
-          const T m = row_max(row, lk);
+          const T m = max_in_row(row, lk);
           row_m[r] = m;
           row_sum[r] = m == kNegInf ? T(0) : exp_shifted(row, lk, m);
         }

@@ -84,6 +84,18 @@ template <class T>
 void layer_norm_backward(const T* x, const T* w, const T* g, const double* mean, const double* rstd, T* dx, double* dw,
                          double* db, int64_t rows, int64_t N, T* dw_part, T* db_part);
 
+// ---- loss.cpp: cross-entropy over logits viewed as (N, C, inner) = (L.outer, L.n, L.inner)
+
+/// Writes the per-position loss (0 where the target is ignore_index) and, when lse_out is non-null, the log-sum-exp
+/// of every position (0 where ignored); returns the sum of the losses in double.
+template <class T>
+double cross_entropy_forward(const T* x, const int64_t* t, Slices L, double label_smoothing, int64_t ignore_index,
+                             T* loss, T* lse_out);
+/// dx = k * (softmax - smoothed one-hot target) per position, k = scale[p * scale_stride]; 0 where ignored.
+template <class T>
+void cross_entropy_backward(const T* x, const int64_t* t, const T* lse, const T* scale, int64_t scale_stride, Slices L,
+                            double label_smoothing, int64_t ignore_index, T* dx);
+
 // ---- attention.cpp: scaled dot-product attention
 
 /// The forward over all heads (split between threads): out, and per row {max score, 1 / sum exp} in stats (B, H, Lq,

@@ -11,6 +11,7 @@
 
 #include "autograd/cpu/kernels.h"
 #include "autograd/cpu/math.h"
+#include "autograd/cpu/rows.h"
 #include "autograd/cpu/scratch.h"
 #include "autograd/cpu/simd.h"
 #include "autograd/parallel.h"
@@ -46,16 +47,7 @@ Scratch& scratch() {
 
 template <class T>
 T row_max(const T* x, int64_t n) {
-  constexpr int L = 64 / sizeof(T);
-  T acc[L];
-  for (int k = 0; k < L; ++k) acc[k] = -std::numeric_limits<T>::infinity();
-  int64_t i = 0;
-  for (; i + L <= n; i += L)
-    for (int k = 0; k < L; ++k) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
-  for (int k = 0; k < L && i + k < n; ++k) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
-  for (int w = L / 2; w > 0; w /= 2)
-    for (int k = 0; k < w; ++k) acc[k] = acc[k + w] > acc[k] ? acc[k + w] : acc[k];
-  return acc[0];
+  return max_in_row(x, n);
 }
 
 template <class T>
@@ -356,7 +348,7 @@ void softmax_forward(const T* x, T* y, Slices s) {
     for (int64_t o = 0; o < s.outer; ++o) {
       const T* xr = x + o * s.n;
       T* yr = y + o * s.n;
-      const T m = row_max(xr, s.n);
+      const T m = max_in_row(xr, s.n);
       const T shift = m == ninf ? T(0) : m;
       if constexpr (Log) {
         const double sum = sum_exp_shifted(xr, shift, s.n);
@@ -461,7 +453,7 @@ void log_softmax_backward(const T* y, const T* g, T* dx, Slices s) {
       const T* yr = y + o * s.n;
       const T* gr = g + o * s.n;
       T* dr = dx + o * s.n;
-      if (row_max(yr, s.n) == ninf) {
+      if (max_in_row(yr, s.n) == ninf) {
         std::fill(dr, dr + s.n, T(0));
         continue;
       }
