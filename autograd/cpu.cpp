@@ -41,12 +41,18 @@ std::vector<std::string_view> supported_cpu_kernels() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
 #if defined(ATTOGRAD_CPU_HAS_AVX512)
-  // x86-64-v4: AVX-512 F, BW, CD, DQ, VL on top of v3 (the OS saving the zmm registers is part of the check).
-  if (__builtin_cpu_supports("x86-64-v4")) sets.push_back("avx512");
+  // x86-64-v4 (AVX-512 F, BW, CD, DQ, VL on top of v3), by feature: clang 14 knows no "x86-64-v4". The check
+  // includes the OS saving the zmm and ymm registers.
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512cd") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
+      __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
+    sets.push_back("avx512");
 #endif
 #if defined(ATTOGRAD_CPU_HAS_AVX2)
-  // x86-64-v3: AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE.
-  if (__builtin_cpu_supports("x86-64-v3")) sets.push_back("avx2");
+  // x86-64-v3: AVX2, FMA, BMI1/2 (every such CPU also has the F16C, LZCNT and MOVBE of the level).
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+      __builtin_cpu_supports("bmi2"))
+    sets.push_back("avx2");
 #endif
 #endif
   sets.push_back("generic");
