@@ -103,7 +103,6 @@ void split_eigen(int64_t m, int64_t n, int64_t k, GemmOperand<T> a, GemmOperand<
   });
 }
 
-
 }  // namespace
 
 bool gemm_prepack_available() { return ATTO_CPU(packed_gemm_available)(); }

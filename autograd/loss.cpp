@@ -13,7 +13,6 @@ namespace attograd {
 
 namespace {
 
-
 const char* reduction_name(Reduction r) {
   switch (r) {
     case Reduction::None:

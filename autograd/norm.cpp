@@ -13,7 +13,7 @@ namespace {
 
 using cpu::Slices;
 
-
+// The shape viewed as (outer, n, inner) around dim d: softmax reduces over n.
 Slices slices_of(const Shape& shape, int64_t d) {
   Slices s;
   if (shape.empty()) return s;
