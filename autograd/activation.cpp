@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <unsupported/Eigen/SpecialFunctions>
 
 namespace attograd {
@@ -66,11 +67,24 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1/sqrt(2 pi)
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
 constexpr double kGeluCubic = 0.044715;                  // PyTorch's tanh-approximation coefficient
 
+// o <- e^o, exactly 0 where e^o underflows. Eigen 3.4's generic vectorised exp (its SSE and AVX2 packets) clamps
+// its argument at -88.723 (float) or -709.784 (double) and returns e^clamp, a denormal, for anything below, where
+// its AVX-512 exp returns 0: sigmoid(-1000) was 5.6e-309 and a GELU gradient at -1000 was -1.2e-36 without AVX-512.
+// At and above the clamp the result is Eigen's exp, unchanged.
+template <class T>
+void exp_in_place(VecMap<T> o) {
+  constexpr T lo = std::is_same_v<T, float> ? T(-88.723f) : T(-709.784);
+  o = (o < lo).select(T(0), o.exp());
+}
+
 }  // namespace
 
 // d exp(x) = g * exp(x) = g * y
 Tensor exp(const Tensor& x) {
-  Tensor out = unary_kernel(x, "exp", []<class T>(VecMap<T> o, ConstVecMap<T> a) { o = a.exp(); });
+  Tensor out = unary_kernel(x, "exp", []<class T>(VecMap<T> o, ConstVecMap<T> a) {
+    o = a;
+    exp_in_place<T>(o);
+  });
   if (!any_requires_grad({x})) return out;
   Tensor y = out.detach();
   return record("exp", out, {x}, [y](const Tensor& g, GradInputs& gi) {
@@ -147,7 +161,8 @@ Tensor tanh(const Tensor& x) {
 Tensor sigmoid(const Tensor& x) {
   // With e = exp(-|x|) <= 1 nothing overflows: y = 1/(1+e) for x >= 0 and e/(1+e) for x < 0.
   Tensor out = unary_kernel(x, "sigmoid", []<class T>(VecMap<T> o, ConstVecMap<T> a) {
-    o = (-a.abs()).exp();
+    o = -a.abs();
+    exp_in_place<T>(o);
     o = (a >= T(0)).select(T(1) / (T(1) + o), o / (T(1) + o));
   });
   if (!any_requires_grad({x})) return out;
@@ -205,7 +220,9 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   // d gelu(x) = g * (Phi(x) + x * phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
   return record("gelu", out, {x}, [xs](const Tensor& g, GradInputs& gi) {
     gi[0] = backward_kernel(g, xs, "gelu_backward", []<class T>(VecMap<T> o, ConstVecMap<T> gg, ConstVecMap<T> xx) {
-      o = gg * (T(0.5) * (T(1) + (xx * T(kSqrt1_2)).erf()) + xx * T(kInvSqrt2Pi) * (T(-0.5) * xx.square()).exp());
+      o = T(-0.5) * xx.square();
+      exp_in_place<T>(o);
+      o = gg * (T(0.5) * (T(1) + (xx * T(kSqrt1_2)).erf()) + xx * T(kInvSqrt2Pi) * o);
     });
   });
 }

@@ -1,9 +1,9 @@
 #pragma once
 // Internal: the library's matrix product, C = alpha * op(A) op(B) (+ C), for the ops' kernels (matmul, linear,
-// attention). float32 runs a packed, cache-blocked AVX-512 kernel (BLIS-style) where the machine has it and
-// Eigen's product otherwise; float64 runs Eigen's product. The result of every element is a fixed function of
-// the shapes (the blocking never depends on the thread count), so a parallel product equals the serial one
-// bit for bit.
+// attention). float32 runs the active kernel set's packed, cache-blocked GEMM (BLIS-style, autograd/cpu/gemm.cpp:
+// AVX-512, AVX2 or SSE2 register blocks); float64 runs Eigen's product. The result of every element is a fixed
+// function of the shapes and the kernel set (the blocking never depends on the thread count), so a parallel product
+// equals the serial one bit for bit.
 
 #include <cstddef>
 #include <cstdint>
@@ -28,7 +28,7 @@ void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<flo
 void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c, int64_t ldc,
           bool accumulate, double alpha = 1.0, bool parallel = true, const double* bias = nullptr);
 
-/// True when pack_gemm_b / gemm_packed are available (the float32 AVX-512 kernel); otherwise callers use gemm.
+/// True when pack_gemm_b / gemm_packed are available (the avx512 kernel set); otherwise callers use gemm.
 bool gemm_prepack_available();
 /// Floats (64-byte aligned storage) that pack_gemm_b(k, n, ...) writes.
 size_t packed_b_floats(int64_t k, int64_t n);

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "autograd/cpu/kernels.h"
 #include "autograd/elementwise.h"
 #include "autograd/norm.h"
 
@@ -12,13 +13,14 @@ namespace attograd {
 
 namespace {
 
-using detail::exp_le0;
-
 const char* reduction_name(Reduction r) {
   switch (r) {
-    case Reduction::None: return "none";
-    case Reduction::Mean: return "mean";
-    case Reduction::Sum: return "sum";
+    case Reduction::None:
+      return "none";
+    case Reduction::Mean:
+      return "mean";
+    case Reduction::Sum:
+      return "sum";
   }
   return "?";
 }
@@ -31,141 +33,8 @@ Tensor scalar_of(double v) {
   return t;
 }
 
-// Cross-entropy layout: input viewed as (N, C, inner), target as (N, inner); P = N * inner positions.
-struct CeLayout {
-  int64_t N = 1, C = 1, inner = 1;
-};
-
-// Forward of cross_entropy: writes the per-position loss (0 where ignored) and, when lse is non-null,
-// the log-sum-exp of every position (0 where ignored). Returns the sum of the losses, in double.
-template <class T>
-double cross_entropy_forward(const T* x, const int64_t* t, const CeLayout L, const CrossEntropyOptions& o,
-                             T* loss, T* lse_out) {
-  const double s = o.label_smoothing;
-  const double invC = L.C > 0 ? 1.0 / static_cast<double>(L.C) : 0.0;
-  const T ninf = -std::numeric_limits<T>::infinity();
-  double total = 0;
-  // per element: nll = lse - x_t;  smooth = -mean_c log p_c = lse - mean_c x_c;  loss = (1-s) nll + s smooth
-  auto combine = [&](double lse, double xt, double sum_x) {
-    const double nll = lse - xt;
-    return s > 0 ? (1.0 - s) * nll + s * (lse - sum_x * invC) : nll;
-  };
-  if (L.inner == 1) {  // (N, C) or (C): one contiguous row of logits per position
-    for (int64_t n = 0; n < L.N; ++n) {
-      const int64_t tn = t[n];
-      if (tn == o.ignore_index) {
-        loss[n] = 0;
-        if (lse_out) lse_out[n] = 0;
-        continue;
-      }
-      const T* xr = x + n * L.C;
-      const T m = detail::row_max(xr, L.C);
-      const T shift = m == ninf ? T(0) : m;
-      const double lse = static_cast<double>(shift) + std::log(detail::sum_exp_shifted(xr, shift, L.C));
-      const double sum_x = s > 0 ? detail::row_sum(xr, L.C) : 0.0;
-      const double l = combine(lse, static_cast<double>(xr[tn]), sum_x);
-      loss[n] = static_cast<T>(l);
-      if (lse_out) lse_out[n] = static_cast<T>(lse);
-      total += l;
-    }
-    return total;
-  }
-  // (N, C, d...): classes strided by `inner`; reduce over c outside, vectorise over positions inside.
-  const size_t inner = static_cast<size_t>(L.inner);
-  std::vector<T> shift(inner), tmp(inner);
-  std::vector<double> sum(inner), sum_x(inner);
-  T* sh = shift.data();
-  double* se = sum.data();
-  double* sx = sum_x.data();
-  for (int64_t n = 0; n < L.N; ++n) {
-    const T* xn = x + n * L.C * L.inner;
-    const int64_t* tn = t + n * L.inner;
-    for (int64_t j = 0; j < L.inner; ++j) {
-      sh[j] = ninf;
-      se[j] = 0;
-      sx[j] = 0;
-    }
-    for (int64_t c = 0; c < L.C; ++c) {
-      const T* xc = xn + c * L.inner;
-      for (int64_t j = 0; j < L.inner; ++j) sh[j] = xc[j] > sh[j] ? xc[j] : sh[j];
-    }
-    for (int64_t j = 0; j < L.inner; ++j) sh[j] = sh[j] == ninf ? T(0) : sh[j];
-    for (int64_t c = 0; c < L.C; ++c) {
-      const T* xc = xn + c * L.inner;
-      T* e = tmp.data();  // exp and the double sum in separate loops (vectorised)
-      for (int64_t j = 0; j < L.inner; ++j) e[j] = exp_le0(xc[j] - sh[j]);
-      for (int64_t j = 0; j < L.inner; ++j) se[j] += static_cast<double>(e[j]);
-      if (s > 0)
-        for (int64_t j = 0; j < L.inner; ++j) sx[j] += static_cast<double>(xc[j]);
-    }
-    for (int64_t j = 0; j < L.inner; ++j) {
-      const int64_t p = n * L.inner + j;
-      if (tn[j] == o.ignore_index) {
-        loss[p] = 0;
-        if (lse_out) lse_out[p] = 0;
-        continue;
-      }
-      const double lse = static_cast<double>(sh[j]) + std::log(se[j]);
-      const double l = combine(lse, static_cast<double>(xn[tn[j] * L.inner + j]), sx[j]);
-      loss[p] = static_cast<T>(l);
-      if (lse_out) lse_out[p] = static_cast<T>(lse);
-      total += l;
-    }
-  }
-  return total;
-}
-
-// Backward of cross_entropy, per class c of a non-ignored position with target t and scale k
-// (g for None and Sum, g / count for Mean):
-//   dx_c = k * (exp(x_c - lse) - s / C)     (softmax minus the uniform part of the smoothed target)
-//   dx_t -= k * (1 - s)                      (minus the one-hot part)
-// Ignored positions get dx = 0. `scale` holds k per position (stride 0 when it is one scalar).
-template <class T>
-void cross_entropy_backward(const T* x, const int64_t* t, const T* lse, const T* scale, int64_t scale_stride,
-                            const CeLayout L, const CrossEntropyOptions& o, T* dx) {
-  const T sC = static_cast<T>(o.label_smoothing / static_cast<double>(std::max<int64_t>(L.C, 1)));
-  const T on = static_cast<T>(1.0 - o.label_smoothing);
-  if (L.inner == 1) {
-    for (int64_t n = 0; n < L.N; ++n) {
-      T* dr = dx + n * L.C;
-      const int64_t tn = t[n];
-      if (tn == o.ignore_index) {
-        std::fill(dr, dr + L.C, T(0));
-        continue;
-      }
-      const T* xr = x + n * L.C;
-      const T l = lse[n], k = scale[n * scale_stride];
-      for (int64_t c = 0; c < L.C; ++c) dr[c] = (exp_le0(xr[c] - l) - sC) * k;
-      dr[tn] -= on * k;
-    }
-    return;
-  }
-  const size_t inner = static_cast<size_t>(L.inner);
-  std::vector<T> kk(inner), keep(inner);
-  T* kp = kk.data();
-  T* kept = keep.data();
-  for (int64_t n = 0; n < L.N; ++n) {
-    const T* xn = x + n * L.C * L.inner;
-    const int64_t* tn = t + n * L.inner;
-    const T* ln = lse + n * L.inner;
-    T* dn = dx + n * L.C * L.inner;
-    for (int64_t j = 0; j < L.inner; ++j) {
-      const bool ignored = tn[j] == o.ignore_index;
-      kept[j] = ignored ? T(0) : T(1);
-      kp[j] = ignored ? T(0) : scale[(n * L.inner + j) * scale_stride];
-    }
-    for (int64_t c = 0; c < L.C; ++c) {
-      const T* xc = xn + c * L.inner;
-      T* dc = dn + c * L.inner;
-      for (int64_t j = 0; j < L.inner; ++j) {
-        const T v = (exp_le0(xc[j] - ln[j]) - sC) * kp[j];
-        dc[j] = kept[j] != T(0) ? v : T(0);
-      }
-    }
-    for (int64_t j = 0; j < L.inner; ++j)
-      if (kept[j] != T(0)) dn[tn[j] * L.inner + j] -= on * kp[j];
-  }
-}
+// Cross-entropy layout: input viewed as (N, C, inner) (outer = N, n = C), target as (N, inner).
+using CeLayout = cpu::Slices;
 
 }  // namespace
 
@@ -187,20 +56,20 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, CrossEntropyOpti
 
   CeLayout L;
   if (input.dim() == 1) {
-    L.C = is[0];
+    L.n = is[0];
   } else {
-    L.N = is[0];
-    L.C = is[1];
+    L.outer = is[0];
+    L.n = is[1];
     for (size_t i = 2; i < is.size(); ++i) L.inner *= is[i];
   }
-  const int64_t P = L.N * L.inner;
+  const int64_t P = L.outer * L.inner;
   const int64_t* t = target.data<int64_t>();
   int64_t count = 0;
   for (int64_t p = 0; p < P; ++p) {
     if (t[p] == opts.ignore_index) continue;
-    ATTO_CHECK(t[p] >= 0 && t[p] < L.C, op, "target value ", t[p], " is out of range for ", L.C,
-               " classes (expected 0 <= target < ", L.C, ", or ignore_index ", opts.ignore_index,
-               "); input shape ", is);
+    ATTO_CHECK(t[p] >= 0 && t[p] < L.n, op, "target value ", t[p], " is out of range for ", L.n,
+               " classes (expected 0 <= target < ", L.n, ", or ignore_index ", opts.ignore_index, "); input shape ",
+               is);
     ++count;
   }
 
@@ -211,11 +80,18 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, CrossEntropyOpti
   Tensor out;
   dispatch_float(input.dtype(), op, [&]<typename T>() {
     const double total =
-        cross_entropy_forward<T>(input.data<T>(), t, L, opts, per.data<T>(), save ? lse.data<T>() : nullptr);
+        ATTO_CPU(cross_entropy_forward<T>)(input.data<T>(), t, L, opts.label_smoothing, opts.ignore_index, per.data<T>(),
+                                           save ? lse.data<T>() : nullptr);
     switch (opts.reduction) {
-      case Reduction::None: out = per; break;
-      case Reduction::Sum: out = scalar_of<T>(total); break;
-      case Reduction::Mean: out = scalar_of<T>(count > 0 ? total / static_cast<double>(count) : 0.0); break;
+      case Reduction::None:
+        out = per;
+        break;
+      case Reduction::Sum:
+        out = scalar_of<T>(total);
+        break;
+      case Reduction::Mean:
+        out = scalar_of<T>(count > 0 ? total / static_cast<double>(count) : 0.0);
+        break;
     }
   });
   if (!save) return out;
@@ -235,8 +111,9 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, CrossEntropyOpti
       } else {
         k = count > 0 ? static_cast<T>(static_cast<double>(g.data<T>()[0]) / static_cast<double>(count)) : T(0);
       }
-      cross_entropy_backward<T>(xd.data<T>(), td.data<int64_t>(), lse.data<T>(), scale, stride, L, opts,
-                                dx.data<T>());
+      const auto backward = ATTO_CPU(cross_entropy_backward<T>);
+      backward(xd.data<T>(), td.data<int64_t>(), lse.data<T>(), scale, stride, L, opts.label_smoothing, opts.ignore_index,
+               dx.data<T>());
     });
     gi[0] = dx;
   });
@@ -245,8 +122,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, CrossEntropyOpti
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   const char* op = "mse_loss";
   ATTO_CHECK(input.defined() && target.defined(), op, "called with an undefined tensor");
-  ATTO_CHECK(input.shape() == target.shape(), op, "input shape ", input.shape(), " and target shape ",
-             target.shape(), " must be equal (reduction ", reduction_name(reduction), ")");
+  ATTO_CHECK(input.shape() == target.shape(), op, "input shape ", input.shape(), " and target shape ", target.shape(),
+             " must be equal (reduction ", reduction_name(reduction), ")");
   check_same_dtype(input, target, op);
   const int64_t n = input.numel();
   Tensor out;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 
+#include "autograd/dims.h"
 #include "autograd/strided.h"
 
 namespace attograd {
@@ -25,11 +26,7 @@ struct Group {
 using detail::for_each_outer;
 using detail::Run;
 
-int64_t wrap_dim(int64_t d, int64_t n, const Shape& shape, const char* op) {
-  ATTO_CHECK(d >= -n && d < n, op, "dimension ", d, " out of range for a tensor of shape ", shape, " (expected in [",
-             -n, ", ", n - 1, "])");
-  return d < 0 ? d + n : d;
-}
+using detail::wrap_dim;
 
 // Which dims of x are reduced; validates range and duplicates. A 0-d tensor accepts dim 0 / -1.
 std::vector<bool> reduce_mask(const Tensor& x, const std::vector<int64_t>& dims, const char* op) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "autograd/dims.h"
 #include "autograd/strided.h"
 
 namespace attograd {
@@ -39,12 +40,7 @@ U* mdata(const Tensor& t) {
 
 void check_defined(const Tensor& x, const char* op) { ATTO_CHECK(x.defined(), op, "called with an undefined tensor"); }
 
-// Wraps a possibly negative dim into [0, n); the error names the dim and the shape.
-int64_t wrap_dim(int64_t d, int64_t n, const Shape& shape, const char* op) {
-  ATTO_CHECK(d >= -n && d < n, op, "dimension ", d, " out of range for a tensor of shape ", shape, " (expected in [",
-             -n, ", ", n - 1, "])");
-  return d < 0 ? d + n : d;
-}
+using detail::wrap_dim;
 
 int64_t prod(const Shape& s, size_t begin, size_t end) {
   int64_t p = 1;

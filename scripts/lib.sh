@@ -38,3 +38,33 @@ configure_and_build() {
   echo "==> building $dir ($JOBS jobs)"
   cmake --build "$dir" -j "$JOBS"
 }
+
+# The kernel sets (ATTOGRAD_CPU values) this CPU can run, best first: avx512 needs x86-64-v4, avx2 x86-64-v3.
+# ATTOGRAD_CPU_SETS overrides the list (e.g. ATTOGRAD_CPU_SETS=generic).
+kernel_sets() {
+  if [ -n "${ATTOGRAD_CPU_SETS:-}" ]; then
+    echo "$ATTOGRAD_CPU_SETS"
+    return
+  fi
+  local flags sets=""
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+  has() { for f in "$@"; do [[ "$flags" == *" $f "* ]] || return 1; done; }
+  if [ "$(uname -m)" = "x86_64" ]; then
+    if has avx2 fma bmi1 bmi2 f16c movbe abm; then
+      has avx512f avx512bw avx512cd avx512dq avx512vl && sets="avx512 "
+      sets+="avx2 "
+    fi
+  fi
+  echo "${sets}generic"
+}
+
+# run_suite BUILD_DIR [ctest args...]: the suite once per kernel set this CPU runs.
+run_suite() {
+  local dir="$1"
+  shift
+  for set in $(kernel_sets); do
+    echo "==> running tests with ATTOGRAD_CPU=$set ($dir)"
+    ATTOGRAD_CPU="$set" ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@"
+  done
+}
+

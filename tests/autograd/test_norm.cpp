@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/cpu/math.h"
 #include "autograd/norm.h"
 #include "testing.h"
 
@@ -371,10 +372,10 @@ TEST(Softmax, NanPropagates) {
 
 TEST(Softmax, Errors) {
   Tensor x = zeros({2, 3});
-  EXPECT_ATTO_ERROR(softmax(x, 2), "softmax: dim 2 is out of range for a tensor of shape [2, 3]");
-  EXPECT_ATTO_ERROR(softmax(x, -3), "dim -3 is out of range for a tensor of shape [2, 3] (expected a dim in [-2, 1])");
-  EXPECT_ATTO_ERROR(log_softmax(x, 5), "log_softmax: dim 5 is out of range");
-  EXPECT_ATTO_ERROR(softmax(scalar_tensor(1.0), 1), "dim 1 is out of range for a tensor of shape []");
+  EXPECT_ATTO_ERROR(softmax(x, 2), "softmax: dimension 2 out of range for a tensor of shape [2, 3]");
+  EXPECT_ATTO_ERROR(softmax(x, -3), "dimension -3 out of range for a tensor of shape [2, 3] (expected in [-2, 1])");
+  EXPECT_ATTO_ERROR(log_softmax(x, 5), "log_softmax: dimension 5 out of range");
+  EXPECT_ATTO_ERROR(softmax(scalar_tensor(1.0), 1), "dimension 1 out of range for a tensor of shape []");
   Tensor i = zeros({2, 3}, {.dtype = kInt64});
   EXPECT_ATTO_ERROR(softmax(i, 0), "softmax: expected a float32 or float64 tensor, got int64");
   EXPECT_ATTO_ERROR(log_softmax(i, 0), "log_softmax: expected a float32 or float64 tensor, got int64");
