@@ -1,12 +1,13 @@
 #pragma once
 // attograd in one include: tensors and every op with its gradient, the modules and models, optimizers and
 // schedules, the trainer, decoding, the weights formats and gradient checking. Installed as <attograd/attograd.h>;
-// in the source tree, "attograd.h". The kernels' internals (allocator.h, gemm.h, simd.h, strided.h, eigen_util.h)
-// and the benchmark (train/tools/bench.h) are not part of it and are not installed.
+// in the source tree, "attograd.h". The kernels' internals (allocator.h, dims.h, gemm.h, strided.h, eigen_util.h,
+// cpu/*.h) and the benchmark (train/tools/bench.h) are not part of it and are not installed.
 
 #include "autograd/activation.h"
 #include "autograd/attention.h"
 #include "autograd/autograd.h"
+#include "autograd/cpu.h"
 #include "autograd/dropout.h"
 #include "autograd/dtype.h"
 #include "autograd/elementwise.h"
