@@ -32,7 +32,7 @@ endforeach()
 # 2. Install into a scratch prefix: exactly the public headers, none of which includes Eigen or an internal header.
 file(REMOVE_RECURSE ${WORK_DIR}/prefix ${WORK_DIR}/consumer ${WORK_DIR}/tmp)
 file(MAKE_DIRECTORY ${WORK_DIR}/tmp)
-run(${CMAKE_COMMAND} --build ${BUILD_DIR} --target attograd)  # up to date after a full build; else makes it so
+run(${CMAKE_COMMAND} --build ${BUILD_DIR} --target attograd_tools)  # up to date after a full build; else makes it so
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix --component attograd)
 set(installed_root ${WORK_DIR}/prefix/${INCLUDE_DIR}/attograd)
 file(GLOB_RECURSE installed RELATIVE ${installed_root} ${installed_root}/*)

@@ -1,0 +1,31 @@
+# Fails when a lower layer includes a higher layer's header (docs/ARCHITECTURE.md): autograd/ includes nothing of
+# nn/ or train/, nn/ nothing of train/, train/ (outside train/tools/) nothing of train/tools/. The layer checks in
+# CMakeLists.txt catch calls at link time; this catches what a header alone would bring in.
+# Usage: cmake -DSOURCE_DIR=<repo> -P tests/layers.cmake
+# Each rule: a folder, "=", a regular expression of the includes it must not have.
+set(rules "autograd/=^(nn|train)/" "nn/=^train/" "train/=^train/tools/")
+set(violations "")
+foreach(rule IN LISTS rules)
+  string(FIND "${rule}" "=" eq)
+  string(SUBSTRING "${rule}" 0 ${eq} dir)
+  math(EXPR start "${eq} + 1")
+  string(SUBSTRING "${rule}" ${start} -1 forbidden)
+  file(GLOB_RECURSE files RELATIVE ${SOURCE_DIR} ${SOURCE_DIR}/${dir}*.h ${SOURCE_DIR}/${dir}*.cpp)
+  foreach(f IN LISTS files)
+    if(dir STREQUAL "train/" AND f MATCHES "^train/tools/")
+      continue()
+    endif()
+    file(STRINGS ${SOURCE_DIR}/${f} lines REGEX "^#include \"")
+    foreach(line IN LISTS lines)
+      string(REGEX REPLACE "^#include \"([^\"]*)\".*" "\\1" header "${line}")
+      if(header MATCHES "${forbidden}")
+        list(APPEND violations "${f} includes ${header}")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+if(violations)
+  string(REPLACE ";" "\n  " text "${violations}")
+  message(FATAL_ERROR "lower layers include higher ones:\n  ${text}")
+endif()
+message(STATUS "layers: no lower layer includes a higher one")
