@@ -255,7 +255,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
       Tensor& gin = gi[i];
       if (!gin.defined()) continue;  // the op says this input gets no gradient (e.g. a zero-size case)
       if (gin.shape() != in->shape || gin.dtype() != in->dtype)
-        throw Error("backward", cat("internal error: op '", node->name, "' returned a gradient of shape ",
+        throw Error("backward", str_cat("internal error: op '", node->name, "' returned a gradient of shape ",
                                     gin.shape(), " (", dtype_name(gin.dtype()), ") for input ", i, " of shape ",
                                     in->shape, " (", dtype_name(in->dtype), ")"));
       auto [slot, fresh] = grads.try_emplace(in, std::move(gin));

@@ -177,7 +177,7 @@ std::vector<Tensor> CausalLM::attention_weights() const {
 
 std::string CausalLM::extra_repr() const {
   const CausalLMOptions& o = options;
-  return cat("vocab=", o.vocab, ", d_model=", o.d_model, ", n_head=", o.n_head, ", d_ff=", o.d_ff,
+  return str_cat("vocab=", o.vocab, ", d_model=", o.d_model, ", n_head=", o.n_head, ", d_ff=", o.d_ff,
              ", n_layers=", o.n_layers, ", dropout=", detail::py_float(o.dropout), ", max_len=", o.max_len,
              ", pad_idx=", o.pad_idx);
 }
@@ -266,7 +266,7 @@ std::vector<AttentionMap> CausalLM::attention_maps(const std::vector<int64_t>& s
     weights = attention_weights();
   }
   std::vector<AttentionMap> maps;
-  for (size_t i = 0; i < weights.size(); ++i) maps.push_back({cat("layer ", i), weights[i], tokens, tokens});
+  for (size_t i = 0; i < weights.size(); ++i) maps.push_back({str_cat("layer ", i), weights[i], tokens, tokens});
   return maps;
 }
 

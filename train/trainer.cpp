@@ -117,7 +117,7 @@ TrainConfig TrainConfig::from_json(const std::string& text) {
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    throw Error(kConfig, cat("invalid JSON: ", e.what()));
+    throw Error(kConfig, str_cat("invalid JSON: ", e.what()));
   }
   ATTO_CHECK(j.is_object(), kConfig, "JSON must be an object, got ", j.dump());
   TrainConfig c;
@@ -140,7 +140,7 @@ void TrainConfig::validate() const {
   if (!nn::has_model(model)) {
     std::string kinds;
     for (const auto& [kind, _] : nn::registered_models()) kinds += (kinds.empty() ? "" : ", ") + kind;
-    throw Error(kConfig, cat("model must be a registered kind (", kinds, "), got \"", model, "\""));
+    throw Error(kConfig, str_cat("model must be a registered kind (", kinds, "), got \"", model, "\""));
   }
   ATTO_CHECK(one_of(optimizer, {"adam", "adamw", "sgd"}), kConfig, "optimizer must be adam, adamw or sgd, got \"",
              optimizer, "\"");
@@ -325,10 +325,10 @@ std::vector<int64_t> Trainer::predict(const std::vector<int64_t>& src) {
 std::string Trainer::metrics_csv() const {
   std::string s = std::string(kCsvHeader) + "\n";
   for (const StepMetrics& m : history_) {
-    s += cat(m.step, ",", exact(m.loss), ",", exact(m.lr), ",", exact(m.grad_norm), ",", m.tokens, ",",
+    s += str_cat(m.step, ",", exact(m.loss), ",", exact(m.lr), ",", exact(m.grad_norm), ",", m.tokens, ",",
              exact(m.seconds));
     if (m.evaluated)
-      s += cat(",", m.eval.n, ",", exact(m.eval.token_accuracy), ",", exact(m.eval.sequence_accuracy), ",",
+      s += str_cat(",", m.eval.n, ",", exact(m.eval.token_accuracy), ",", exact(m.eval.sequence_accuracy), ",",
                exact(m.eval.loss));
     else
       s += ",,,,";
