@@ -3,10 +3,12 @@
 // by tests/nn/golden_*.py) matched against a module's named_parameters().
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "nn/init.h"
 #include "nn/module.h"
 #include "testing.h"
 
@@ -73,6 +75,43 @@ inline Tensor leaf(const Tensor& t) {
   Tensor x = t.detach();
   x.requires_grad_(true);
   return x;
+}
+
+/// True when every element is finite.
+inline bool all_finite(const Tensor& t) {
+  for (double v : t.to_vector<double>())
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+/// `inputs` followed by every parameter of `m` (float64 leaves after m.to(kFloat64)), with every parameter whose
+/// name contains "bias" drawn from U(-0.5, 0.5) so that no gradient path is hidden by a zero init.
+inline std::vector<Tensor> with_params(std::vector<Tensor> inputs, nn::Module& m, Generator& gen) {
+  NoGradGuard no_grad;
+  for (auto& [n, p] : m.named_parameters()) {
+    if (n.find("bias") != std::string::npos) nn::init::uniform_(p, -0.5, 0.5, gen);
+    inputs.push_back(p);
+  }
+  return inputs;
+}
+
+/// `inputs` followed by every parameter of `m`, biases (names ending in "bias") drawn from U(-0.5, 0.5) and
+/// LayerNorm weights (names containing "norm") from U(0.7, 1.3), away from their 0 / 1 init.
+inline std::vector<Tensor> params_as_inputs(nn::Module& m, Generator& gen, std::vector<Tensor> inputs = {}) {
+  NoGradGuard no_grad;
+  for (auto& [n, p] : m.named_parameters()) {
+    if (n.size() >= 4 && n.compare(n.size() - 4, 4, "bias") == 0)
+      nn::init::uniform_(p, -0.5, 0.5, gen);
+    else if (n.find("norm") != std::string::npos)
+      nn::init::uniform_(p, 0.7, 1.3, gen);
+    inputs.push_back(p);
+  }
+  return inputs;
+}
+
+/// Token ids as a (B, L) Int64 tensor.
+inline Tensor tokens_of(const std::vector<int64_t>& ids, int64_t B, int64_t L) {
+  return from_vector<int64_t>(ids, {B, L});
 }
 
 }  // namespace attograd::testing

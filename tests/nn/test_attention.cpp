@@ -19,27 +19,6 @@ using namespace attograd;
 using namespace attograd::testing;
 using namespace attograd::nn;
 
-namespace {
-
-// Float64 leaves for every parameter after module.to(kFloat64), with the zero-initialised biases made non-zero
-// so that every gradient path is exercised.
-std::vector<Tensor> with_params(std::vector<Tensor> inputs, Module& m, Generator& gen) {
-  NoGradGuard no_grad;
-  for (auto& [n, p] : m.named_parameters()) {
-    if (n.find("bias") != std::string::npos) init::uniform_(p, -0.5, 0.5, gen);
-    inputs.push_back(p);
-  }
-  return inputs;
-}
-
-bool all_finite(const Tensor& t) {
-  for (double v : t.to_vector<double>())
-    if (!std::isfinite(v)) return false;
-  return true;
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------
 // PyTorch 1.13 goldens: nn.MultiheadAttention(batch_first=True), eval mode
 

@@ -33,33 +33,12 @@ TransformerLayerOptions options_from(const Golden& g) {
           .norm_first = c[3] != 0};
 }
 
-// Float64 leaves for every parameter after module.to(kFloat64), with biases and LayerNorm weights moved away from
-// their 0 / 1 init so that every gradient path is exercised.
-std::vector<Tensor> with_params(std::vector<Tensor> inputs, Module& m, Generator& gen) {
-  NoGradGuard no_grad;
-  for (auto& [n, p] : m.named_parameters()) {
-    const bool is_norm = n.find("norm") != std::string::npos;
-    if (n.size() >= 4 && n.compare(n.size() - 4, 4, "bias") == 0)
-      init::uniform_(p, -0.5, 0.5, gen);
-    else if (is_norm)
-      init::uniform_(p, 0.7, 1.3, gen);
-    inputs.push_back(p);
-  }
-  return inputs;
-}
-
 // (B, L) Bool, true at positions >= lengths[b].
 Tensor right_padding(const std::vector<int64_t>& lengths, int64_t L) {
   Tensor m = zeros({static_cast<int64_t>(lengths.size()), L}, {.dtype = kBool});
   for (size_t b = 0; b < lengths.size(); ++b)
     for (int64_t j = lengths[b]; j < L; ++j) m.set({static_cast<int64_t>(b), j}, 1);
   return m;
-}
-
-bool all_finite(const Tensor& t) {
-  for (double v : t.to_vector<double>())
-    if (!std::isfinite(v)) return false;
-  return true;
 }
 
 }  // namespace
@@ -344,7 +323,7 @@ TEST(TransformerEncoderLayer, GradcheckPostLnWithMasks) {
   Tensor x = rand_leaf({2, 4, 4}, gen);
   Tensor kpm = right_padding({4, 2}, 4);
   EXPECT_GRADCHECK([&] { return layer.forward(x, {.src_mask = causal_mask(4), .src_key_padding_mask = kpm}); },
-                   with_params({x}, layer, gen));
+                   params_as_inputs(layer, gen, {x}));
 }
 
 TEST(TransformerEncoderLayer, GradcheckPreLnGeluWithMasksAndDropout) {
@@ -361,7 +340,7 @@ TEST(TransformerEncoderLayer, GradcheckPreLnGeluWithMasksAndDropout) {
         drop.manual_seed(7);  // the same dropout masks at every evaluation
         return layer.forward(x, {.src_key_padding_mask = kpm, .is_causal = true});
       },
-      with_params({x}, layer, gen));
+      params_as_inputs(layer, gen, {x}));
 }
 
 TEST(TransformerDecoderLayer, GradcheckPostLnWithMasks) {
@@ -372,7 +351,7 @@ TEST(TransformerDecoderLayer, GradcheckPostLnWithMasks) {
   Tensor y = rand_leaf({2, 3, 4}, gen), mem = rand_leaf({2, 4, 4}, gen);
   Tensor mkpm = right_padding({4, 2}, 4);
   EXPECT_GRADCHECK([&] { return layer.forward(y, mem, {.tgt_mask = causal_mask(3), .memory_key_padding_mask = mkpm}); },
-                   with_params({y, mem}, layer, gen));
+                   params_as_inputs(layer, gen, {y, mem}));
 }
 
 TEST(TransformerDecoderLayer, GradcheckPreLnWithDropoutAndAllMasks) {
@@ -394,7 +373,7 @@ TEST(TransformerDecoderLayer, GradcheckPreLnWithDropoutAndAllMasks) {
                               .memory_key_padding_mask = mkpm,
                               .tgt_is_causal = true});
       },
-      with_params({y, mem}, layer, gen));
+      params_as_inputs(layer, gen, {y, mem}));
 }
 
 TEST(TransformerStacks, GradcheckEncoderDecoderStack) {
@@ -407,7 +386,7 @@ TEST(TransformerStacks, GradcheckEncoderDecoderStack) {
   enc.to(kFloat64);
   dec.to(kFloat64);
   Tensor src = rand_leaf({1, 3, 4}, gen), tgt = rand_leaf({1, 2, 4}, gen);
-  std::vector<Tensor> inputs = with_params(with_params({src, tgt}, enc, gen), dec, gen);
+  std::vector<Tensor> inputs = params_as_inputs(dec, gen, params_as_inputs(enc, gen, {src, tgt}));
   EXPECT_GRADCHECK([&] { return dec.forward(tgt, enc.forward(src), {.tgt_is_causal = true}); }, inputs);
 }
 

@@ -23,21 +23,7 @@ using namespace attograd::nn::seed;
 
 namespace {
 
-Tensor tokens_of(const std::vector<int64_t>& ids, int64_t B, int64_t L) { return from_vector<int64_t>(ids, {B, L}); }
 
-// Float64 leaves for every parameter (after model.to(kFloat64)), biases and LayerNorm weights moved away from 0 / 1.
-std::vector<Tensor> params_as_inputs(Module& m, Generator& gen) {
-  NoGradGuard no_grad;
-  std::vector<Tensor> inputs;
-  for (auto& [n, p] : m.named_parameters()) {
-    if (n.size() >= 4 && n.compare(n.size() - 4, 4, "bias") == 0)
-      init::uniform_(p, -0.5, 0.5, gen);
-    else if (n.find("norm") != std::string::npos)
-      init::uniform_(p, 0.7, 1.3, gen);
-    inputs.push_back(p);
-  }
-  return inputs;
-}
 
 // Per encoder layer of the seed: attention (w_qs, w_ks, w_vs, fc, layer_norm) + feed-forward (w_1, w_2, layer_norm).
 int64_t seed_attention_params(const TransformerOptions& o) {
