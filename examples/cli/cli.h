@@ -47,8 +47,17 @@ Command add_import(CLI::App& app);
 std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed = std::nullopt);
 /// The TrainConfig stored as a file's metadata (Error naming the file when there is none).
 train::TrainConfig config_from_metadata(const std::string& metadata, const std::string& path);
-/// The whole text file (Error naming it and `what` when unreadable).
+/// Largest configuration (JSON) file read: 1 MiB.
+inline constexpr uint64_t kMaxTextFileBytes = uint64_t{1} << 20;
+/// The whole text file: a regular file of at most kMaxTextFileBytes (Error naming it and `what` otherwise).
 std::string read_text(const std::string& path, const char* what);
+/// A check for an integer flag: a plain decimal integer (no sign unless lo < 0, nothing after it) in [lo, hi];
+/// an out-of-range value is an error, never clamped or wrapped (CLI11 would turn -1 into 2^64-1 for unsigned).
+CLI::Validator integer_in(int64_t lo, int64_t hi);
+/// A check for an unsigned 64-bit flag (a seed): digits only, at most 2^64-1.
+CLI::Validator unsigned64();
+/// A check for a real flag: a finite number greater than 0 (not NaN, not 0, not negative).
+CLI::Validator positive_real();
 /// Peak resident memory of this process in MB (getrusage ru_maxrss).
 double peak_rss_mb();
 /// 101056 -> "101,056".

@@ -126,7 +126,8 @@ Command add_eval(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
   a->seed_opt = sub->add_option("--seed", a->seed,
                                 "seed of the held-out stream (default: the training seed, i.e. the same sequences "
-                                "as the training run's evaluations)");
+                                "as the training run's evaluations)")
+                    ->check(unsigned64());
   sub->add_flag("--json", a->json, "print the result as one JSON object");
   sub->footer(
       "The model is rebuilt from the configuration stored in the weights file's metadata.\n\n"

@@ -233,7 +233,7 @@ TEST(Report, WriteTextFile) {
   std::getline(f, s);
   EXPECT_EQ(s, "<svg/>");
   std::remove(path.c_str());
-  EXPECT_ATTO_ERROR(report::write_text_file("/nonexistent-dir/x.svg", ""), "cannot open");
+  EXPECT_ATTO_ERROR(report::write_text_file("/nonexistent-dir/x.svg", ""), "No such file or directory");  // the temporary file, with errno
 }
 
 // ---------------------------------------------------------------------------------------------
