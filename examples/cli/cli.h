@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "train/io/serialize.h"
 #include "train/trainer.h"
 
 namespace attograd::cli {
@@ -45,6 +46,9 @@ Command add_import(CLI::App& app);
 /// A Trainer holding the model saved in a weights file (config from its metadata) or a checkpoint. `seed`
 /// replaces the config's seed (which picks the held-out examples). Error if the file has no training config.
 std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed = std::nullopt);
+/// Before building anything: the configuration is valid and its model (estimate_memory's lower bound of the
+/// parameters) fits in the values the file holds; Error naming the file otherwise.
+void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path);
 /// The TrainConfig stored as a file's metadata (Error naming the file when there is none).
 train::TrainConfig config_from_metadata(const std::string& metadata, const std::string& path);
 /// Largest configuration (JSON) file read: 1 MiB.

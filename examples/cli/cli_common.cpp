@@ -113,6 +113,18 @@ train::TrainConfig config_from_metadata(const std::string& metadata, const std::
                           "`attograd import --config`)"));
 }
 
+void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path) {
+  cfg.validate();
+  // A checkpoint also holds optimizer state: only its "model." tensors count.
+  double held = 0;
+  for (const io::TensorInfo& t : info.tensors)
+    if (info.kind != "checkpoint" || t.name.rfind("model.", 0) == 0) held += static_cast<double>(shape_numel(t.shape));
+  const double needed = cfg.estimate_memory().parameters;
+  ATTO_CHECK(needed <= held, "load", "'", path, "': its configuration describes a ", cfg.model, " model of at least ",
+             static_cast<int64_t>(needed), " parameters, but the file holds only ", static_cast<int64_t>(held),
+             " values (", info.tensors.size(), " tensors): the metadata does not match the tensors");
+}
+
 std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed) {
   const io::FileInfo info = io::inspect(path);
   ATTO_CHECK(!info.has_checksum || info.checksum_ok, "load", "'", path, "' is corrupt: checksum mismatch (stored ",
@@ -120,6 +132,7 @@ std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optiona
              strf("%016llx", static_cast<unsigned long long>(info.computed_checksum)), ")");
   train::TrainConfig cfg = config_from_metadata(info.metadata, path);
   if (seed) cfg.seed = *seed;
+  check_config_against_tensors(cfg, info, path);
   auto trainer = std::make_unique<train::Trainer>(cfg);
   if (info.kind == "checkpoint")
     trainer->load_checkpoint(path);

@@ -106,6 +106,7 @@ int run_import(const ImportArgs& a) {
   const train::TrainConfig cfg = !a.config.empty()
                                      ? train::TrainConfig::from_json(read_text(a.config, "import"))
                                      : config_from_metadata(info.metadata, a.from);
+  check_config_against_tensors(cfg, info, a.from);
   train::Trainer t(cfg);
   io::import_safetensors(t.model(), a.from);
   io::save(t.model(), a.to, cfg.to_json());

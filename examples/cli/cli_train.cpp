@@ -64,8 +64,10 @@ int run(TrainArgs& a) {
     cfg = TrainConfig::from_json(text);
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     warmup_set = warmup_set || (j.is_object() && j.contains("warmup"));
-  } else if (!a.resume.empty()) {
-    const io::FileInfo info = io::inspect(a.resume);
+  }
+  std::optional<io::FileInfo> resume_info;
+  if (a.config_file.empty() && !a.resume.empty()) {
+    const io::FileInfo& info = resume_info.emplace(io::inspect(a.resume));
     ATTO_CHECK(info.kind == "checkpoint", "train", "--resume needs a checkpoint, '", a.resume, "' is a ", info.kind,
                " file");
     ATTO_CHECK(info.checksum_ok, "train", "'", a.resume, "' is corrupt: checksum mismatch");
@@ -76,6 +78,7 @@ int run(TrainArgs& a) {
   // A short run without an explicit warm-up: scale the default warm-up down to a tenth of the steps.
   if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cfg.steps) cfg.warmup = cfg.steps / 10;
   cfg.validate();
+  if (resume_info) check_config_against_tensors(cfg, *resume_info, a.resume);  // before building the model
 
   const fs::path out = !a.out.empty()      ? fs::path(a.out)
                        : !a.resume.empty() ? fs::path(a.resume).parent_path()

@@ -457,6 +457,8 @@ void check_names(const char* op, const std::string& path, const char* what,
 void write_native(const std::string& path, const char* op, Kind kind, const std::string& metadata,
                   const NamedTensors& tensors, const Checkpoint* ck) {
   ATTO_CHECK(valid_json(metadata), op, "'", path, "': metadata is not valid JSON: ", printable(metadata.substr(0, 80)));
+  ATTO_CHECK(json_depth(metadata) <= kMaxJsonDepth, op, "'", path, "': metadata JSON is nested more than ",
+             kMaxJsonDepth, " levels deep");
   check_names(op, path, "tensor", tensors);
   for (const auto& [name, t] : tensors) {
     ATTO_CHECK(t.defined(), op, "'", path, "': tensor '", name, "' is undefined");
