@@ -59,11 +59,11 @@ const fs::path& scratch() {
 }
 
 // Runs `attograd ARGS` (ARGS as shell words), capturing stdout, stderr and the exit status.
-CliRun attograd(const std::string& args) {
+CliRun attograd(const std::string& args, const std::string& shell_prefix = "") {
   const std::string err_file = (scratch() / "stderr.txt").string();
   // Under `timeout`: a hang (a FIFO, a run that never ends) fails the test instead of blocking the suite. The bound
   // is far above any command's normal time, sanitizer builds included; it is never a timing assertion.
-  const std::string cmd = "timeout -k 10 600 " + std::string(kCli) + " " + args + " 2>" + quote(err_file) + " </dev/null";
+  const std::string cmd = shell_prefix + "timeout -k 10 600 " + std::string(kCli) + " " + args + " 2>" + quote(err_file) + " </dev/null";
   CliRun r;
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -437,7 +437,7 @@ TEST_F(Cli, HostileSizesAreRejectedBeforeAnythingIsBuilt) {
   const std::string small_big = (scratch() / "small_big.attograd").string();
   ::attograd::io::write_tensors(small_big, {{"x", ::attograd::zeros({2})}}, big.to_json());
   for (const char* cmd : {"eval --weights ", "export --to /dev/null --weights "})
-    expect_one_line_error(attograd(cmd + quote(small_big)), "the metadata does not match the tensors",
+    expect_one_line_error(attograd(cmd + quote(small_big)), "at least 4831899648 parameters, but the file holds only 2",
                           std::string(cmd) + "of a file whose metadata asks for a big model");
   expect_one_line_error(attograd("generate --input '1 2' --weights " + quote(small_big)), "does not match",
                         "generate of a big-metadata file");
@@ -447,6 +447,24 @@ TEST_F(Cli, HostileSizesAreRejectedBeforeAnythingIsBuilt) {
   ::attograd::io::write_tensors(overflow, {{"x", ::attograd::zeros({2})}}, impossible.to_json());
   expect_one_line_error(attograd("eval --weights " + quote(overflow)), "d_ff must be at most",
                         "eval of a file with sizes that overflow (was a crash)");
+}
+
+TEST_F(Cli, OutOfMemoryIsAnErrorSayingHowMuch) {
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTOGRAD_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(ATTOGRAD_TEST_ASAN)
+  GTEST_SKIP() << "an address-space limit and AddressSanitizer's shadow memory do not mix";
+#else
+  // 1.5 GB of address space: the memory estimate (a lower bound) passes, the first training step cannot allocate
+  // its activations.
+  // It was `terminate called after throwing std::bad_alloc` (exit 134); now one line, naming the bytes.
+  const CliRun r =
+      attograd("train --batch 9000 --steps 2 --quiet --out " + quote((scratch() / "oom").string()), "ulimit -v 1500000; ");
+  expect_one_line_error(r, "out of memory allocating", "out of memory in a training step");
+#endif
 }
 
 TEST_F(Cli, DeeplyNestedJsonIsRejected) {
