@@ -464,6 +464,9 @@ TEST_F(Cli, OutOfMemoryIsAnErrorSayingHowMuch) {
   const CliRun r =
       attograd("train --batch 9000 --steps 2 --quiet --out " + quote((scratch() / "oom").string()), "ulimit -v 1500000; ");
   expect_one_line_error(r, "out of memory allocating", "out of memory in a training step");
+  // Held-out examples beyond memory: said up front (was std::bad_alloc).
+  expect_one_line_error(attograd("eval --eval-size 100000000 --weights " + quote(weights()), "ulimit -v 1500000; "),
+                        "100000000 held-out examples need about", "eval --eval-size 10^8");
 #endif
 }
 
