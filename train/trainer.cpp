@@ -80,7 +80,8 @@ void read_field(const json& v, const std::string& name, T& out) {
     ATTO_CHECK(v.is_number(), kConfig, "field \"", name, "\" must be a number, got ", excerpt(v));
     out = v.get<double>();
   } else if constexpr (std::is_same_v<T, uint64_t>) {
-    ATTO_CHECK(v.is_number_unsigned(), kConfig, "field \"", name, "\" must be a non-negative integer, got ", excerpt(v));
+    ATTO_CHECK(v.is_number_unsigned(), kConfig, "field \"", name, "\" must be a non-negative integer, got ",
+               excerpt(v));
     out = v.get<uint64_t>();
   } else {
     static_assert(std::is_same_v<T, int64_t>);

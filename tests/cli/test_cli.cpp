@@ -63,7 +63,8 @@ CliRun attograd(const std::string& args, const std::string& shell_prefix = "") {
   const std::string err_file = (scratch() / "stderr.txt").string();
   // Under `timeout`: a hang (a FIFO, a run that never ends) fails the test instead of blocking the suite. The bound
   // is far above any command's normal time, sanitizer builds included; it is never a timing assertion.
-  const std::string cmd = shell_prefix + "timeout -k 10 600 " + std::string(kCli) + " " + args + " 2>" + quote(err_file) + " </dev/null";
+  const std::string cmd =
+      shell_prefix + "timeout -k 10 600 " + std::string(kCli) + " " + args + " 2>" + quote(err_file) + " </dev/null";
   CliRun r;
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -461,8 +462,8 @@ TEST_F(Cli, OutOfMemoryIsAnErrorSayingHowMuch) {
   // 1.5 GB of address space: the memory estimate (a lower bound) passes, the first training step cannot allocate
   // its activations.
   // It was `terminate called after throwing std::bad_alloc` (exit 134); now one line, naming the bytes.
-  const CliRun r =
-      attograd("train --batch 9000 --steps 2 --quiet --out " + quote((scratch() / "oom").string()), "ulimit -v 1500000; ");
+  const CliRun r = attograd("train --batch 9000 --steps 2 --quiet --out " + quote((scratch() / "oom").string()),
+                            "ulimit -v 1500000; ");
   expect_one_line_error(r, "out of memory allocating", "out of memory in a training step");
   // Held-out examples beyond memory: said up front (was std::bad_alloc).
   expect_one_line_error(attograd("eval --eval-size 100000000 --weights " + quote(weights()), "ulimit -v 1500000; "),

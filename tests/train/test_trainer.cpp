@@ -373,8 +373,8 @@ TEST(TrainConfig, DeeplyNestedJsonIsRejectedWithoutRecursion) {
   deep_object += "1" + std::string(80000, '}');
   EXPECT_ATTO_ERROR(TrainConfig::from_json(deep_object), "more than the maximum of 64");
   // Brackets inside strings do not count; 64 levels are fine up to the type check.
-  EXPECT_EQ(TrainConfig::from_json(R"({"task": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"["})").task,
-            std::string(67, '[') + "\"[");
+  const std::string brackets = std::string(67, '[') + "\\\"[";  // inside a string, with an escaped quote
+  EXPECT_EQ(TrainConfig::from_json("{\"task\": \"" + brackets + "\"}").task, std::string(67, '[') + "\"[");
   EXPECT_ATTO_ERROR(TrainConfig::from_json("{\"steps\": " + std::string(63, '[') + std::string(63, ']') + "}"),
                     "field \"steps\" must be an integer");
 }

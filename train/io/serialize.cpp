@@ -412,6 +412,12 @@ void AtomicFile::commit() {
   if (::fsync(f.fd) != 0) f.fail("fsync failed", errno);
   const int fd = f.fd;
   f.fd = -1;
+  struct LockHolder {  // the flock stays (same open file description) until the rename is done
+    int fd;
+    ~LockHolder() {
+      if (fd >= 0) ::close(fd);
+    }
+  } lock{::fcntl(fd, F_DUPFD_CLOEXEC, 0)};
   if (::close(fd) != 0) f.fail("close failed", errno);
   f.fault(kFaultBeforeRename);
   if (::rename(f.tmp.c_str(), f.path.c_str()) != 0) f.fail(cat("cannot rename '", f.tmp, "' over it"), errno);
