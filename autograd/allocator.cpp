@@ -238,7 +238,7 @@ class CachingAllocator {
       s_.allocated_bytes -= size;
       s_.requested_bytes -= nbytes;
       s_.reserved_bytes -= size;
-      throw Error("alloc", cat("out of memory allocating ", nbytes, " bytes"));
+      throw Error("alloc", str_cat("out of memory allocating ", nbytes, " bytes"));
     }
     return p;
   }
@@ -276,7 +276,7 @@ class CachingAllocator {
     if (!p) {
       s_.reserved_bytes -= seg;
       s_.requested_bytes -= nbytes;
-      throw Error("alloc", cat("out of memory allocating ", nbytes, " bytes (a segment of ", seg, ")"));
+      throw Error("alloc", str_cat("out of memory allocating ", nbytes, " bytes (a segment of ", seg, ")"));
     }
     return take(new Block{p, seg, nullptr, nullptr, true}, size, capacity);
   }

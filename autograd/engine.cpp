@@ -227,8 +227,8 @@ void check_version(const Node& node, const SavedVersion& v) {
   const std::shared_ptr<Storage> storage = v.storage.lock();
   if (!storage || storage->version == v.version) return;
   const std::shared_ptr<TensorImpl> t = v.tensor.lock();
-  throw Error(node.name, cat("input ", v.input, " of '", node.name, "' (a leaf tensor",
-                             t ? cat(" of shape ", t->shape, t->requires_grad ? " that requires grad" : "") : "",
+  throw Error(node.name, str_cat("input ", v.input, " of '", node.name, "' (a leaf tensor",
+                             t ? str_cat(" of shape ", t->shape, t->requires_grad ? " that requires grad" : "") : "",
                              ") was modified in place after the forward pass (its data is at version ",
                              storage->version, ", the op saw version ", v.version,
                              "): the gradients would use the new values. Change it after backward() (as optimizers "
@@ -299,7 +299,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
       Tensor& gin = gi[i];
       if (!gin.defined()) continue;  // the op says this input gets no gradient (e.g. a zero-size case)
       if (gin.shape() != in->shape || gin.dtype() != in->dtype)
-        throw Error("backward", cat("internal error: op '", node->name, "' returned a gradient of shape ",
+        throw Error("backward", str_cat("internal error: op '", node->name, "' returned a gradient of shape ",
                                     gin.shape(), " (", dtype_name(gin.dtype()), ") for input ", i, " of shape ",
                                     in->shape, " (", dtype_name(in->dtype), ")"));
       auto [slot, fresh] = grads.try_emplace(in, std::move(gin));

@@ -43,7 +43,7 @@ void cat_to(std::ostringstream& os, const A& a, const R&... rest) {
 
 /// Concatenates the arguments into a message; shapes (std::vector<int64_t>) print as [a, b].
 template <class... A>
-std::string cat(const A&... a) {
+std::string str_cat(const A&... a) {
   std::ostringstream os;
   detail::cat_to(os, a...);
   return os.str();
@@ -54,5 +54,5 @@ std::string cat(const A&... a) {
 /// Throws attograd::Error(op, message...) unless `cond` holds.
 #define ATTO_CHECK(cond, op, ...)                                  \
   do {                                                             \
-    if (!(cond)) throw ::attograd::Error((op), ::attograd::cat(__VA_ARGS__)); \
+    if (!(cond)) throw ::attograd::Error((op), ::attograd::str_cat(__VA_ARGS__)); \
   } while (0)

@@ -23,7 +23,7 @@ int64_t shape_numel(const Shape& shape) {
         ATTO_CHECK(z >= 0, "shape", "negative dimension ", z, " in shape ", shape);
         if (z == 0) return 0;
       }
-      throw Error("shape", cat("shape ", shape, " has more than 2^63 elements"));
+      throw Error("shape", str_cat("shape ", shape, " has more than 2^63 elements"));
     }
   }
   return n;
@@ -34,7 +34,7 @@ size_t shape_nbytes(const Shape& shape, Dtype dtype) {
   uint64_t bytes = 0;
   if (__builtin_mul_overflow(static_cast<uint64_t>(n), static_cast<uint64_t>(dtype_size(dtype)), &bytes) ||
       bytes > kMaxTensorBytes)
-    throw Error("shape", cat("a ", dtype_name(dtype), " tensor of shape ", shape, " (", n,
+    throw Error("shape", str_cat("a ", dtype_name(dtype), " tensor of shape ", shape, " (", n,
                              " elements) would need more than the largest tensor size of 2^62 bytes"));
   return static_cast<size_t>(bytes);
 }

@@ -181,13 +181,13 @@ std::vector<AttentionMap> EncoderTagger::attention_maps(const std::vector<int64_
     train(was_training);
   }
   std::vector<AttentionMap> maps;
-  for (size_t i = 0; i < weights.size(); ++i) maps.push_back({cat("layer ", i), weights[i], tokens, tokens});
+  for (size_t i = 0; i < weights.size(); ++i) maps.push_back({str_cat("layer ", i), weights[i], tokens, tokens});
   return maps;
 }
 
 std::string EncoderTagger::extra_repr() const {
   const EncoderTaggerOptions& o = options;
-  return cat("vocab=", o.vocab, ", d_model=", o.d_model, ", n_head=", o.n_head, ", d_ff=", o.d_ff,
+  return str_cat("vocab=", o.vocab, ", d_model=", o.d_model, ", n_head=", o.n_head, ", d_ff=", o.d_ff,
              ", n_layers=", o.n_layers, ", dropout=", o.dropout, ", max_len=", o.max_len, ", pad_idx=", o.pad_idx,
              ", sep_idx=", o.sep_idx);
 }

@@ -87,7 +87,7 @@ Tensor Linear::forward(const Tensor& x) {
 }
 
 std::string Linear::extra_repr() const {
-  return cat("in_features=", in_features, ", out_features=", out_features, ", bias=", py_bool(bias.defined()));
+  return str_cat("in_features=", in_features, ", out_features=", out_features, ", bias=", py_bool(bias.defined()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -117,8 +117,8 @@ Tensor Embedding::forward(const Tensor& indices) {
 }
 
 std::string Embedding::extra_repr() const {
-  std::string s = cat(num_embeddings, ", ", embedding_dim);
-  if (padding_idx >= 0) s += cat(", padding_idx=", padding_idx);
+  std::string s = str_cat(num_embeddings, ", ", embedding_dim);
+  if (padding_idx >= 0) s += str_cat(", padding_idx=", padding_idx);
   return s;
 }
 
@@ -155,7 +155,7 @@ std::string LayerNorm::extra_repr() const {
   std::string tuple = "(";
   for (size_t i = 0; i < normalized_shape.size(); ++i) tuple += (i ? ", " : "") + std::to_string(normalized_shape[i]);
   tuple += normalized_shape.size() == 1 ? ",)" : ")";
-  return cat(tuple, ", eps=", detail::py_float(eps), ", elementwise_affine=", py_bool(elementwise_affine));
+  return str_cat(tuple, ", eps=", detail::py_float(eps), ", elementwise_affine=", py_bool(elementwise_affine));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -188,11 +188,11 @@ Tensor SiLU::forward(const Tensor& x) { return x * sigmoid(x); }
 
 Tensor Softmax::forward(const Tensor& x) { return softmax(x, dim); }
 
-std::string Softmax::extra_repr() const { return cat("dim=", dim); }
+std::string Softmax::extra_repr() const { return str_cat("dim=", dim); }
 
 Tensor LogSoftmax::forward(const Tensor& x) { return log_softmax(x, dim); }
 
-std::string LogSoftmax::extra_repr() const { return cat("dim=", dim); }
+std::string LogSoftmax::extra_repr() const { return str_cat("dim=", dim); }
 
 Tensor Identity::forward(const Tensor& x) { return x; }
 

@@ -294,7 +294,7 @@ std::vector<Tensor> Transformer::decoder_cross_attention() const {
 
 std::string Transformer::extra_repr() const {
   const TransformerOptions& o = options;
-  return cat("src_vocab=", o.src_vocab, ", tgt_vocab=", o.tgt_vocab, ", d_model=", o.d_model, ", n_head=", o.n_head,
+  return str_cat("src_vocab=", o.src_vocab, ", tgt_vocab=", o.tgt_vocab, ", d_model=", o.d_model, ", n_head=", o.n_head,
              ", d_k=", o.d_k, ", d_v=", o.d_v, ", d_inner=", o.d_inner, ", n_layers=", o.n_layers,
              ", dropout=", detail::py_float(o.dropout), ", pad_idx=", o.pad_idx, ", n_position=", o.n_position,
              ", share_embeddings=", py_bool(o.share_embeddings), ", tie_output=", py_bool(o.tie_output),
@@ -398,7 +398,7 @@ std::vector<Tensor> CausalLM::attention_weights() const {
 
 std::string CausalLM::extra_repr() const {
   const CausalLMOptions& o = options;
-  return cat("vocab=", o.vocab, ", d_model=", o.d_model, ", n_head=", o.n_head, ", d_ff=", o.d_ff,
+  return str_cat("vocab=", o.vocab, ", d_model=", o.d_model, ", n_head=", o.n_head, ", d_ff=", o.d_ff,
              ", n_layers=", o.n_layers, ", dropout=", detail::py_float(o.dropout), ", max_len=", o.max_len,
              ", pad_idx=", o.pad_idx);
 }
@@ -527,10 +527,10 @@ std::vector<AttentionMap> Transformer::attention_maps(const std::vector<int64_t>
     dec_cross = decoder_cross_attention();
   }
   std::vector<AttentionMap> maps;
-  for (size_t i = 0; i < enc.size(); ++i) maps.push_back({cat("encoder ", i, " self"), enc[i], src, src});
+  for (size_t i = 0; i < enc.size(); ++i) maps.push_back({str_cat("encoder ", i, " self"), enc[i], src, src});
   for (size_t i = 0; i < dec_self.size(); ++i) {
-    maps.push_back({cat("decoder ", i, " self"), dec_self[i], tgt_in, tgt_in});
-    maps.push_back({cat("decoder ", i, " cross"), dec_cross[i], tgt_in, src});
+    maps.push_back({str_cat("decoder ", i, " self"), dec_self[i], tgt_in, tgt_in});
+    maps.push_back({str_cat("decoder ", i, " cross"), dec_cross[i], tgt_in, src});
   }
   return maps;
 }
@@ -616,7 +616,7 @@ std::vector<AttentionMap> CausalLM::attention_maps(const std::vector<int64_t>& s
     weights = attention_weights();
   }
   std::vector<AttentionMap> maps;
-  for (size_t i = 0; i < weights.size(); ++i) maps.push_back({cat("layer ", i), weights[i], tokens, tokens});
+  for (size_t i = 0; i < weights.size(); ++i) maps.push_back({str_cat("layer ", i), weights[i], tokens, tokens});
   return maps;
 }
 

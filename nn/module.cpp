@@ -181,7 +181,7 @@ LoadStateDictResult detail::load_state_dict(Module& m, const StateDict& state, c
     if ((src.dtype() != dst.dtype() && !castable) || src.shape() != dst.shape()) {
       report.mismatched.push_back(name);
       const bool only_dtype = src.shape() == dst.shape() && is_floating(src.dtype()) && is_floating(dst.dtype());
-      mismatch_detail.push_back(cat(name, " (", source.noun, " ", src.shape(), " ", dtype_name(src.dtype()), ", model ",
+      mismatch_detail.push_back(str_cat(name, " (", source.noun, " ", src.shape(), " ", dtype_name(src.dtype()), ", model ",
                                     dst.shape(), " ", dtype_name(dst.dtype()),
                                     only_dtype ? "; pass allow_dtype_cast = true to convert" : "", ")"));
       continue;
@@ -191,15 +191,15 @@ LoadStateDictResult detail::load_state_dict(Module& m, const StateDict& state, c
   for (size_t i = 0; i < state.size(); ++i)
     if (!used[i]) report.unexpected.push_back(state[i].first);
   if (options.strict && !report.ok()) {
-    std::string msg = cat(origin, ": strict load failed:");
+    std::string msg = str_cat(origin, ": strict load failed:");
     if (!report.missing.empty())
-      msg += cat(" ", report.missing.size(), " missing (in the model, not in the ", source.noun,
+      msg += str_cat(" ", report.missing.size(), " missing (in the model, not in the ", source.noun,
                  "): ", join(report.missing), ";");
     if (!report.unexpected.empty())
-      msg += cat(" ", report.unexpected.size(), " unexpected (in the ", source.noun,
+      msg += str_cat(" ", report.unexpected.size(), " unexpected (in the ", source.noun,
                  ", not in the model): ", join(report.unexpected), ";");
     if (!report.mismatched.empty())
-      msg += cat(" ", report.mismatched.size(), " mismatched: ", join(mismatch_detail), ";");
+      msg += str_cat(" ", report.mismatched.size(), " mismatched: ", join(mismatch_detail), ";");
     msg += " nothing was loaded (pass strict = false to load the tensors that match)";
     throw Error(op, msg);
   }

@@ -53,6 +53,6 @@ Tensor PositionalEncoding::forward(const Tensor& x) {
   return dropout->forward(out);
 }
 
-std::string PositionalEncoding::extra_repr() const { return cat("d_model=", d_model, ", max_len=", max_len); }
+std::string PositionalEncoding::extra_repr() const { return str_cat("d_model=", d_model, ", max_len=", max_len); }
 
 }  // namespace attograd::nn

@@ -28,7 +28,7 @@ void check_input(const Tensor& x, int64_t d_model, const char* me, const char* w
 Tensor activate(const Tensor& h, const std::string& activation) { return activation == "gelu" ? gelu(h) : relu(h); }
 
 std::string layer_repr(const TransformerLayerOptions& o) {
-  return cat("d_model=", o.d_model, ", nhead=", o.nhead, ", dim_feedforward=", o.dim_feedforward,
+  return str_cat("d_model=", o.d_model, ", nhead=", o.nhead, ", dim_feedforward=", o.dim_feedforward,
              ", norm_first=", o.norm_first ? "True" : "False", ", activation=", o.activation);
 }
 

@@ -134,7 +134,7 @@ TrainConfig TrainConfig::from_json(const std::string& text) {
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    throw Error(kConfig, cat("invalid JSON: ", excerpt(std::string(e.what()), 240)));
+    throw Error(kConfig, str_cat("invalid JSON: ", excerpt(std::string(e.what()), 240)));
   }
   ATTO_CHECK(j.is_object(), kConfig, "JSON must be an object, got ", excerpt(j));
   TrainConfig c;
@@ -157,7 +157,7 @@ void TrainConfig::validate() const {
   if (!nn::has_model(model)) {
     std::string kinds;
     for (const auto& [kind, _] : nn::registered_models()) kinds += (kinds.empty() ? "" : ", ") + kind;
-    throw Error(kConfig, cat("model must be a registered kind (", kinds, "), got \"", excerpt(model), "\""));
+    throw Error(kConfig, str_cat("model must be a registered kind (", kinds, "), got \"", excerpt(model), "\""));
   }
   ATTO_CHECK(one_of(optimizer, {"adam", "adamw", "sgd"}), kConfig, "optimizer must be adam, adamw or sgd, got \"",
              excerpt(optimizer), "\"");
@@ -226,7 +226,7 @@ MemoryEstimate TrainConfig::estimate_memory() const {
 
 namespace {
 
-std::string gigabytes(double bytes) { return cat(std::round(bytes / 1e8) / 10, " GB"); }
+std::string gigabytes(double bytes) { return str_cat(std::round(bytes / 1e8) / 10, " GB"); }
 
 // Physical memory, or the address-space limit when lower (0 when unknown).
 double available_memory() {
@@ -247,7 +247,7 @@ void TrainConfig::check_fits_in_memory() const {
   const MemoryEstimate e = estimate_memory();
   const double have = available_memory();
   if (have <= 0 || e.model_bytes + e.batch_bytes <= have) return;
-  throw Error(kConfig, cat("the run needs at least ", gigabytes(e.model_bytes + e.batch_bytes), " of memory (",
+  throw Error(kConfig, str_cat("the run needs at least ", gigabytes(e.model_bytes + e.batch_bytes), " of memory (",
                            gigabytes(e.model_bytes), " for ", std::llround(e.parameters),
                            " parameters with their gradients and optimizer state, ", gigabytes(e.batch_bytes),
                            " for a batch of ", batch, " sequences), more than the ", gigabytes(have),
@@ -414,10 +414,10 @@ std::vector<int64_t> Trainer::predict(const std::vector<int64_t>& src) {
 std::string Trainer::metrics_csv() const {
   std::string s = std::string(kCsvHeader) + "\n";
   for (const StepMetrics& m : history_) {
-    s += cat(m.step, ",", exact(m.loss), ",", exact(m.lr), ",", exact(m.grad_norm), ",", m.tokens, ",",
+    s += str_cat(m.step, ",", exact(m.loss), ",", exact(m.lr), ",", exact(m.grad_norm), ",", m.tokens, ",",
              exact(m.seconds));
     if (m.evaluated)
-      s += cat(",", m.eval.n, ",", exact(m.eval.token_accuracy), ",", exact(m.eval.sequence_accuracy), ",",
+      s += str_cat(",", m.eval.n, ",", exact(m.eval.token_accuracy), ",", exact(m.eval.sequence_accuracy), ",",
                exact(m.eval.loss));
     else
       s += ",,,,";

@@ -108,7 +108,7 @@ train::TrainConfig config_from_metadata(const std::string& metadata, const std::
   if (j.is_object() && j.contains("task") && j.contains("model")) return train::TrainConfig::from_json(metadata);
   if (j.is_object() && j.contains("attograd_config") && j["attograd_config"].is_string())
     return train::TrainConfig::from_json(j["attograd_config"].get<std::string>());
-  throw Error("load", cat("'", path,
+  throw Error("load", str_cat("'", path,
                           "' has no training configuration in its metadata (write weights with `attograd train` or "
                           "`attograd import --config`)"));
 }

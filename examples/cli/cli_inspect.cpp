@@ -81,7 +81,7 @@ int run_inspect(const InspectArgs& a) {
   }
   std::fflush(stdout);
   if (corrupt)
-    throw Error("inspect", cat("'", a.file, "' is corrupt: checksum mismatch (stored ", hex(info.stored_checksum),
+    throw Error("inspect", str_cat("'", a.file, "' is corrupt: checksum mismatch (stored ", hex(info.stored_checksum),
                                ", computed ", hex(info.computed_checksum), ")"));
   return kExitOk;
 }

@@ -32,7 +32,7 @@ std::string printable(const std::string& s) {
       out += hex[c & 15];
     }
   }
-  if (s.size() > 200) out += cat("... (", s.size(), " bytes)");
+  if (s.size() > 200) out += str_cat("... (", s.size(), " bytes)");
   return out;
 }
 
@@ -86,15 +86,15 @@ class HeaderSax {
   bool null() { return unexpected("null"); }
   bool boolean(bool) { return unexpected("a boolean"); }
   bool number_integer(json::number_integer_t v) {
-    if (state_ == State::Shape) return fail(cat("negative dim ", v, " in shape"));
-    if (state_ == State::Offsets) return fail(cat("negative data offset ", v));
+    if (state_ == State::Shape) return fail(str_cat("negative dim ", v, " in shape"));
+    if (state_ == State::Offsets) return fail(str_cat("negative data offset ", v));
     return unexpected("a number");
   }
   bool number_unsigned(json::number_unsigned_t v) {
     if (state_ == State::Shape) {
       if (entries.back().shape.size() >= static_cast<size_t>(kMaxRank))
-        return fail(cat("rank exceeds the maximum of ", kMaxRank));
-      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return fail(cat("dim ", v, " is too large"));
+        return fail(str_cat("rank exceeds the maximum of ", kMaxRank));
+      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return fail(str_cat("dim ", v, " is too large"));
       entries.back().shape.push_back(static_cast<int64_t>(v));
       return true;
     }
@@ -107,7 +107,7 @@ class HeaderSax {
   }
   bool number_float(json::number_float_t, const std::string& text) {
     if (state_ == State::Shape || state_ == State::Offsets)
-      return fail(cat("non-integer number ", printable(text), " in ", field_));
+      return fail(str_cat("non-integer number ", printable(text), " in ", field_));
     return unexpected("a number");
   }
   bool string(std::string& s) {
@@ -146,12 +146,12 @@ class HeaderSax {
       if (k.empty()) return fail("empty tensor name");
       if (!names_.insert(k).second)
         return fail(k == "__metadata__" ? "duplicate \"__metadata__\""
-                                        : cat("duplicate tensor name '", printable(k), "'"));
+                                        : str_cat("duplicate tensor name '", printable(k), "'"));
       key_ = k;
       return true;
     }
     if (state_ == State::Meta) {
-      if (metadata.count(k)) return fail(cat("duplicate __metadata__ key '", printable(k), "'"));
+      if (metadata.count(k)) return fail(str_cat("duplicate __metadata__ key '", printable(k), "'"));
       key_ = k;
       return true;
     }
@@ -161,8 +161,8 @@ class HeaderSax {
                    : k == "shape"        ? &e.has_shape
                    : k == "data_offsets" ? &e.has_offsets
                                          : nullptr;
-      if (!seen) return fail(cat("unknown field '", printable(k), "' (expected dtype, shape, data_offsets)"));
-      if (*seen) return fail(cat("duplicate field '", k, "'"));
+      if (!seen) return fail(str_cat("unknown field '", printable(k), "' (expected dtype, shape, data_offsets)"));
+      if (*seen) return fail(str_cat("duplicate field '", k, "'"));
       *seen = true;
       field_ = k;
       return true;
@@ -206,7 +206,7 @@ class HeaderSax {
     return unexpected("the end of an array");
   }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) {
-    if (error.empty()) error = cat("invalid JSON header at byte ", position, ": ", ex.what());
+    if (error.empty()) error = str_cat("invalid JSON header at byte ", position, ": ", ex.what());
     return false;
   }
 
@@ -216,7 +216,7 @@ class HeaderSax {
   bool fail(const std::string& what) {
     if (!error.empty()) return false;
     if (state_ == State::Tensor || state_ == State::Shape || state_ == State::Offsets)
-      error = cat("tensor '", printable(entries.back().name), "': ", what);
+      error = str_cat("tensor '", printable(entries.back().name), "': ", what);
     else
       error = what;
     return false;
@@ -224,21 +224,21 @@ class HeaderSax {
   bool unexpected(const char* what) {
     switch (state_) {
       case State::Start:
-        return fail(cat("the header must be a JSON object, not ", what));
+        return fail(str_cat("the header must be a JSON object, not ", what));
       case State::Root:
-        return fail(key_ == "__metadata__" ? cat("__metadata__ must be an object, not ", what)
-                                           : cat("tensor '", printable(key_), "' must be an object, not ", what));
+        return fail(key_ == "__metadata__" ? str_cat("__metadata__ must be an object, not ", what)
+                                           : str_cat("tensor '", printable(key_), "' must be an object, not ", what));
       case State::Meta:
-        return fail(cat("__metadata__ value '", printable(key_), "' must be a string, not ", what));
+        return fail(str_cat("__metadata__ value '", printable(key_), "' must be a string, not ", what));
       case State::Tensor:
-        return fail(cat("unexpected ", what, " for field '", field_, "'"));
+        return fail(str_cat("unexpected ", what, " for field '", field_, "'"));
       case State::Shape:
       case State::Offsets:
-        return fail(cat("unexpected ", what, " in ", field_));
+        return fail(str_cat("unexpected ", what, " in ", field_));
       case State::Done:
         break;
     }
-    return fail(cat("unexpected ", what, " after the header object"));
+    return fail(str_cat("unexpected ", what, " after the header object"));
   }
 
   State state_ = State::Start;
@@ -257,14 +257,14 @@ struct ParsedSt {
 // Parses and validates a safetensors file in memory; allocates the tensors when load_data.
 ParsedSt parse_st(const uint8_t* data, size_t size, const std::string& origin, const char* op, bool load_data) {
   detail::reset_parse_stats(size);
-  auto fail = [&](const std::string& what) { throw Error(op, cat("'", origin, "': ", what)); };
-  if (size < 8) fail(cat("file is ", size, " bytes, too short for a safetensors file (truncated?)"));
+  auto fail = [&](const std::string& what) { throw Error(op, str_cat("'", origin, "': ", what)); };
+  if (size < 8) fail(str_cat("file is ", size, " bytes, too short for a safetensors file (truncated?)"));
   uint64_t n;
   std::memcpy(&n, data, 8);
   if (n > kMaxSafetensorsHeader)
-    fail(cat("header length ", n, " exceeds the cap of ", kMaxSafetensorsHeader, " bytes"));
-  if (n > size - 8) fail(cat("header length ", n, " exceeds the ", size - 8, " bytes after it (truncated?)"));
-  if (n < 2) fail(cat("header length ", n, " is too short for a JSON object"));
+    fail(str_cat("header length ", n, " exceeds the cap of ", kMaxSafetensorsHeader, " bytes"));
+  if (n > size - 8) fail(str_cat("header length ", n, " exceeds the ", size - 8, " bytes after it (truncated?)"));
+  if (n < 2) fail(str_cat("header length ", n, " is too short for a JSON object"));
   const uint8_t* header = data + 8;
   const uint8_t* section = header + n;
   const uint64_t data_size = size - 8 - n;
@@ -274,27 +274,27 @@ ParsedSt parse_st(const uint8_t* data, size_t size, const std::string& origin, c
   try {
     ok = json::sax_parse(header, header + n, &sax);
   } catch (const json::exception& e) {
-    if (sax.error.empty()) sax.error = cat("invalid JSON header: ", e.what());
+    if (sax.error.empty()) sax.error = str_cat("invalid JSON header: ", e.what());
   }
   if (!ok) fail(sax.error.empty() ? std::string("invalid JSON header") : sax.error);
 
   ParsedSt out;
   out.header_len = n;
   for (Entry& e : sax.entries) {
-    auto efail = [&](const std::string& what) { fail(cat("tensor '", printable(e.name), "': ", what)); };
+    auto efail = [&](const std::string& what) { fail(str_cat("tensor '", printable(e.name), "': ", what)); };
     if (!st_dtype_from_name(e.dtype_text, &e.dtype))
-      efail(cat("unsupported dtype '", printable(e.dtype_text), "' (supported: F32, F64, I64, BOOL)"));
+      efail(str_cat("unsupported dtype '", printable(e.dtype_text), "' (supported: F32, F64, I64, BOOL)"));
     if (e.offsets.size() != 2) efail("data_offsets must have exactly 2 entries");
     const uint64_t begin = e.offsets[0], end = e.offsets[1];
-    if (begin > end) efail(cat("data_offsets [", begin, ", ", end, "] are reversed"));
+    if (begin > end) efail(str_cat("data_offsets [", begin, ", ", end, "] are reversed"));
     if (end > data_size)
-      efail(cat("data_offsets [", begin, ", ", end, "] run past the ", data_size, "-byte data section (truncated?)"));
+      efail(str_cat("data_offsets [", begin, ", ", end, "] run past the ", data_size, "-byte data section (truncated?)"));
     uint64_t nbytes = dtype_size(e.dtype);
     for (int64_t d : e.shape)
       if (__builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes))
-        efail(cat("shape ", e.shape, " overflows 64 bits in bytes"));
+        efail(str_cat("shape ", e.shape, " overflows 64 bits in bytes"));
     if (nbytes != end - begin)
-      efail(cat("shape ", e.shape, " ", e.dtype_text, " needs ", nbytes, " bytes but data_offsets [", begin, ", ", end,
+      efail(str_cat("shape ", e.shape, " ", e.dtype_text, " needs ", nbytes, " bytes but data_offsets [", begin, ", ", end,
                 "] span ", end - begin));
     e.nbytes = nbytes;
   }
@@ -308,15 +308,15 @@ ParsedSt parse_st(const uint8_t* data, size_t size, const std::string& origin, c
   for (size_t i : order) {
     const Entry& e = sax.entries[i];
     if (e.offsets[0] < expected)
-      fail(cat("tensor '", printable(e.name), "' overlaps tensor '", printable(prev->name), "' in the data section"));
+      fail(str_cat("tensor '", printable(e.name), "' overlaps tensor '", printable(prev->name), "' in the data section"));
     if (e.offsets[0] > expected)
-      fail(cat("gap of ", e.offsets[0] - expected, " bytes in the data section before tensor '", printable(e.name),
+      fail(str_cat("gap of ", e.offsets[0] - expected, " bytes in the data section before tensor '", printable(e.name),
                "'"));
     expected = e.offsets[1];
     prev = &e;
   }
   if (expected != data_size)
-    fail(cat("the tensors cover ", expected, " bytes but the data section has ", data_size, " (trailing bytes)"));
+    fail(str_cat("the tensors cover ", expected, " bytes but the data section has ", data_size, " (trailing bytes)"));
 
   if (load_data) {
     for (const Entry& e : sax.entries) {
@@ -324,7 +324,7 @@ ParsedSt parse_st(const uint8_t* data, size_t size, const std::string& origin, c
       if (e.dtype == kBool)
         for (uint64_t j = 0; j < e.nbytes; ++j)
           if (src[j] > 1)
-            fail(cat("tensor '", printable(e.name), "': bool element ", j, " has byte value ", int{src[j]},
+            fail(str_cat("tensor '", printable(e.name), "': bool element ", j, " has byte value ", int{src[j]},
                      " (must be 0 or 1)"));
       detail::note_allocation(e.nbytes);
       Tensor t = empty(e.shape, {.dtype = e.dtype});
@@ -370,7 +370,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   try {
     text = header.dump();
   } catch (const json::exception& e) {
-    throw Error(op, cat("'", path, "': cannot encode the header (names and metadata must be UTF-8): ", e.what()));
+    throw Error(op, str_cat("'", path, "': cannot encode the header (names and metadata must be UTF-8): ", e.what()));
   }
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t n = text.size();

@@ -63,7 +63,7 @@ std::string printable(const std::string& s) {
       out += buf;
     }
   }
-  if (s.size() > 200) out += cat("... (", s.size(), " bytes)");
+  if (s.size() > 200) out += str_cat("... (", s.size(), " bytes)");
   return out;
 }
 
@@ -208,7 +208,7 @@ class FileSink : public std::streambuf {
     while (n > 0) {
       ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) throw Error(op_, cat("'", path_, "': write failed: ", errno_text(w < 0 ? errno : EIO)));
+      if (w <= 0) throw Error(op_, str_cat("'", path_, "': write failed: ", errno_text(w < 0 ? errno : EIO)));
       p += w;
       n -= static_cast<size_t>(w);
     }
@@ -264,31 +264,31 @@ std::vector<uint8_t> read_file(const std::string& path, const char* op, uint64_t
   // O_NONBLOCK: opening a FIFO (named pipe) for reading would otherwise wait for a writer forever; the file type
   // is checked right after. It changes nothing for a regular file.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) throw Error(op, cat("'", path, "': cannot open: ", errno_text(errno)));
+  if (fd < 0) throw Error(op, str_cat("'", path, "': cannot open: ", errno_text(errno)));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st;
-  if (::fstat(fd, &st) != 0) throw Error(op, cat("'", path, "': cannot stat: ", errno_text(errno)));
-  if (S_ISDIR(st.st_mode)) throw Error(op, cat("'", path, "': is a directory"));
+  if (::fstat(fd, &st) != 0) throw Error(op, str_cat("'", path, "': cannot stat: ", errno_text(errno)));
+  if (S_ISDIR(st.st_mode)) throw Error(op, str_cat("'", path, "': is a directory"));
   if (!S_ISREG(st.st_mode)) {
     const char* type = S_ISFIFO(st.st_mode)   ? "a FIFO"
                        : S_ISCHR(st.st_mode)  ? "a character device"
                        : S_ISSOCK(st.st_mode) ? "a socket"
                        : S_ISBLK(st.st_mode)  ? "a block device"
                                               : "a special file";
-    throw Error(op, cat("'", path, "': not a regular file (", type, ")"));
+    throw Error(op, str_cat("'", path, "': not a regular file (", type, ")"));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size > cap) throw Error(op, cat("'", path, "': file is ", size, " bytes, more than the cap of ", cap, " bytes"));
+  if (size > cap) throw Error(op, str_cat("'", path, "': file is ", size, " bytes, more than the cap of ", cap, " bytes"));
   std::vector<uint8_t> bytes(static_cast<size_t>(size));
   size_t got = 0;
   while (got < size) {
     ssize_t r = ::read(fd, bytes.data() + got, std::min<size_t>(size - got, size_t{1} << 30));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw Error(op, cat("'", path, "': read failed: ", errno_text(errno)));
-    if (r == 0) throw Error(op, cat("'", path, "': file shrank while being read (", got, " of ", size, " bytes)"));
+    if (r < 0) throw Error(op, str_cat("'", path, "': read failed: ", errno_text(errno)));
+    if (r == 0) throw Error(op, str_cat("'", path, "': file shrank while being read (", got, " of ", size, " bytes)"));
     got += static_cast<size_t>(r);
   }
   return bytes;
@@ -301,10 +301,10 @@ struct AtomicFile::Impl {
   void fault(int stage) {
     int expected = stage;
     if (g_fault.compare_exchange_strong(expected, kNoFault))
-      throw Error(op, cat("'", path, "': injected fault (", fault_name(stage), ")"));
+      throw Error(op, str_cat("'", path, "': injected fault (", fault_name(stage), ")"));
   }
   [[noreturn]] void fail(const std::string& what, int err) {
-    throw Error(op, cat("'", path, "': ", what, ": ", errno_text(err)));
+    throw Error(op, str_cat("'", path, "': ", what, ": ", errno_text(err)));
   }
 
   std::string path, op, tmp;
@@ -364,7 +364,7 @@ AtomicFile::AtomicFile(const std::string& path, const char* op) {
     name.assign(templ.begin(), templ.end());
     name.push_back('\0');
     fd = ::mkostemp(name.data(), O_CLOEXEC);
-    if (fd < 0) throw Error(op, cat("'", path, "': cannot create a temporary file next to it: ", errno_text(errno)));
+    if (fd < 0) throw Error(op, str_cat("'", path, "': cannot create a temporary file next to it: ", errno_text(errno)));
     struct stat by_fd, by_name;
     if (::flock(fd, LOCK_EX) != 0 || ::fstat(fd, &by_fd) != 0 || ::stat(name.data(), &by_name) != 0 ||
         by_fd.st_ino != by_name.st_ino || by_fd.st_dev != by_name.st_dev) {
@@ -372,7 +372,7 @@ AtomicFile::AtomicFile(const std::string& path, const char* op) {
       fd = -1;
     }
   }
-  if (fd < 0) throw Error(op, cat("'", path, "': cannot create and lock a temporary file next to it"));
+  if (fd < 0) throw Error(op, str_cat("'", path, "': cannot create and lock a temporary file next to it"));
   impl_ = std::make_unique<Impl>(path, op, std::string(name.data()), fd);
   try {
     impl_->fault(kFaultAfterOpen);
@@ -420,7 +420,7 @@ void AtomicFile::commit() {
   } lock{::fcntl(fd, F_DUPFD_CLOEXEC, 0)};
   if (::close(fd) != 0) f.fail("close failed", errno);
   f.fault(kFaultBeforeRename);
-  if (::rename(f.tmp.c_str(), f.path.c_str()) != 0) f.fail(cat("cannot rename '", f.tmp, "' over it"), errno);
+  if (::rename(f.tmp.c_str(), f.path.c_str()) != 0) f.fail(str_cat("cannot rename '", f.tmp, "' over it"), errno);
   f.committed = true;
   // Make the rename itself durable. Best effort: the new file is in place whatever happens here.
   int dfd = ::open(parent_dir(f.path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -529,7 +529,7 @@ class Parser {
       : buf_(body, size), in_(&buf_), ar_(in_), base_(base), origin_(origin), op_(op) {}
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error(op_, cat("'", origin_, "': ", where_, what, " (at byte ", base_ + buf_.pos(), ")"));
+    throw Error(op_, str_cat("'", origin_, "': ", where_, what, " (at byte ", base_ + buf_.pos(), ")"));
   }
   void context(std::string where) { where_ = std::move(where); }
   size_t left() const { return buf_.left(); }
@@ -539,7 +539,7 @@ class Parser {
   cereal::PortableBinaryInputArchive& ar() { return ar_; }
 
   void need(uint64_t n, const char* what) {
-    if (n > left()) fail(cat(what, " needs ", n, " bytes but only ", left(), " are left (truncated file?)"));
+    if (n > left()) fail(str_cat(what, " needs ", n, " bytes but only ", left(), " are left (truncated file?)"));
   }
   template <class T>
   T pod(const char* what) {
@@ -550,8 +550,8 @@ class Parser {
   }
   std::string str(const char* what, uint64_t cap) {
     const uint64_t n = pod<uint64_t>(what);
-    if (n > cap) fail(cat(what, " length ", n, " exceeds the cap of ", cap, " bytes"));
-    if (n > left()) fail(cat(what, " length ", n, " exceeds the ", left(), " bytes left"));
+    if (n > cap) fail(str_cat(what, " length ", n, " exceeds the cap of ", cap, " bytes"));
+    if (n > left()) fail(str_cat(what, " length ", n, " exceeds the ", left(), " bytes left"));
     detail::note_allocation(n);
     std::string s(static_cast<size_t>(n), '\0');
     if (n) ar_(cereal::binary_data(s.data(), static_cast<size_t>(n)));
@@ -560,7 +560,7 @@ class Parser {
   uint64_t count(const char* what, uint64_t min_record) {
     const uint64_t n = pod<uint64_t>(what);
     if (n > left() / min_record)
-      fail(cat(what, " ", n, " cannot fit in the ", left(), " bytes left (each entry takes at least ", min_record,
+      fail(str_cat(what, " ", n, " cannot fit in the ", left(), " bytes left (each entry takes at least ", min_record,
                " bytes)"));
     return n;
   }
@@ -603,68 +603,68 @@ const char* kind_name(Kind k) { return k == Kind::Weights ? "weights" : "checkpo
 Parsed parse_native(const uint8_t* data, size_t size, const std::string& origin, const char* op, bool load_data,
                     bool verify_checksum, const Kind* expect) {
   detail::reset_parse_stats(size);
-  auto fail = [&](const std::string& what) { throw Error(op, cat("'", origin, "': ", what)); };
-  if (size < 8) fail(cat("file is ", size, " bytes, too short for an attograd file (truncated?)"));
+  auto fail = [&](const std::string& what) { throw Error(op, str_cat("'", origin, "': ", what)); };
+  if (size < 8) fail(str_cat("file is ", size, " bytes, too short for an attograd file (truncated?)"));
   if (std::memcmp(data, kMagic, 8) != 0) fail("not an attograd weights or checkpoint file (bad magic)");
   if (size < kMinFileBytes)
-    fail(cat("file is ", size, " bytes, shorter than the smallest valid file (", kMinFileBytes, " bytes): truncated?"));
+    fail(str_cat("file is ", size, " bytes, shorter than the smallest valid file (", kMinFileBytes, " bytes): truncated?"));
 
   Parsed out;
   out.stored = load_le64(data + size - 8);
   out.computed = detail::xxh64(data, size - 8);
   out.checksum_ok = out.stored == out.computed;
   if (verify_checksum && !out.checksum_ok)
-    fail(cat("checksum mismatch (stored ", hex64(out.stored), ", computed ", hex64(out.computed),
+    fail(str_cat("checksum mismatch (stored ", hex64(out.stored), ", computed ", hex64(out.computed),
              "): the file is corrupt or truncated"));
-  if (data[8] != 1) fail(cat("unsupported byte-order flag ", int{data[8]}, " (expected 1, little-endian)"));
+  if (data[8] != 1) fail(str_cat("unsupported byte-order flag ", int{data[8]}, " (expected 1, little-endian)"));
 
   try {
     Parser p(data + 8, size - 16, 8, origin, op);  // cereal's constructor consumes the byte-order flag
     out.version = p.pod<uint32_t>("format version");
     if (out.version == 0 || out.version > kFormatVersion)
-      p.fail(cat("unsupported format version ", out.version, " (this reader knows 1 to ", kFormatVersion, ")"));
+      p.fail(str_cat("unsupported format version ", out.version, " (this reader knows 1 to ", kFormatVersion, ")"));
     const uint32_t kind = p.pod<uint32_t>("kind");
-    if (kind > 1) p.fail(cat("unknown file kind ", kind, " (0 = weights, 1 = checkpoint)"));
+    if (kind > 1) p.fail(str_cat("unknown file kind ", kind, " (0 = weights, 1 = checkpoint)"));
     out.kind = static_cast<Kind>(kind);
     if (expect && out.kind != *expect)
-      p.fail(cat("is a ", kind_name(out.kind), " file, not a ", kind_name(*expect), " file",
+      p.fail(str_cat("is a ", kind_name(out.kind), " file, not a ", kind_name(*expect), " file",
                  out.kind == Kind::Checkpoint ? " (use load_checkpoint)" : " (use read_tensors or load)"));
     out.metadata = p.str("metadata", std::numeric_limits<uint64_t>::max());
     if (!valid_json(out.metadata)) p.fail("metadata is not valid JSON");
     if (json_depth(out.metadata) > kMaxJsonDepth)
-      p.fail(cat("metadata JSON is nested more than ", kMaxJsonDepth, " levels deep"));
+      p.fail(str_cat("metadata JSON is nested more than ", kMaxJsonDepth, " levels deep"));
 
     const uint64_t n = p.count("tensor count", kMinTensorRecord);
     std::unordered_set<std::string> seen;
     for (uint64_t i = 0; i < n; ++i) {
-      p.context(cat("tensor ", i, ": "));
+      p.context(str_cat("tensor ", i, ": "));
       std::string name = p.str("tensor name", kMaxNameBytes);
       if (name.empty()) p.fail("empty tensor name");
-      p.context(cat("tensor '", printable(name), "': "));
+      p.context(str_cat("tensor '", printable(name), "': "));
       if (!seen.insert(name).second) p.fail("duplicate name");
       const uint8_t code = p.pod<uint8_t>("dtype");
       Dtype dtype;
-      if (!dtype_from_code(code, &dtype)) p.fail(cat("unknown dtype code ", int{code}, " (0 to 3 are known)"));
+      if (!dtype_from_code(code, &dtype)) p.fail(str_cat("unknown dtype code ", int{code}, " (0 to 3 are known)"));
       const uint8_t rank = p.pod<uint8_t>("rank");
-      if (rank > kMaxRank) p.fail(cat("rank ", int{rank}, " exceeds the maximum of ", kMaxRank));
+      if (rank > kMaxRank) p.fail(str_cat("rank ", int{rank}, " exceeds the maximum of ", kMaxRank));
       p.need(uint64_t{rank} * 8, "shape");
       Shape shape(rank);
       for (auto& d : shape) d = p.pod<int64_t>("dim");
       uint64_t nbytes = dtype_size(dtype);
       for (int64_t d : shape) {
-        if (d < 0) p.fail(cat("negative dim in shape ", shape));
+        if (d < 0) p.fail(str_cat("negative dim in shape ", shape));
         if (__builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes))
-          p.fail(cat("shape ", shape, " overflows 64 bits in bytes"));
+          p.fail(str_cat("shape ", shape, " overflows 64 bits in bytes"));
       }
       if (nbytes > p.left())
-        p.fail(cat("shape ", shape, " ", dtype_name(dtype), " needs ", nbytes, " bytes of data but only ", p.left(),
+        p.fail(str_cat("shape ", shape, " ", dtype_name(dtype), " needs ", nbytes, " bytes of data but only ", p.left(),
                    " are left (truncated or forged size)"));
       out.infos.push_back({name, dtype, shape, nbytes, p.offset()});
       if (load_data) {
         if (dtype == kBool)
           for (uint64_t j = 0; j < nbytes; ++j)
             if (p.cur()[j] > 1)
-              p.fail(cat("bool element ", j, " has byte value ", int{p.cur()[j]}, " (must be 0 or 1)"));
+              p.fail(str_cat("bool element ", j, " has byte value ", int{p.cur()[j]}, " (must be 0 or 1)"));
         detail::note_allocation(nbytes);
         Tensor t = empty(shape, {.dtype = dtype});
         if (nbytes)
@@ -679,8 +679,8 @@ Parsed parse_native(const uint8_t* data, size_t size, const std::string& origin,
 
     if (out.kind == Kind::Checkpoint) {
       auto unique = [&](std::unordered_set<std::string>& names, const std::string& name, const char* what) {
-        if (name.empty()) p.fail(cat("empty ", what, " name"));
-        if (!names.insert(name).second) p.fail(cat("duplicate ", what, " name '", printable(name), "'"));
+        if (name.empty()) p.fail(str_cat("empty ", what, " name"));
+        if (!names.insert(name).second) p.fail(str_cat("duplicate ", what, " name '", printable(name), "'"));
       };
       std::unordered_set<std::string> names;
       const uint64_t ng = p.count("generator count", kMinGeneratorRecord);
@@ -711,14 +711,14 @@ Parsed parse_native(const uint8_t* data, size_t size, const std::string& origin,
         out.metrics_bytes = out.metrics_csv.size();
       } else {
         const uint64_t m = p.pod<uint64_t>("metrics_csv length");
-        if (m > p.left()) p.fail(cat("metrics_csv length ", m, " exceeds the ", p.left(), " bytes left"));
+        if (m > p.left()) p.fail(str_cat("metrics_csv length ", m, " exceeds the ", p.left(), " bytes left"));
         out.metrics_bytes = m;
         p.skip(m);
       }
     }
-    if (p.left() != 0) p.fail(cat(p.left(), " trailing bytes after the last record"));
+    if (p.left() != 0) p.fail(str_cat(p.left(), " trailing bytes after the last record"));
   } catch (const cereal::Exception& e) {
-    fail(cat("malformed file: ", e.what()));
+    fail(str_cat("malformed file: ", e.what()));
   }
   return out;
 }
@@ -756,7 +756,7 @@ const V& find_entry(const std::vector<std::pair<std::string, V>>& items, const s
   for (const auto& [n, v] : items)
     if (n == name) return v;
   throw Error("Checkpoint",
-              cat("no ", what, " named '", name, "' (the checkpoint has ", items.size(), " ", what, "s)"));
+              str_cat("no ", what, " named '", name, "' (the checkpoint has ", items.size(), " ", what, "s)"));
 }
 
 }  // namespace
@@ -862,7 +862,7 @@ LoadReport load_module_state(const Checkpoint& checkpoint, nn::Module& m, const 
   NamedTensors sub;
   for (const auto& [name, t] : checkpoint.tensors)
     if (name.compare(0, prefix.size(), prefix) == 0) sub.emplace_back(name.substr(prefix.size()), t);
-  return detail::load_into(m, sub, strict, cat("checkpoint tensors '", prefix, "*'"), "load_module_state");
+  return detail::load_into(m, sub, strict, str_cat("checkpoint tensors '", prefix, "*'"), "load_module_state");
 }
 
 void add_optimizer_state(Checkpoint& checkpoint, const optim::Optimizer& opt, const std::string& prefix) {
@@ -922,7 +922,7 @@ FileInfo inspect_memory(const uint8_t* data, size_t size, const std::string& ori
   if (size >= 8 && std::memcmp(data, kMagic, 8) == 0)
     return to_info(parse_native(data, size, origin, "inspect", false, false, nullptr), size);
   if (size >= 9 && data[8] == '{') return detail::inspect_safetensors_memory(data, size, origin);
-  throw Error("inspect", cat("'", origin, "': neither an attograd weights or checkpoint file nor a safetensors file"));
+  throw Error("inspect", str_cat("'", origin, "': neither an attograd weights or checkpoint file nor a safetensors file"));
 }
 
 FileInfo inspect(const std::string& path) {

@@ -104,7 +104,7 @@ BenchConfig preset(const std::string& name) {
     }
   std::string valid;
   for (const Preset& p : kPresets) valid += (valid.empty() ? "" : ", ") + std::string(p.name);
-  throw Error(kMe, cat("unknown preset '", name, "' (valid: ", valid, ")"));
+  throw Error(kMe, str_cat("unknown preset '", name, "' (valid: ", valid, ")"));
 }
 
 void validate(const BenchConfig& c) {
@@ -210,7 +210,7 @@ BenchResult run_bench(const BenchConfig& config) {
 std::string to_json(const BenchResult& r) {
   const BenchConfig& c = r.config;
   std::string s = "{\"impl\": \"attograd\", \"preset\": " + json_str(c.name);
-  s += cat(", \"V\": ", c.V, ", \"D\": ", c.D, ", \"H\": ", c.H, ", \"F\": ", c.F, ", \"N\": ", c.N, ", \"L\": ", c.L,
+  s += str_cat(", \"V\": ", c.V, ", \"D\": ", c.D, ", \"H\": ", c.H, ", \"F\": ", c.F, ", \"N\": ", c.N, ", \"L\": ", c.L,
            ", \"B\": ", c.B, ", \"steps\": ", c.steps, ", \"warmup\": ", c.warmup, ", \"threads\": ", c.threads,
            ", \"seed\": ", c.seed, ", \"params\": ", r.params);
   s += ", \"median_step_ms\": " + json_num(r.median_step_ms, "%.4f");
@@ -224,7 +224,7 @@ std::string to_json(const BenchResult& r) {
   s += std::string(", \"thread_pool\": ") + (r.thread_pool ? "true" : "false");
   s += ", \"peak_tensor_mb\": " + json_num(r.peak_tensor_mb, "%.1f");
   s += ", \"peak_reserved_mb\": " + json_num(r.peak_reserved_mb, "%.1f");
-  s += cat(", \"timed_allocs\": ", r.timed_allocs, ", \"timed_system_allocs\": ", r.timed_system_allocs, "}");
+  s += str_cat(", \"timed_allocs\": ", r.timed_allocs, ", \"timed_system_allocs\": ", r.timed_system_allocs, "}");
   return s;
 }
 

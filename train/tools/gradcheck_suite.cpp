@@ -219,7 +219,7 @@ CheckResult module_run(const std::string& name, const std::string& configuration
 }
 
 std::string module_conf(const CheckConfig& c, bool with_mask = true, bool with_dropout = true) {
-  std::string s = cat("B=", c.batch, " L=", c.len, " E=", c.d_model, " H=", c.heads);
+  std::string s = str_cat("B=", c.batch, " L=", c.len, " E=", c.d_model, " H=", c.heads);
   if (with_mask) s += " mask=" + c.mask;
   if (with_dropout) s += " dropout=" + double_str(c.dropout);
   return s;
@@ -270,7 +270,7 @@ std::vector<Check> build_registry() {
         name,
         [lo, hi, avoid_zero](const CheckConfig& c, Generator& g) {
           Tensor x = avoid_zero ? away_from_zero({3, 4}, g, c.dtype, lo, hi) : leaf({3, 4}, g, c.dtype, lo, hi);
-          return std::pair{cat("(3, 4), values ", avoid_zero ? "+-" : "", "[", double_str(lo), ", ", double_str(hi),
+          return std::pair{str_cat("(3, 4), values ", avoid_zero ? "+-" : "", "[", double_str(lo), ", ", double_str(hi),
                                ")"),
                            Inputs{x}};
         },
@@ -453,7 +453,7 @@ std::vector<Check> build_registry() {
                  const double p = drop_p(c);
                  Inputs in{leaf({3, 5}, gen, c.dtype)};
                  return run_check(
-                     "dropout", "op", cat("(3, 5), p=", double_str(p), ", mask replayed"),
+                     "dropout", "op", str_cat("(3, 5), p=", double_str(p), ", mask replayed"),
                      [&] {
                        drop.manual_seed(c.seed + 99);
                        return dropout(in[0], p, true, drop);
@@ -465,7 +465,7 @@ std::vector<Check> build_registry() {
                  const double p = drop_p(c);
                  Inputs in{away_from_zero({3, 5}, gen, c.dtype, 0.1, 1)};
                  return run_check(
-                     "relu_dropout", "op", cat("(3, 5), values +-[0.1, 1), p=", double_str(p), ", mask replayed"),
+                     "relu_dropout", "op", str_cat("(3, 5), values +-[0.1, 1), p=", double_str(p), ", mask replayed"),
                      [&] {
                        drop.manual_seed(c.seed + 99);
                        return relu_dropout(in[0], p, true, drop);
@@ -477,7 +477,7 @@ std::vector<Check> build_registry() {
                  const double p = drop_p(c);
                  Inputs in{leaf({3, 5}, gen, c.dtype), leaf({3, 5}, gen, c.dtype)};
                  return run_check(
-                     "dropout_add", "op", cat("x (3, 5) + dropout of y (3, 5), p=", double_str(p), ", mask replayed"),
+                     "dropout_add", "op", str_cat("x (3, 5) + dropout of y (3, 5), p=", double_str(p), ", mask replayed"),
                      [&] {
                        drop.manual_seed(c.seed + 99);
                        return dropout_add(in[0], in[1], p, true, drop);
@@ -522,7 +522,7 @@ std::vector<Check> build_registry() {
                  if (c.mask == "padding") opts.attn_mask = reshape(key_padding(c), {c.batch, 1, 1, c.len});
                  return run_check(
                      "scaled_dot_product_attention", "op",
-                     cat("q, k, v ", sh(s), " mask=", c.mask, " dropout=", double_str(c.dropout)),
+                     str_cat("q, k, v ", sh(s), " mask=", c.mask, " dropout=", double_str(c.dropout)),
                      [&] {
                        drop.manual_seed(c.seed + 7);
                        return scaled_dot_product_attention(in[0], in[1], in[2], opts).output;
@@ -537,7 +537,7 @@ std::vector<Check> build_registry() {
                  if (c.mask == "padding") opts.attn_mask = reshape(key_padding(c), {c.batch, 1, 1, c.len});
                  return run_check(
                      "multi_head_attention", "op",
-                     cat("q, k, v ", sh(s), " H=", c.heads, " mask=", c.mask, " dropout=", double_str(c.dropout)),
+                     str_cat("q, k, v ", sh(s), " H=", c.heads, " mask=", c.mask, " dropout=", double_str(c.dropout)),
                      [&] {
                        drop.manual_seed(c.seed + 7);
                        return multi_head_attention(in[0], in[1], in[2], c.heads, opts).output;
@@ -552,7 +552,7 @@ std::vector<Check> build_registry() {
                  if (c.mask == "padding") opts.attn_mask = reshape(key_padding(c), {c.batch, 1, 1, c.len});
                  return run_check(
                      "packed_self_attention", "op",
-                     cat("qkv ", sh(s), " H=", c.heads, " mask=", c.mask, " dropout=", double_str(c.dropout)),
+                     str_cat("qkv ", sh(s), " H=", c.heads, " mask=", c.mask, " dropout=", double_str(c.dropout)),
                      [&] {
                        drop.manual_seed(c.seed + 7);
                        return packed_self_attention(in[0], c.heads, opts).output;
@@ -565,21 +565,21 @@ std::vector<Check> build_registry() {
                  Generator gen(c.seed * 1000003 + 31);
                  nn::Linear m(c.d_model, c.d_model / 2 + 1, true, gen);
                  Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
-                 return module_run("Linear", cat("x ", sh(x.shape()), ", ", c.d_model, " -> ", c.d_model / 2 + 1), m,
+                 return module_run("Linear", str_cat("x ", sh(x.shape()), ", ", c.d_model, " -> ", c.d_model / 2 + 1), m,
                                    {x}, [&] { return m.forward(x); }, c, o, gen, nullptr);
                }});
   r.push_back({"Embedding", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 32);
                  nn::Embedding m(7, c.d_model, -1, gen);
                  Tensor idx = tokens(random_tokens(c.batch, c.len, 0, 7, gen), c.batch, c.len);
-                 return module_run("Embedding", cat("7 x ", c.d_model, ", indices ", sh(idx.shape())), m, {},
+                 return module_run("Embedding", str_cat("7 x ", c.d_model, ", indices ", sh(idx.shape())), m, {},
                                    [&] { return m.forward(idx); }, c, o, gen, nullptr);
                }});
   r.push_back({"LayerNorm", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 33);
                  nn::LayerNorm m(c.d_model);
                  Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
-                 return module_run("LayerNorm", cat("x ", sh(x.shape()), ", eps 1e-5"), m, {x},
+                 return module_run("LayerNorm", str_cat("x ", sh(x.shape()), ", eps 1e-5"), m, {x},
                                    [&] { return m.forward(x); }, c, o, gen, nullptr);
                }});
   r.push_back({"Dropout", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
@@ -589,7 +589,7 @@ std::vector<Check> build_registry() {
                  Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
                  CheckConfig train_mode = c;
                  train_mode.dropout = p;  // training mode
-                 return module_run("Dropout", cat("x ", sh(x.shape()), ", p=", double_str(p), ", mask replayed"), m,
+                 return module_run("Dropout", str_cat("x ", sh(x.shape()), ", p=", double_str(p), ", mask replayed"), m,
                                    {x}, [&] { return m.forward(x); }, train_mode, o, gen, &drop);
                }});
   r.push_back({"PositionwiseFeedForward", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
@@ -598,7 +598,7 @@ std::vector<Check> build_registry() {
                  m.set_generator(drop);
                  Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
                  return module_run("PositionwiseFeedForward",
-                                   cat(module_conf(c, false), " d_ff=", 2 * c.d_model, " relu"), m, {x},
+                                   str_cat(module_conf(c, false), " d_ff=", 2 * c.d_model, " relu"), m, {x},
                                    [&] { return m.forward(x); }, c, o, gen, &drop);
                }});
   r.push_back({"MultiheadAttention", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
@@ -675,7 +675,7 @@ std::vector<Check> build_registry() {
                  }
                  Tensor t = tokens(v, c.batch, c.len);
                  return module_run("CausalLM",
-                                   cat(module_conf(c, false), " layers=", c.layers, " causal", padding ? "+padding" : ""),
+                                   str_cat(module_conf(c, false), " layers=", c.layers, " causal", padding ? "+padding" : ""),
                                    m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
                }});
   r.push_back({"Transformer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
@@ -704,7 +704,7 @@ std::vector<Check> build_registry() {
                  }
                  Tensor src = tokens(s, c.batch, c.len), tgt = tokens(t, c.batch, c.len);
                  return module_run("Transformer",
-                                   cat(module_conf(c, false), " layers=", c.layers, padding ? " src padding" : ""),
+                                   str_cat(module_conf(c, false), " layers=", c.layers, padding ? " src padding" : ""),
                                    m, {}, [&] { return m.forward(src, tgt); }, c, o, gen, &drop);
                }});
   return r;
@@ -778,7 +778,7 @@ const Check& find_check(const std::string& name) {
   for (const Check& c : all) names += (names.empty() ? "" : ", ") + c.name;
   ATTO_CHECK(matches == 0, "gradcheck", "'", name, "' is ambiguous: write the op in snake_case or the module in ",
              "PascalCase (", names, ")");
-  throw Error("gradcheck", cat("no check named '", name, "'; known: ", names,
+  throw Error("gradcheck", str_cat("no check named '", name, "'; known: ", names,
                                "; aliases: mha, seed_mha, ffn, encoder_layer, decoder_layer, causal_lm, transformer, sdpa"));
 }
 

@@ -93,7 +93,7 @@ void check_encoder_golden(const std::string& stem, nn::TransformerEncoderLayerOp
   EXPECT_TRUE(all_close(y, golden.at("y"), 1e-5));
   double worst = 0;
   for (int64_t i = 0; i < y.numel(); ++i) worst = std::max(worst, std::fabs(y.flat(i) - golden.at("y").flat(i)));
-  ::testing::Test::RecordProperty("max_abs_error", cat(worst));
+  ::testing::Test::RecordProperty("max_abs_error", str_cat(worst));
 }
 }  // namespace
 

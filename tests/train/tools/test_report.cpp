@@ -139,7 +139,7 @@ AttentionFigure figure(int64_t rows, int64_t heads, int64_t lq, int64_t lk) {
   f.title = "test";
   for (int64_t r = 0; r < rows; ++r) {
     AttentionRow row;
-    row.label = cat("layer ", r);
+    row.label = str_cat("layer ", r);
     row.weights = softmax(rand({1, heads, lq, lk}, gen), -1);
     for (int64_t i = 0; i < lq; ++i) row.queries.push_back(i == 0 ? "<sep>" : std::to_string(i));
     for (int64_t j = 0; j < lk; ++j) row.keys.push_back(std::to_string(j));
