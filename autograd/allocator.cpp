@@ -141,8 +141,9 @@ class CachingAllocator {
       ++s_.num_frees;
       s_.allocated_bytes -= size;
       s_.requested_bytes -= nbytes;
-      if (s_.cached_bytes + size <= limit()) {
-        free_[c].push_back(p);
+      // Runs in Storage's destructor, possibly while an out-of-memory exception unwinds: it must not throw, so a
+      // block whose free-list entry cannot be allocated goes back to the system instead.
+      if (s_.cached_bytes + size <= limit() && push_free(free_[c], p)) {
         s_.cached_bytes += size;
         return;
       }
@@ -220,7 +221,10 @@ class CachingAllocator {
   void* from_system(Get get) {
     void* p = get();
     if (!p) {
-      empty();
+      try {
+        empty();
+      } catch (...) {  // out of memory for empty()'s lists: nothing more to give back
+      }
       p = get();
     }
     return p;
@@ -352,11 +356,40 @@ class CachingAllocator {
         to_system = b->ptr;
         to_system_bytes = b->size;
         delete b;
-      } else {
-        large_free_.insert(b);
+      } else if (!insert_free(b)) {
+        // No memory for the free set's node (this runs in Storage's destructor, which must not throw): a whole
+        // segment goes back to the system; a piece stays out of the set, unused, until a neighbour merges it.
+        if (!b->prev && !b->next) {
+          s_.cached_bytes -= b->size;
+          s_.reserved_bytes -= b->size;
+          ++s_.system_frees;
+          to_system = b->ptr;
+          to_system_bytes = b->size;
+          delete b;
+        }
       }
     }
     if (to_system) unmap_segment(to_system, to_system_bytes);
+  }
+
+  // With mu_ held: false instead of throwing when the list cannot grow (out of memory).
+  static bool push_free(std::vector<void*>& list, void* p) noexcept {
+    try {
+      list.push_back(p);
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+
+  // With mu_ held: false instead of throwing when the set's node cannot be allocated.
+  bool insert_free(Block* b) noexcept {
+    try {
+      large_free_.insert(b);
+      return true;
+    } catch (...) {
+      return false;
+    }
   }
 
   size_t limit() {  // with mu_ held

@@ -13,13 +13,23 @@ namespace attograd {
 namespace {
 thread_local bool g_grad_enabled = true;
 thread_local bool g_backward_frees_saved = false;
+thread_local bool g_in_backward = false;  // backward functions read saved values through writable pointers
 
 // Releases a chain of nodes with a loop instead of nested shared_ptr destructors, so that a
 // graph of any depth is freed without overflowing the stack (as PyTorch's deleteNode does).
-void release_node(std::shared_ptr<Node> node) {
+// It runs in destructors, also while an exception (out of memory) unwinds, so it never throws: when the list cannot
+// grow, the node is freed where it is (nesting, as shared_ptr would).
+void release_node(std::shared_ptr<Node> node) noexcept {
   thread_local std::vector<std::shared_ptr<Node>> pending;
   thread_local bool draining = false;
-  pending.push_back(std::move(node));
+  auto push = [](std::shared_ptr<Node>& n) noexcept {
+    try {
+      pending.push_back(std::move(n));  // strong guarantee: n is untouched when this throws
+    } catch (...) {
+    }
+  };
+  push(node);
+  if (node) return;  // not queued: freed here, nested
   if (draining) return;
   draining = true;
   while (!pending.empty()) {
@@ -27,7 +37,7 @@ void release_node(std::shared_ptr<Node> node) {
     pending.pop_back();
     if (n.use_count() == 1) {
       for (auto& in : n->inputs) {
-        if (in && in.ptr().use_count() == 1 && in->grad_fn) pending.push_back(std::move(in->grad_fn));
+        if (in && in.ptr().use_count() == 1 && in->grad_fn) push(in->grad_fn);
       }
     }
     // n is destroyed here; the inputs it frees no longer own a grad_fn, so nothing nests.
@@ -98,6 +108,8 @@ void SavedTensor::reset() {
 
 bool backward_frees_saved() { return g_backward_frees_saved; }
 
+bool detail::writes_bump_version() { return !g_grad_enabled && !g_in_backward; }
+
 bool is_grad_enabled() { return g_grad_enabled; }
 void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }
 
@@ -118,7 +130,14 @@ static Tensor record_impl(const char* name, Tensor out, const Range& inputs, Bac
   auto node = std::make_shared<Node>();
   node->name = name;
   node->inputs.reserve(inputs.size());
-  for (const Tensor& t : inputs) node->inputs.emplace_back(t.defined() && t.requires_grad() ? t.impl() : nullptr);
+  size_t i = 0;
+  for (const Tensor& t : inputs) {
+    node->inputs.emplace_back(t.defined() && t.requires_grad() ? t.impl() : nullptr);
+    // A leaf's data may be changed in place (under NoGradGuard) before the backward: note its version.
+    if (t.defined() && !t.impl()->grad_fn && t.impl()->storage)
+      node->leaf_versions.push_back({t.impl()->storage, t.impl(), t.impl()->storage->version, i});
+    ++i;
+  }
   node->backward = std::move(backward);
   // `out` must be a fresh result; give it history.
   TensorImpl* impl = out.impl().get();
@@ -193,11 +212,30 @@ Tensor reuse_or_empty_like(const Tensor& g) { return uniquely_owned(g) ? g : emp
 
 Tensor reuse_temporary_or_empty(Tensor&& x) {
   const std::shared_ptr<TensorImpl>& p = x.impl();
+  // Not a leaf while recording: a recorded op may have noted its version (Node::leaf_versions) without keeping it.
   if (p.use_count() == 1 && !p->retains_grad && p->storage && p->storage.use_count() == 1 && p->offset == 0 &&
-      p->storage->nbytes == x.nbytes())
+      p->storage->nbytes == x.nbytes() && !(p->grad_fn == nullptr && is_grad_enabled()))
     return x.detach();  // a fresh impl on the same storage (x itself may still be recorded as an input)
   return empty(x.shape(), {.dtype = x.dtype()});
 }
+
+namespace {
+
+// Throws when the data of a leaf input of `node` was written since the op was recorded (PyTorch's "one of the
+// variables needed for gradient computation has been modified by an inplace operation").
+void check_version(const Node& node, const SavedVersion& v) {
+  const std::shared_ptr<Storage> storage = v.storage.lock();
+  if (!storage || storage->version == v.version) return;
+  const std::shared_ptr<TensorImpl> t = v.tensor.lock();
+  throw Error(node.name, str_cat("input ", v.input, " of '", node.name, "' (a leaf tensor",
+                             t ? str_cat(" of shape ", t->shape, t->requires_grad ? " that requires grad" : "") : "",
+                             ") was modified in place after the forward pass (its data is at version ",
+                             storage->version, ", the op saw version ", v.version,
+                             "): the gradients would use the new values. Change it after backward() (as optimizers "
+                             "do), or on a clone()"));
+}
+
+}  // namespace
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   check_defined("backward");
@@ -217,6 +255,11 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   }
 
   NoGradGuard no_grad;
+  struct InBackward {  // restored on exceptions too; nested passes (a backward inside a backward) keep it set
+    bool prev = g_in_backward;
+    InBackward() { g_in_backward = true; }
+    ~InBackward() { g_in_backward = prev; }
+  } in_backward;
   std::vector<std::shared_ptr<TensorImpl>> order = topo_order(impl_);
   std::unordered_map<TensorImpl*, Tensor> grads;
   grads.reserve(order.size());
@@ -236,6 +279,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
     ATTO_CHECK(node->backward != nullptr, "backward",
                "trying to backward through the graph a second time (op '", node->name,
                "'); its saved values were freed: call backward(grad, /*retain_graph=*/true) the first time");
+    for (const SavedVersion& v : node->leaf_versions) check_version(*node, v);
     GradInputs gi([&] {
       std::vector<bool> need(node->inputs.size());
       for (size_t i = 0; i < need.size(); ++i) need[i] = static_cast<bool>(node->inputs[i]);

@@ -25,7 +25,7 @@ struct GradcheckResult {
   bool passed = true;          ///< every element within tolerance (and reentrant when checked)
   bool reentrant = true;       ///< two backward passes gave bitwise-equal gradients
   double max_abs_error = 0;    ///< max |analytic - numeric| over all compared entries
-  double max_rel_error = 0;    ///< max |analytic - numeric| / max(|numeric|, tiny)
+  double max_rel_error = 0;    ///< max |analytic - numeric| / |numeric| over entries with |numeric| >= atol
   size_t worst_input = 0;      ///< input holding the worst entry (by error / allowed error)
   int64_t worst_index = -1;    ///< flat element index within that input (-1 in fast mode)
   int64_t worst_output = -1;   ///< flat output element of the worst entry (-1 in fast mode)

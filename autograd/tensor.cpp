@@ -17,9 +17,26 @@ int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
   for (int64_t s : shape) {
     ATTO_CHECK(s >= 0, "shape", "negative dimension ", s, " in shape ", shape);
-    n *= s;
+    if (__builtin_mul_overflow(n, s, &n)) {
+      // A zero later on makes the count 0 (an empty tensor), whatever the other sizes.
+      for (int64_t z : shape) {
+        ATTO_CHECK(z >= 0, "shape", "negative dimension ", z, " in shape ", shape);
+        if (z == 0) return 0;
+      }
+      throw Error("shape", str_cat("shape ", shape, " has more than 2^63 elements"));
+    }
   }
   return n;
+}
+
+size_t shape_nbytes(const Shape& shape, Dtype dtype) {
+  const int64_t n = shape_numel(shape);
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(n), static_cast<uint64_t>(dtype_size(dtype)), &bytes) ||
+      bytes > kMaxTensorBytes)
+    throw Error("shape", str_cat("a ", dtype_name(dtype), " tensor of shape ", shape, " (", n,
+                             " elements) would need more than the largest tensor size of 2^62 bytes"));
+  return static_cast<size_t>(bytes);
 }
 
 // Storage memory comes from the caching allocator (allocator.h): steady-state training reuses freed blocks.
@@ -60,6 +77,7 @@ size_t Tensor::nbytes() const { return static_cast<size_t>(numel()) * dtype_size
 void* Tensor::raw_data() const {
   void* p = const_cast<void*>(const_raw_data());
   impl_->storage->modified = true;  // a writable pointer: a write access (see Storage::modified)
+  if (detail::writes_bump_version()) ++impl_->storage->version;  // see Storage::version
   return p;
 }
 
@@ -72,6 +90,7 @@ template <class T>
 T* Tensor::data() {
   T* p = const_cast<T*>(std::as_const(*this).data<T>());
   impl_->storage->modified = true;  // a write access (see Storage::modified)
+  if (detail::writes_bump_version()) ++impl_->storage->version;  // see Storage::version
   return p;
 }
 
@@ -122,6 +141,7 @@ double Tensor::at(std::initializer_list<int64_t> index) const { return flat(flat
 void Tensor::set(std::initializer_list<int64_t> index, double value) {
   int64_t f = flat_index(shape(), index, "set");
   dispatch_all(dtype(), [&]<typename T>() { data<T>()[f] = static_cast<T>(value); });
+  if (is_grad_enabled()) ++impl_->storage->version;  // a write in any mode (data<T>() counts it without grad mode)
 }
 
 template <class T>
@@ -296,11 +316,11 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_
 // Creation
 
 Tensor empty(const Shape& shape, TensorOptions opts) {
-  int64_t n = shape_numel(shape);
+  const size_t nbytes = shape_nbytes(shape, opts.dtype);
   auto t = std::make_shared<TensorImpl>();
   t->shape = shape;
   t->dtype = opts.dtype;
-  t->storage = std::make_shared<Storage>(static_cast<size_t>(n) * dtype_size(opts.dtype));
+  t->storage = std::make_shared<Storage>(nbytes);
   Tensor out(std::move(t));
   if (opts.requires_grad) out.requires_grad_(true);
   return out;

@@ -20,8 +20,13 @@ namespace attograd {
 /// A tensor's shape: sizes of each dimension, outermost first.
 using Shape = std::vector<int64_t>;
 
-/// Number of elements of a shape (1 for a scalar shape []); throws on negative sizes.
+/// Number of elements of a shape (1 for a scalar shape []); throws on negative sizes and on a count above 2^63 - 1.
 int64_t shape_numel(const Shape& shape);
+/// Largest tensor the creation functions accept: 2^62 bytes (so that no size computed from it overflows; a request
+/// the system cannot serve is an Error saying how many bytes were asked for).
+inline constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 62;
+/// Bytes of a tensor of this shape and dtype, computed without overflow; throws above kMaxTensorBytes.
+size_t shape_nbytes(const Shape& shape, Dtype dtype);
 
 /// Raw, 64-byte aligned memory shared by a tensor and its views, from the caching allocator (allocator.h).
 struct Storage {
@@ -36,6 +41,12 @@ struct Storage {
   /// Set by every write access (non-const Tensor::data<T>(), raw_data(), copy_): a recompute recipe (TensorImpl::recompute)
   /// describes the data only while this is clear (the op that attaches one clears it after writing).
   bool modified = false;
+  /// Version counter (PyTorch's): incremented by Tensor::set() and, with grad mode off (NoGradGuard: optimizer
+  /// steps, init, in-place changes of parameters), by every write access (non-const data<T>(), raw_data(), copy_,
+  /// in-place ops); not with grad mode on, where ops take writable pointers to read. A recorded op notes the version
+  /// of each leaf input's storage, and backward refuses to run the op's backward when one has changed (an in-place
+  /// change between the forward and the backward would silently give gradients of the new values).
+  uint32_t version = 0;
 };
 
 class Tensor;
@@ -286,6 +297,11 @@ class SavedTensor {
   std::shared_ptr<const std::function<Tensor()>> recompute_;
 };
 
+namespace detail {
+/// True when a write access counts in Storage::version: grad mode off, outside a backward pass.
+bool writes_bump_version();
+}  // namespace detail
+
 /// True while a backward pass that frees the graph as it goes (retain_graph = false) runs a backward function on
 /// this thread: the function may then drop a saved value as soon as it has used it, so that its memory serves
 /// the function's later results.
@@ -323,11 +339,20 @@ class InputRef {
   bool counted_ = false;
 };
 
+/// The version of a leaf input's storage when an op was recorded (see Storage::version).
+struct SavedVersion {
+  std::weak_ptr<Storage> storage;    ///< the input's data
+  std::weak_ptr<TensorImpl> tensor;  ///< the input (for its shape in the error)
+  uint32_t version = 0;              ///< Storage::version at record time
+  size_t input = 0;                  ///< which input of the op
+};
+
 /// A recorded op in the graph.
 struct Node {
   const char* name = "";        ///< op name, for errors and printing
   std::vector<InputRef> inputs;  ///< the op's tensor inputs (null: no grad)
   BackwardFn backward;          ///< null once the graph is freed
+  std::vector<SavedVersion> leaf_versions;  ///< versions of the leaf inputs' data, checked before backward
 };
 
 /// Records `out` as the result of op `name` applied to `inputs` when grad mode is on and some

@@ -136,6 +136,7 @@ void SequenceModel::check_examples(const std::vector<Example>& examples, const c
   ATTO_CHECK(!examples.empty(), what, "empty batch");
   for (size_t i = 0; i < examples.size(); ++i) {
     const Example& e = examples[i];
+    ATTO_CHECK(!e.src.empty(), what, "example ", i, " has an empty source (every example needs at least one token)");
     ATTO_CHECK(static_cast<int64_t>(e.src.size()) <= s.max_source_len, what, "example ", i, ": source length ",
                e.src.size(), " exceeds the model's max_source_len ", s.max_source_len);
     ATTO_CHECK(static_cast<int64_t>(e.tgt.size()) <= s.max_target_len, what, "example ", i, ": target length ",

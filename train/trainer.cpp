@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -55,24 +58,37 @@ void for_each_field(C& c, F&& f) {
   f("threads", c.threads);
 }
 
+// A JSON value for an error message: its text, cut to 60 characters (the input is the user's, of any size).
+std::string excerpt(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+// A key for an error message, cut likewise.
+std::string excerpt(const std::string& key, size_t max = 60) {
+  return key.size() > max ? key.substr(0, max - 3) + "..." : key;
+}
+
 // Stores JSON value v into a field, checking its type; errors name the field.
 template <class T>
 void read_field(const json& v, const std::string& name, T& out) {
   if constexpr (std::is_same_v<T, std::string>) {
-    ATTO_CHECK(v.is_string(), kConfig, "field \"", name, "\" must be a string, got ", v.dump());
+    ATTO_CHECK(v.is_string(), kConfig, "field \"", name, "\" must be a string, got ", excerpt(v));
     out = v.get<std::string>();
   } else if constexpr (std::is_same_v<T, double>) {
-    ATTO_CHECK(v.is_number(), kConfig, "field \"", name, "\" must be a number, got ", v.dump());
+    ATTO_CHECK(v.is_number(), kConfig, "field \"", name, "\" must be a number, got ", excerpt(v));
     out = v.get<double>();
   } else if constexpr (std::is_same_v<T, uint64_t>) {
-    ATTO_CHECK(v.is_number_unsigned(), kConfig, "field \"", name, "\" must be a non-negative integer, got ", v.dump());
+    ATTO_CHECK(v.is_number_unsigned(), kConfig, "field \"", name, "\" must be a non-negative integer, got ",
+               excerpt(v));
     out = v.get<uint64_t>();
   } else {
     static_assert(std::is_same_v<T, int64_t>);
     ATTO_CHECK(v.is_number_integer() &&
                    (!v.is_number_unsigned() ||
                     v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())),
-               kConfig, "field \"", name, "\" must be an integer, got ", v.dump());
+               kConfig, "field \"", name, "\" must be an integer, got ", excerpt(v));
     out = v.get<int64_t>();
   }
 }
@@ -113,13 +129,14 @@ std::string TrainConfig::to_json(int indent) const {
 }
 
 TrainConfig TrainConfig::from_json(const std::string& text) {
+  io::check_json_depth(text, kConfig, "the configuration");  // before parsing: messages below dump parts of it
   json j;
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    throw Error(kConfig, str_cat("invalid JSON: ", e.what()));
+    throw Error(kConfig, str_cat("invalid JSON: ", excerpt(std::string(e.what()), 240)));
   }
-  ATTO_CHECK(j.is_object(), kConfig, "JSON must be an object, got ", j.dump());
+  ATTO_CHECK(j.is_object(), kConfig, "JSON must be an object, got ", excerpt(j));
   TrainConfig c;
   for (const auto& item : j.items()) {
     // No structured bindings here: clang before 16 cannot capture them in the lambda below.
@@ -131,7 +148,7 @@ TrainConfig TrainConfig::from_json(const std::string& text) {
       read_field(value, key, field);
       known = true;
     });
-    ATTO_CHECK(known, kConfig, "unknown field \"", key, "\"");
+    ATTO_CHECK(known, kConfig, "unknown field \"", excerpt(key), "\"");
   }
   return c;
 }
@@ -140,12 +157,12 @@ void TrainConfig::validate() const {
   if (!nn::has_model(model)) {
     std::string kinds;
     for (const auto& [kind, _] : nn::registered_models()) kinds += (kinds.empty() ? "" : ", ") + kind;
-    throw Error(kConfig, str_cat("model must be a registered kind (", kinds, "), got \"", model, "\""));
+    throw Error(kConfig, str_cat("model must be a registered kind (", kinds, "), got \"", excerpt(model), "\""));
   }
   ATTO_CHECK(one_of(optimizer, {"adam", "adamw", "sgd"}), kConfig, "optimizer must be adam, adamw or sgd, got \"",
-             optimizer, "\"");
+             excerpt(optimizer), "\"");
   ATTO_CHECK(one_of(schedule, {"noam", "cosine", "constant", "step"}), kConfig,
-             "schedule must be noam, cosine, constant or step, got \"", schedule, "\"");
+             "schedule must be noam, cosine, constant or step, got \"", excerpt(schedule), "\"");
   auto positive = [](int64_t v, const char* name) {
     ATTO_CHECK(v > 0, kConfig, name, " must be positive, got ", v);
   };
@@ -159,6 +176,19 @@ void TrainConfig::validate() const {
   positive(steps, "steps");
   positive(eval_size, "eval_size");
   positive(threads, "threads");
+  auto at_most = [](int64_t v, int64_t max, const char* name) {
+    ATTO_CHECK(v <= max, kConfig, name, " must be at most ", max, ", got ", v);
+  };
+  at_most(layers, kMaxModelSize, "layers");
+  at_most(d_model, kMaxModelSize, "d_model");
+  at_most(heads, kMaxModelSize, "heads");
+  at_most(d_ff, kMaxModelSize, "d_ff");
+  at_most(batch, kMaxModelSize, "batch");
+  at_most(max_len, kMaxSequenceLen, "max_len");
+  at_most(num_symbols, kMaxSymbols, "num_symbols");
+  at_most(steps, kMaxSteps, "steps");
+  at_most(eval_size, kMaxEvalSize, "eval_size");
+  at_most(threads, kMaxThreads, "threads");
   ATTO_CHECK(d_model % heads == 0, kConfig, "heads (", heads, ") must divide d_model (", d_model, ")");
   ATTO_CHECK(max_len >= min_len, kConfig, "max_len (", max_len, ") must be >= min_len (", min_len, ")");
   ATTO_CHECK(num_symbols >= 2, kConfig, "num_symbols must be >= 2, got ", num_symbols);
@@ -175,6 +205,53 @@ void TrainConfig::validate() const {
   ATTO_CHECK(label_smoothing >= 0 && label_smoothing < 1, kConfig, "label_smoothing must be in [0, 1), got ",
              label_smoothing);
   ATTO_CHECK(eval_every >= 0, kConfig, "eval_every must be >= 0 (0: only at the end), got ", eval_every);
+}
+
+MemoryEstimate TrainConfig::estimate_memory() const {
+  MemoryEstimate e;
+  if (!one_of(model, {"lm", "seq2seq", "encoder"})) return e;
+  const double d = static_cast<double>(d_model), ff = static_cast<double>(d_ff), h = static_cast<double>(heads);
+  const double n_layers = static_cast<double>(layers) * (model == "seq2seq" ? 2 : 1);
+  const double vocab = 5 + static_cast<double>(num_symbols);
+  const double len = 2 * static_cast<double>(max_len) + 1;  // at least the source and the target
+  // Each block: attention projections (4 d^2) and the feed-forward layers (2 d d_ff); one embedding table.
+  e.parameters = n_layers * (4 * d * d + 2 * d * ff) + vocab * d;
+  const double copies = optimizer != "sgd" ? 4 : momentum > 0 ? 3 : 2;  // weights, gradients, optimizer state
+  e.model_bytes = e.parameters * 4 * copies;
+  // Saved per token and block: the feed-forward hidden layer, a few d_model-wide values, the attention rows; the
+  // logits and their gradient per token.
+  e.batch_bytes = static_cast<double>(batch) * len * (n_layers * (ff + 4 * d + h * len) + 2 * vocab) * 4;
+  return e;
+}
+
+namespace {
+
+std::string gigabytes(double bytes) { return str_cat(std::round(bytes / 1e8) / 10, " GB"); }
+
+// Physical memory, or the address-space limit when lower (0 when unknown).
+double available_memory() {
+  double bytes = 0;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) bytes = static_cast<double>(pages) * static_cast<double>(page);
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    const double as = static_cast<double>(lim.rlim_cur);
+    bytes = bytes > 0 ? std::min(bytes, as) : as;
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void TrainConfig::check_fits_in_memory() const {
+  const MemoryEstimate e = estimate_memory();
+  const double have = available_memory();
+  if (have <= 0 || e.model_bytes + e.batch_bytes <= have) return;
+  throw Error(kConfig, str_cat("the run needs at least ", gigabytes(e.model_bytes + e.batch_bytes), " of memory (",
+                           gigabytes(e.model_bytes), " for ", std::llround(e.parameters),
+                           " parameters with their gradients and optimizer state, ", gigabytes(e.batch_bytes),
+                           " for a batch of ", batch, " sequences), more than the ", gigabytes(have),
+                           " available; reduce d_model, d_ff, layers or batch"));
 }
 
 nn::ModelSpec TrainConfig::model_sizes() const {
@@ -195,7 +272,7 @@ const TrainConfig& validated(const TrainConfig& c) {
 
 std::shared_ptr<data::TaskDataset> task_dataset(const TrainConfig& c) {
   ATTO_CHECK(one_of(c.task, {"copy", "reverse", "sort", "add"}), kConfig,
-             "task must be copy, reverse, sort or add, got \"", c.task, "\"");
+             "task must be copy, reverse, sort or add, got \"", excerpt(c.task), "\"");
   return std::make_shared<data::TaskDataset>(
       data::TaskOptions{
           .task = data::parse_task(c.task), .min_len = c.min_len, .max_len = c.max_len, .num_symbols = c.num_symbols},
@@ -215,7 +292,10 @@ Trainer::Trainer(const TrainConfig& config, std::shared_ptr<data::Dataset> datas
   ATTO_CHECK(data_ != nullptr, "Trainer", "no dataset given");
   data_->seed(derive_seed(config_.seed, Stream::Data));
   set_num_threads(static_cast<int>(config_.threads));  // the engine's pool (autograd/parallel.h)
-  if (!model_) model_ = nn::make_model(config_.model, data_->model_spec(config_.model_sizes()), init_gen_);
+  if (!model_) {
+    config_.check_fits_in_memory();
+    model_ = nn::make_model(config_.model, data_->model_spec(config_.model_sizes()), init_gen_);
+  }
   ATTO_CHECK(model_->vocab_size() >= data_->vocab_size(), "Trainer", "the model's vocabulary (",
              model_->vocab_size(), ") is smaller than the dataset's (", data_->vocab_size(), ")");
   model_->set_generator(dropout_gen_);
@@ -305,6 +385,15 @@ std::vector<data::Example> Trainer::heldout_examples(int64_t n) const {
 
 EvalResult Trainer::evaluate(int64_t n) {
   constexpr int64_t kEvalBatch = 250;
+  {
+    // The held-out examples are drawn at once: two token rows each, with their vector headers.
+    const int64_t count = n > 0 ? n : config_.eval_size;
+    const double bytes = static_cast<double>(count) *
+                         (16.0 * static_cast<double>(data_->max_source_len() + data_->max_target_len()) + 128);
+    const double have = available_memory();
+    ATTO_CHECK(have <= 0 || bytes <= have / 2, "evaluate", count, " held-out examples need about ", gigabytes(bytes),
+               " of memory, more than half of the ", gigabytes(have), " available; evaluate fewer");
+  }
   return train::evaluate(*model_, heldout_examples(n > 0 ? n : config_.eval_size), kEvalBatch);
 }
 
@@ -338,11 +427,11 @@ std::string Trainer::metrics_csv() const {
 }
 
 void Trainer::write_metrics_csv(const std::string& path) const {
-  std::ofstream f(path, std::ios::binary);
-  ATTO_CHECK(f.good(), "write_metrics_csv", "cannot open '", path, "' for writing");
-  f << metrics_csv();
-  f.flush();
-  ATTO_CHECK(f.good(), "write_metrics_csv", "failed writing '", path, "'");
+  // Atomically, as the weights: a temporary file next to it, fsync'ed and renamed; errors name errno.
+  const std::string csv = metrics_csv();
+  io::detail::AtomicFile f(path, "write_metrics_csv");
+  f.write(csv.data(), csv.size());
+  f.commit();
 }
 
 std::vector<StepMetrics> parse_metrics_csv(const std::string& csv) {

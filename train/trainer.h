@@ -36,6 +36,22 @@ enum class Stream : uint64_t { Init = 0, Dropout = 1, Data = 2, Heldout = 3 };
 /// The seed of one stream: a SplitMix64 hash of (seed, stream), so the streams of one seed are unrelated.
 uint64_t derive_seed(uint64_t seed, Stream stream);
 
+/// Limits TrainConfig::validate() enforces, so that a run ends in bounded time and memory (docs/CLI.md lists them).
+inline constexpr int64_t kMaxThreads = 1024;           ///< threads (ATTOGRAD_NUM_THREADS has the same maximum)
+inline constexpr int64_t kMaxSteps = 1'000'000'000;    ///< optimizer steps
+inline constexpr int64_t kMaxSequenceLen = 256;        ///< max_len (greedy decoding costs about max_len^3)
+inline constexpr int64_t kMaxSymbols = 1'000'000;      ///< num_symbols
+inline constexpr int64_t kMaxEvalSize = 100'000'000;   ///< eval_size
+inline constexpr int64_t kMaxModelSize = 1'000'000;    ///< layers, d_model, heads, d_ff and batch, each
+
+/// A lower bound of what a built-in model ("lm", "seq2seq", "encoder") of a configuration needs, computed in
+/// floating point (no overflow); zeros for another kind.
+struct MemoryEstimate {
+  double parameters = 0;   ///< parameters (at least)
+  double model_bytes = 0;  ///< weights, gradients and optimizer state
+  double batch_bytes = 0;  ///< activations and logits of one training batch
+};
+
 /// Everything that defines a training run (plain fields; to_json()/from_json() round-trip exactly).
 /// With the defaults (only task and model changed) both models reach 100% exact-sequence accuracy on 1,000
 /// held-out sequences of copy, reverse and sort, lengths 1..12, in 1,000 steps (docs/TRAINING.md).
@@ -75,6 +91,11 @@ struct TrainConfig {
   /// schedule; non-positive sizes; heads not dividing d_model; probabilities out of range; ...). The task is
   /// checked when the Trainer builds the built-in dataset (Trainer(config)), not here.
   void validate() const;
+  /// A lower bound of the run's memory (see MemoryEstimate), from the fields alone.
+  MemoryEstimate estimate_memory() const;
+  /// Throws an Error saying how much memory the run needs when estimate_memory() exceeds this machine's physical
+  /// memory (or the address-space limit, when one is set); the Trainer checks it before building the model.
+  void check_fits_in_memory() const;
   /// The model-size fields as a spec (layers, d_model, heads, d_ff, dropout); the token space comes from data.
   nn::ModelSpec model_sizes() const;
   /// Field-wise equality.

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "train/io/serialize.h"
 #include "train/trainer.h"
 
 namespace attograd::cli {
@@ -45,10 +46,22 @@ Command add_import(CLI::App& app);
 /// A Trainer holding the model saved in a weights file (config from its metadata) or a checkpoint. `seed`
 /// replaces the config's seed (which picks the held-out examples). Error if the file has no training config.
 std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed = std::nullopt);
+/// Before building anything: the configuration is valid and its model (estimate_memory's lower bound of the
+/// parameters) fits in the values the file holds; Error naming the file otherwise.
+void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path);
 /// The TrainConfig stored as a file's metadata (Error naming the file when there is none).
 train::TrainConfig config_from_metadata(const std::string& metadata, const std::string& path);
-/// The whole text file (Error naming it and `what` when unreadable).
+/// Largest configuration (JSON) file read: 1 MiB.
+inline constexpr uint64_t kMaxTextFileBytes = uint64_t{1} << 20;
+/// The whole text file: a regular file of at most kMaxTextFileBytes (Error naming it and `what` otherwise).
 std::string read_text(const std::string& path, const char* what);
+/// A check for an integer flag: a plain decimal integer (no sign unless lo < 0, nothing after it) in [lo, hi];
+/// an out-of-range value is an error, never clamped or wrapped (CLI11 would turn -1 into 2^64-1 for unsigned).
+CLI::Validator integer_in(int64_t lo, int64_t hi);
+/// A check for an unsigned 64-bit flag (a seed): digits only, at most 2^64-1.
+CLI::Validator unsigned64();
+/// A check for a real flag: a finite number greater than 0 (not NaN, not 0, not negative).
+CLI::Validator positive_real();
 /// Peak resident memory of this process in MB (getrusage ru_maxrss).
 double peak_rss_mb();
 /// 101056 -> "101,056".

@@ -2,9 +2,10 @@
 
 #include <sys/resource.h>
 
+#include <charconv>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +37,60 @@ std::string thousands(int64_t n) {
   return n < 0 ? "-" + s : s;
 }
 
+namespace {
+
+// The value as an integer if it is one (an optional '-', then digits, nothing else, no overflow).
+std::optional<int64_t> parse_int(const std::string& s, bool* overflow) {
+  *overflow = false;
+  const char* b = s.data();
+  const char* e = b + s.size();
+  if (b == e || (*b != '-' && (*b < '0' || *b > '9'))) return std::nullopt;
+  int64_t v = 0;
+  const auto [p, ec] = std::from_chars(b, e, v);
+  if (ec == std::errc::result_out_of_range) *overflow = true;
+  if (ec != std::errc() || p != e) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& value) -> std::string {
+        bool overflow = false;
+        const std::optional<int64_t> v = parse_int(value, &overflow);
+        if (v && *v >= lo && *v <= hi) return "";
+        if (!v && !overflow) return "'" + value + "' is not an integer";
+        return "'" + value + "' is out of range: expected an integer in [" + std::to_string(lo) + ", " +
+               std::to_string(hi) + "]";
+      },
+      "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
+}
+
+CLI::Validator unsigned64() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        uint64_t v = 0;
+        const char* b = value.data();
+        const char* e = b + value.size();
+        const auto [p, ec] = std::from_chars(b, e, v);
+        if (b != e && *b >= '0' && *b <= '9' && ec == std::errc() && p == e) return "";
+        return "'" + value + "' is not an integer in [0, 18446744073709551615]";
+      },
+      "UINT64");
+}
+
+CLI::Validator positive_real() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (!value.empty() && end && *end == '\0' && std::isfinite(v) && v > 0) return "";
+        return "'" + value + "' is not a positive finite number";
+      },
+      "POSITIVE");
+}
+
 double peak_rss_mb() {
   rusage ru{};
   if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
@@ -43,11 +98,9 @@ double peak_rss_mb() {
 }
 
 std::string read_text(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  ATTO_CHECK(f.good(), what, "cannot read '", path, "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  // A regular file of at most kMaxTextFileBytes, opened without blocking (a FIFO or /dev/zero is an error).
+  const std::vector<uint8_t> bytes = io::detail::read_file(path, what, kMaxTextFileBytes);
+  return std::string(bytes.begin(), bytes.end());
 }
 
 train::TrainConfig config_from_metadata(const std::string& metadata, const std::string& path) {
@@ -60,6 +113,18 @@ train::TrainConfig config_from_metadata(const std::string& metadata, const std::
                           "`attograd import --config`)"));
 }
 
+void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path) {
+  cfg.validate();
+  // A checkpoint also holds optimizer state: only its "model." tensors count.
+  double held = 0;
+  for (const io::TensorInfo& t : info.tensors)
+    if (info.kind != "checkpoint" || t.name.rfind("model.", 0) == 0) held += static_cast<double>(shape_numel(t.shape));
+  const double needed = cfg.estimate_memory().parameters;
+  ATTO_CHECK(needed <= held, "load", "'", path, "': its configuration describes a ", cfg.model, " model of at least ",
+             static_cast<int64_t>(needed), " parameters, but the file holds only ", static_cast<int64_t>(held),
+             " values (", info.tensors.size(), " tensors): the metadata does not match the tensors");
+}
+
 std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed) {
   const io::FileInfo info = io::inspect(path);
   ATTO_CHECK(!info.has_checksum || info.checksum_ok, "load", "'", path, "' is corrupt: checksum mismatch (stored ",
@@ -67,6 +132,7 @@ std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optiona
              strf("%016llx", static_cast<unsigned long long>(info.computed_checksum)), ")");
   train::TrainConfig cfg = config_from_metadata(info.metadata, path);
   if (seed) cfg.seed = *seed;
+  check_config_against_tensors(cfg, info, path);
   auto trainer = std::make_unique<train::Trainer>(cfg);
   if (info.kind == "checkpoint")
     trainer->load_checkpoint(path);

@@ -27,6 +27,7 @@ int run_gradcheck(GradcheckArgs& a) {
   a.config.dtype = a.dtype == "float32" ? kFloat32 : kFloat64;
   checks::validate(a.config);
   GradcheckOptions o = checks::tolerances(a.config.dtype);
+  // Given values were checked (positive_real): finite and > 0.
   if (a.eps > 0) o.eps = a.eps;
   if (a.atol > 0) o.atol = a.atol;
   if (a.rtol > 0) o.rtol = a.rtol;
@@ -104,20 +105,30 @@ Command add_gradcheck(CLI::App& app) {
   sub->add_option("--dtype", a->dtype, "precision: float64 (PyTorch's tolerances) or float32 (eps 1e-3, atol/rtol 1e-2)")
       ->check(CLI::IsMember({"float64", "float32"}))
       ->capture_default_str();
-  sub->add_option("--batch", a->config.batch, "batch size of module inputs")->capture_default_str();
-  sub->add_option("--len", a->config.len, "sequence length")->capture_default_str();
-  sub->add_option("--d-model", a->config.d_model, "model width")->capture_default_str();
-  sub->add_option("--heads", a->config.heads, "attention heads")->capture_default_str();
-  sub->add_option("--layers", a->config.layers, "layers of CausalLM, EncoderTagger and seed::Transformer")->capture_default_str();
+  sub->add_option("--batch", a->config.batch, "batch size of module inputs (at most 4)")
+      ->check(integer_in(1, checks::kMaxCheckBatch))
+      ->capture_default_str();
+  sub->add_option("--len", a->config.len, "sequence length (at most 16: a check costs a forward pass per value)")
+      ->check(integer_in(1, checks::kMaxCheckLen))
+      ->capture_default_str();
+  sub->add_option("--d-model", a->config.d_model, "model width (at most 16)")
+      ->check(integer_in(1, checks::kMaxCheckDModel))
+      ->capture_default_str();
+  sub->add_option("--heads", a->config.heads, "attention heads")
+      ->check(integer_in(1, checks::kMaxCheckDModel))
+      ->capture_default_str();
+  sub->add_option("--layers", a->config.layers, "layers of CausalLM, EncoderTagger and seed::Transformer (at most 2)")
+      ->check(integer_in(1, checks::kMaxCheckLayers))
+      ->capture_default_str();
   sub->add_option("--mask", a->config.mask, "attention mask: none, causal or padding")
       ->check(CLI::IsMember({"none", "causal", "padding"}))
       ->capture_default_str();
   sub->add_option("--dropout", a->config.dropout, "dropout (masks replayed); the dropout op and Dropout use 0.2 if 0")
       ->capture_default_str();
-  sub->add_option("--seed", a->config.seed, "seed of inputs and weights")->capture_default_str();
-  sub->add_option("--eps", a->eps, "finite-difference step (default: per precision)");
-  sub->add_option("--atol", a->atol, "absolute tolerance (default: per precision)");
-  sub->add_option("--rtol", a->rtol, "relative tolerance (default: per precision)");
+  sub->add_option("--seed", a->config.seed, "seed of inputs and weights")->check(unsigned64())->capture_default_str();
+  sub->add_option("--eps", a->eps, "finite-difference step (default: per precision)")->check(positive_real());
+  sub->add_option("--atol", a->atol, "absolute tolerance (default: per precision)")->check(positive_real());
+  sub->add_option("--rtol", a->rtol, "relative tolerance (default: per precision)")->check(positive_real());
   sub->add_flag("--list", a->list, "list the checks and exit");
   sub->add_flag("--json", a->json, "print the results as one JSON object");
   sub->footer(

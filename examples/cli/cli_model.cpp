@@ -106,6 +106,7 @@ int run_import(const ImportArgs& a) {
   const train::TrainConfig cfg = !a.config.empty()
                                      ? train::TrainConfig::from_json(read_text(a.config, "import"))
                                      : config_from_metadata(info.metadata, a.from);
+  check_config_against_tensors(cfg, info, a.from);
   train::Trainer t(cfg);
   io::import_safetensors(t.model(), a.from);
   io::save(t.model(), a.to, cfg.to_json());
@@ -126,7 +127,8 @@ Command add_eval(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
   a->seed_opt = sub->add_option("--seed", a->seed,
                                 "seed of the held-out stream (default: the training seed, i.e. the same sequences "
-                                "as the training run's evaluations)");
+                                "as the training run's evaluations)")
+                    ->check(unsigned64());
   sub->add_flag("--json", a->json, "print the result as one JSON object");
   sub->footer(
       "The model is rebuilt from the configuration stored in the weights file's metadata.\n\n"

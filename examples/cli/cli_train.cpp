@@ -64,8 +64,10 @@ int run(TrainArgs& a) {
     cfg = TrainConfig::from_json(text);
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     warmup_set = warmup_set || (j.is_object() && j.contains("warmup"));
-  } else if (!a.resume.empty()) {
-    const io::FileInfo info = io::inspect(a.resume);
+  }
+  std::optional<io::FileInfo> resume_info;
+  if (a.config_file.empty() && !a.resume.empty()) {
+    const io::FileInfo& info = resume_info.emplace(io::inspect(a.resume));
     ATTO_CHECK(info.kind == "checkpoint", "train", "--resume needs a checkpoint, '", a.resume, "' is a ", info.kind,
                " file");
     ATTO_CHECK(info.checksum_ok, "train", "'", a.resume, "' is corrupt: checksum mismatch");
@@ -76,6 +78,7 @@ int run(TrainArgs& a) {
   // A short run without an explicit warm-up: scale the default warm-up down to a tenth of the steps.
   if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cfg.steps) cfg.warmup = cfg.steps / 10;
   cfg.validate();
+  if (resume_info) check_config_against_tensors(cfg, *resume_info, a.resume);  // before building the model
 
   const fs::path out = !a.out.empty()      ? fs::path(a.out)
                        : !a.resume.empty() ? fs::path(a.resume).parent_path()
@@ -221,16 +224,23 @@ Command add_train(CLI::App& app) {
         "lm (decoder-only), seq2seq (encoder-decoder) or encoder (encoder-only tagger: copy, reverse, sort)")
       ->check(CLI::IsMember(kinds));
   field(sub, a, "--layers", &TrainConfig::layers,
-        "blocks (lm, encoder) or encoder and decoder layers each (seq2seq)");
-  field(sub, a, "--d-model", &TrainConfig::d_model, "model width");
-  field(sub, a, "--heads", &TrainConfig::heads, "attention heads (must divide --d-model)");
-  field(sub, a, "--d-ff", &TrainConfig::d_ff, "feed-forward hidden size");
+        "blocks (lm, encoder) or encoder and decoder layers each (seq2seq)")
+      ->check(integer_in(1, train::kMaxModelSize));
+  field(sub, a, "--d-model", &TrainConfig::d_model, "model width")->check(integer_in(1, train::kMaxModelSize));
+  field(sub, a, "--heads", &TrainConfig::heads, "attention heads (must divide --d-model)")
+      ->check(integer_in(1, train::kMaxModelSize));
+  field(sub, a, "--d-ff", &TrainConfig::d_ff, "feed-forward hidden size")->check(integer_in(1, train::kMaxModelSize));
   field(sub, a, "--dropout", &TrainConfig::dropout, "dropout probability");
-  field(sub, a, "--min-len", &TrainConfig::min_len, "shortest source sequence");
-  field(sub, a, "--max-len", &TrainConfig::max_len, "longest source sequence");
-  field(sub, a, "--symbols", &TrainConfig::num_symbols, "alphabet size (symbols 0 .. N-1)");
-  field(sub, a, "--batch", &TrainConfig::batch, "sequences per step");
-  field(sub, a, "--steps", &TrainConfig::steps, "optimizer steps (the total, when resuming)");
+  field(sub, a, "--min-len", &TrainConfig::min_len, "shortest source sequence")
+      ->check(integer_in(1, train::kMaxSequenceLen));
+  field(sub, a, "--max-len", &TrainConfig::max_len,
+        "longest source sequence (at most 256: greedy decoding costs about max-len^3)")
+      ->check(integer_in(1, train::kMaxSequenceLen));
+  field(sub, a, "--symbols", &TrainConfig::num_symbols, "alphabet size (symbols 0 .. N-1)")
+      ->check(integer_in(2, train::kMaxSymbols));
+  field(sub, a, "--batch", &TrainConfig::batch, "sequences per step")->check(integer_in(1, train::kMaxModelSize));
+  field(sub, a, "--steps", &TrainConfig::steps, "optimizer steps (the total, when resuming)")
+      ->check(integer_in(1, train::kMaxSteps));
   field(sub, a, "--optimizer", &TrainConfig::optimizer, "adam, adamw or sgd")
       ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
   field(sub, a, "--lr", &TrainConfig::lr, "peak learning rate (the seed's lr_mul for noam)");
@@ -239,13 +249,19 @@ Command add_train(CLI::App& app) {
   field(sub, a, "--schedule", &TrainConfig::schedule, "noam, cosine, constant or step")
       ->check(CLI::IsMember({"noam", "cosine", "constant", "step"}));
   a->warmup = field(sub, a, "--warmup", &TrainConfig::warmup,
-                    "warm-up steps (cosine: lowered to steps/10 for short runs unless given)");
+                    "warm-up steps (cosine: lowered to steps/10 for short runs unless given)")
+                  ->check(integer_in(0, train::kMaxSteps));
   field(sub, a, "--clip", &TrainConfig::clip, "max gradient norm (0: no clipping)");
   field(sub, a, "--label-smoothing", &TrainConfig::label_smoothing, "cross-entropy label smoothing");
-  field(sub, a, "--seed", &TrainConfig::seed, "seed of every random stream (weights, dropout, data, held-out)");
-  field(sub, a, "--threads", &TrainConfig::threads, "Threads for the engine's kernels (a run is bit-reproducible for a given count)");
-  field(sub, a, "--eval-every", &TrainConfig::eval_every, "evaluate every N steps (0: only at the end)");
-  field(sub, a, "--eval-size", &TrainConfig::eval_size, "held-out sequences per evaluation");
+  field(sub, a, "--seed", &TrainConfig::seed, "seed of every random stream (weights, dropout, data, held-out)")
+      ->check(unsigned64());
+  field(sub, a, "--threads", &TrainConfig::threads,
+        "threads for the engine's kernels, at most 1024 (a run is bit-reproducible for a given count)")
+      ->check(integer_in(1, train::kMaxThreads));
+  field(sub, a, "--eval-every", &TrainConfig::eval_every, "evaluate every N steps (0: only at the end)")
+      ->check(integer_in(0, train::kMaxSteps));
+  field(sub, a, "--eval-size", &TrainConfig::eval_size, "held-out sequences per evaluation")
+      ->check(integer_in(1, train::kMaxEvalSize));
   sub->add_option("--out", a->out, "output directory (default: runs/<task>-<model>, or the checkpoint's directory)")
       ->always_capture_default(false);
   sub->add_option("--resume", a->resume, "continue from a checkpoint (e.g. runs/reverse-lm/checkpoint.attograd)")

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,8 @@ int main(int argc, char** argv) {
     return fail(who, e.what());
   } catch (const CLI::Error& e) {
     return fail(who, e.what());
+  } catch (const std::bad_alloc&) {  // the tensors' allocator says how much; this is another allocation
+    return fail(who, "out of memory (a system allocation failed: std::bad_alloc)");
   } catch (const std::exception& e) {
     return fail(who, e.what());
   } catch (...) {

@@ -367,3 +367,48 @@ TEST(SavedTensor, RecipeInputsAreFreedAfterTheirOpsBackward) {
     EXPECT_TRUE(expired) << "output handle kept: " << keep_output_handle;
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Modified saved tensors (issue 14): an in-place change of a leaf between the forward and the backward is an Error
+// naming the op and the tensor (PyTorch's version counter), never gradients of the new values.
+
+TEST(Engine, LeafModifiedInPlaceBeforeBackwardIsAnError) {
+  Tensor w = dleaf({1, 2, 3}, {3});
+  Tensor x = from_vector(std::vector<double>{4, 5, 6});
+  Tensor y = sum(mul(w, x));
+  {
+    NoGradGuard no_grad;
+    copy_(x, from_vector(std::vector<double>{7, 8, 9}));  // x's values are what mul's backward needs for w
+  }
+  EXPECT_ATTO_ERROR(y.backward(), "input 1 of 'mul' (a leaf tensor of shape [3]) was modified in place");
+
+  Tensor y2 = sum(mul(w, w));
+  {
+    NoGradGuard no_grad;
+    fill_(w, 0.5);  // the parameter itself, as an optimizer step would, but before the backward
+  }
+  EXPECT_ATTO_ERROR(y2.backward(), "of 'mul' (a leaf tensor of shape [3] that requires grad) was modified");
+
+  Tensor y3 = sum(mul(w, x));
+  x.set({0}, 1.0);  // set() counts with grad mode on too
+  EXPECT_ATTO_ERROR(y3.backward(), "modified in place");
+}
+
+TEST(Engine, ChangesAfterBackwardAndReadsKeepWorking) {
+  Tensor w = dleaf({1, 2, 3}, {3});
+  Tensor x = from_vector(std::vector<double>{4, 5, 6});
+  for (int step = 0; step < 3; ++step) {  // forward, backward, in-place update (an optimizer's order)
+    Tensor y = sum(mul(w, x));
+    (void)w.raw_data();  // a writable pointer taken to read, with grad mode on: not a change
+    y.backward();
+    EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{4, 5, 6}));
+    NoGradGuard no_grad;
+    copy_(w, from_vector(std::vector<double>{1, 2, 3}));
+    w.zero_grad(true);
+  }
+  // retain_graph: a second backward is fine as long as nothing changed in between.
+  Tensor y = sum(mul(w, x));
+  y.backward(Tensor(), /*retain_graph=*/true);
+  y.backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{8, 10, 12}));
+}

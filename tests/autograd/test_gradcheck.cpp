@@ -74,3 +74,16 @@ TEST(Gradcheck, Errors) {
   Tensor c = ones({2}, {.dtype = kFloat64});
   EXPECT_ATTO_ERROR(gradcheck([&] { return c * 2.0; }, {y}), "does not depend on any input that requires grad");
 }
+
+// Misleading reports (issue 14): where the numeric derivative is 0, a relative error is meaningless; a passing check
+// must not report one near 1e+293 (it divided by the smallest double).
+TEST(Gradcheck, RelativeErrorIgnoresZeroNumericDerivatives) {
+  Tensor x = from_vector(std::vector<double>{0.3, -0.7}, TensorOptions{.dtype = kFloat64, .requires_grad = true});
+  // Analytic gradient 1e-7 (x - detach(x) has gradient 1), numeric 0 (detach reads the perturbed value too).
+  auto f = [&]() { return mul(sub(x, x.detach()), scalar_tensor(1e-7, {.dtype = kFloat64})); };
+  const GradcheckResult r = gradcheck(f, {x});
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_GT(r.max_abs_error, 0);
+  EXPECT_EQ(r.max_rel_error, 0) << r.message;
+  EXPECT_EQ(r.message.find("e+29"), std::string::npos) << r.message;
+}

@@ -489,3 +489,9 @@ TEST(Split, Errors) {
 }
 
 }  // namespace
+
+TEST(Shape, BroadcastToAHugeShapeIsAnError) {
+  const int64_t half = int64_t{1} << 31;
+  EXPECT_ATTO_ERROR(broadcast_to(scalar_tensor(1.0), {half, half}), "largest tensor size");  // was a segfault
+  EXPECT_ATTO_ERROR(broadcast_to(scalar_tensor(1.0), {int64_t{1} << 32, int64_t{1} << 32}), "more than 2^63");
+}

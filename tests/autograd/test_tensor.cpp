@@ -170,3 +170,25 @@ TEST(Generator, RandAndRandnUseTheGenerator) {
   manual_seed(11);
   EXPECT_EQ(p.to_vector<float>(), rand({4}).to_vector<float>());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Hostile sizes (issue 14): element counts and byte sizes are computed without overflow, before any allocation.
+
+TEST(Tensor, SizesThatOverflowAreErrors) {
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_ATTO_ERROR(zeros({big, big}), "more than 2^63 elements");  // 2^64 elements: was numel 0
+  EXPECT_ATTO_ERROR(empty({big, big}), "more than 2^63 elements");
+  EXPECT_ATTO_ERROR(shape_numel({big, big, 2}), "more than 2^63 elements");
+  const int64_t half = int64_t{1} << 31;
+  EXPECT_ATTO_ERROR(full({half, half}, 1.0), "largest tensor size");  // 2^62 elements, 2^64 bytes: was a segfault
+  EXPECT_ATTO_ERROR(empty({half, half}, {.dtype = kFloat64}), "largest tensor size");
+  EXPECT_ATTO_ERROR(ones({int64_t{1} << 62}), "largest tensor size");
+  // A zero anywhere is an empty tensor, whatever the other sizes.
+  EXPECT_EQ(zeros({big, 0, big}).numel(), 0);
+  EXPECT_EQ(shape_nbytes({3, 4}, kFloat64), 96u);
+}
+
+TEST(Tensor, ImpossibleAllocationSaysHowMuchWasAskedFor) {
+  // 2^52 bytes: a valid size no system can map; the allocator's Error names it (no std::bad_alloc, no abort).
+  EXPECT_ATTO_ERROR(empty({int64_t{1} << 50}), "out of memory allocating 4503599627370496 bytes");
+}

@@ -2,6 +2,7 @@
 // definition) through popen, on tiny configurations so the whole file takes seconds.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,9 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "train/io/serialize.h"
+#include "train/trainer.h"
 
 namespace {
 
@@ -55,9 +59,12 @@ const fs::path& scratch() {
 }
 
 // Runs `attograd ARGS` (ARGS as shell words), capturing stdout, stderr and the exit status.
-CliRun attograd(const std::string& args) {
+CliRun attograd(const std::string& args, const std::string& shell_prefix = "") {
   const std::string err_file = (scratch() / "stderr.txt").string();
-  const std::string cmd = std::string(kCli) + " " + args + " 2>" + quote(err_file) + " </dev/null";
+  // Under `timeout`: a hang (a FIFO, a run that never ends) fails the test instead of blocking the suite. The bound
+  // is far above any command's normal time, sanitizer builds included; it is never a timing assertion.
+  const std::string cmd =
+      shell_prefix + "timeout -k 10 600 " + std::string(kCli) + " " + args + " 2>" + quote(err_file) + " </dev/null";
   CliRun r;
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -387,6 +394,158 @@ TEST_F(Cli, HelpHasAnExampleForEveryCommand) {
   const CliRun top = attograd("--help");
   EXPECT_EQ(top.status, 0);
   EXPECT_NE(top.out.find("gradcheck"), std::string::npos);
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Hostile inputs (issue 14): each class ends in one line and exit status 2, quickly and in bounded memory.
+
+// The run's weights as safetensors (with the config in the metadata), exported once.
+std::string safetensors() {
+  static const std::string path = [] {
+    const std::string p = (scratch() / "hostile_model.safetensors").string();
+    const CliRun r = attograd("export --weights " + quote((scratch() / "run" / "model.attograd").string()) +
+                              " --to " + quote(p));
+    EXPECT_EQ(r.status, 0) << r.err;
+    return p;
+  }();
+  return path;
+}
+
+TEST_F(Cli, HostileSizesAreRejectedBeforeAnythingIsBuilt) {
+  const std::string out = " --out " + quote((scratch() / "hostile").string());
+  expect_one_line_error(attograd("train --d-ff 4611686018427387904" + out), "--d-ff", "d_ff 2^62 (was a segfault)");
+  expect_one_line_error(attograd("train --d-model 4611686018427387904" + out), "--d-model", "d_model 2^62");
+  expect_one_line_error(attograd("train --batch 99999999999999999999" + out), "--batch", "batch beyond int64");
+  // Within the flags' limits but far beyond any machine: the memory estimate says so up front.
+  expect_one_line_error(
+      attograd("train --d-model 1000000 --heads 1 --d-ff 1000000 --layers 1000" + out), "the run needs at least",
+      "model too big for memory");
+  expect_one_line_error(attograd("train --batch 1000000 --max-len 256" + out), "for a batch of 1000000 sequences",
+                        "batch too big for memory");
+  // The same sizes in a config file.
+  const std::string cfg = (scratch() / "huge.json").string();
+  std::ofstream(cfg) << "{\"d_ff\": 4611686018427387904}";
+  expect_one_line_error(attograd("train --config " + quote(cfg) + out), "d_ff must be at most", "config d_ff 2^62");
+
+  // A small, checksummed weights file whose metadata asks for a big model (or impossible sizes): refused before
+  // the model is built.
+  ::attograd::train::TrainConfig big;
+  big.d_model = 4096;
+  big.heads = 4;
+  big.d_ff = 65536;
+  big.layers = 8;
+  const std::string small_big = (scratch() / "small_big.attograd").string();
+  ::attograd::io::write_tensors(small_big, {{"x", ::attograd::zeros({2})}}, big.to_json());
+  for (const char* cmd : {"eval --weights ", "export --to /dev/null --weights "})
+    expect_one_line_error(attograd(cmd + quote(small_big)), "at least 4831899648 parameters, but the file holds only 2",
+                          std::string(cmd) + "of a file whose metadata asks for a big model");
+  expect_one_line_error(attograd("generate --input '1 2' --weights " + quote(small_big)), "does not match",
+                        "generate of a big-metadata file");
+  ::attograd::train::TrainConfig impossible;
+  impossible.d_ff = int64_t{1} << 62;
+  const std::string overflow = (scratch() / "overflow.attograd").string();
+  ::attograd::io::write_tensors(overflow, {{"x", ::attograd::zeros({2})}}, impossible.to_json());
+  expect_one_line_error(attograd("eval --weights " + quote(overflow)), "d_ff must be at most",
+                        "eval of a file with sizes that overflow (was a crash)");
+}
+
+TEST_F(Cli, OutOfMemoryIsAnErrorSayingHowMuch) {
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTOGRAD_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(ATTOGRAD_TEST_ASAN)
+  GTEST_SKIP() << "an address-space limit and AddressSanitizer's shadow memory do not mix";
+#else
+  // 1.5 GB of address space: the memory estimate (a lower bound) passes, the first training step cannot allocate
+  // its activations.
+  // It was `terminate called after throwing std::bad_alloc` (exit 134); now one line, naming the bytes.
+  const CliRun r = attograd("train --batch 9000 --steps 2 --quiet --out " + quote((scratch() / "oom").string()),
+                            "ulimit -v 1500000; ");
+  expect_one_line_error(r, "out of memory allocating", "out of memory in a training step");
+  // Held-out examples beyond memory: said up front (was std::bad_alloc).
+  expect_one_line_error(attograd("eval --eval-size 100000000 --weights " + quote(weights()), "ulimit -v 1500000; "),
+                        "100000000 held-out examples need about", "eval --eval-size 10^8");
+#endif
+}
+
+TEST_F(Cli, DeeplyNestedJsonIsRejected) {
+  const std::string deep = (scratch() / "deep.json").string();
+  std::ofstream(deep) << std::string(80000, '[') << std::string(80000, ']');
+  expect_one_line_error(attograd("train --config " + quote(deep)), "nested 80000 levels deep",
+                        "80,000 levels in --config (was a stack overflow)");
+  expect_one_line_error(
+      attograd("import --from " + quote(safetensors()) + " --config " + quote(deep) + " --to " +
+               quote((scratch() / "never.attograd").string())),
+      "levels deep", "80,000 levels in import --config");
+  // A huge value is cut in the message.
+  const std::string huge = (scratch() / "huge_value.json").string();
+  std::ofstream(huge) << "{\"task\": [\"" << std::string(500000, 'x') << "\"]}";
+  const CliRun r = attograd("train --config " + quote(huge));
+  expect_one_line_error(r, "field \"task\" must be a string", "a huge value in --config");
+  EXPECT_LT(r.err.size(), 400u);
+  // A config file larger than the cap, and an endless one.
+  const std::string big = (scratch() / "big.json").string();
+  std::ofstream(big) << "{\"steps\": 1" << std::string(2 << 20, ' ') << "}";
+  expect_one_line_error(attograd("train --config " + quote(big)), "more than the cap", "a 2 MB --config");
+  expect_one_line_error(attograd("train --config /dev/zero"), "not a regular file", "--config /dev/zero");
+}
+
+TEST_F(Cli, AFifoAsAnyInputFileFailsAtOnce) {
+  const std::string fifo = (scratch() / "pipe").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string f = quote(fifo), to = quote((scratch() / "fifo_out").string());
+  for (const std::string& args :
+       {"inspect " + f, "eval --weights " + f, "generate --input '1 2' --weights " + f, "export --to " + to +
+        " --weights " + f, "import --to " + to + " --from " + f, "train --resume " + f, "train --config " + f,
+        "import --from " + quote(safetensors()) + " --to " + to + " --config " + f})
+    expect_one_line_error(attograd(args), "FIFO", args);  // each under `timeout`: a hang fails, never blocks
+}
+
+TEST_F(Cli, GarbageValuesAreRejected) {
+  for (const char* flag : {"--eps 0", "--eps -1", "--eps nan", "--atol nan", "--atol inf", "--rtol -1", "--rtol nan"})
+    expect_one_line_error(attograd(std::string("gradcheck ") + flag), "not a positive finite number", flag);
+  expect_one_line_error(attograd("train --seed -1"), "--seed", "negative seed (was 2^64-1)");
+  expect_one_line_error(attograd("train --seed 18446744073709551616"), "--seed", "seed 2^64 (was clamped)");
+  expect_one_line_error(attograd("eval --seed -1 --weights " + quote(weights())), "--seed", "eval --seed -1");
+  expect_one_line_error(attograd("gradcheck --seed -5"), "--seed", "gradcheck --seed -5");
+  expect_one_line_error(attograd("train --steps 99999999999999999999"), "--steps", "steps beyond int64");
+  expect_one_line_error(attograd("train --steps 1000000001"), "--steps", "steps above the maximum");
+  expect_one_line_error(attograd("train --threads 100000"), "expected an integer in [1, 1024]", "--threads 100000");
+  expect_one_line_error(attograd("generate --input '+' --weights " + quote(weights())), "'+' is not a symbol",
+                        "'+' on a reverse model");
+  expect_one_line_error(attograd("generate --input '1 + 2' --weights " + quote(weights())), "reverse task",
+                        "'+' inside an input");
+}
+
+TEST_F(Cli, WorkThatNeverEndsIsBounded) {
+  expect_one_line_error(attograd("train --max-len 100000"), "[1, 256]", "--max-len 100000 (cubic decoding)");
+  expect_one_line_error(attograd("gradcheck --len 100000"), "[1, 16]", "gradcheck --len 100000");
+  expect_one_line_error(attograd("gradcheck --d-model 4096"), "--d-model", "gradcheck --d-model 4096");
+  EXPECT_NE(attograd("train --help").out.find("max-len^3"), std::string::npos);
+  EXPECT_NE(attograd("gradcheck --help").out.find("at most 16"), std::string::npos);
+}
+
+TEST_F(Cli, TextOutputsAreWrittenAtomically) {
+  // Every output of a run is in place, and no temporary file is left (they are renamed over their targets).
+  for (const auto& e : fs::directory_iterator(dir()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  // The stale temporaries of a killed run are removed by the next save of the same files.
+  const std::string out = (scratch() / "atomic").string();
+  fs::create_directories(out);
+  for (const char* name : {"config.json", "metrics.csv", "curves.svg", "model.attograd"})
+    std::ofstream(out + "/" + name + ".tmp-K1lled") << "partial";
+  std::ofstream(out + "/notes.txt.tmp-K1lled") << "not ours";
+  const CliRun r = attograd("train --steps 2 --d-model 16 --layers 1 --heads 2 --d-ff 32 --max-len 4 --batch 16 "
+                            "--eval-size 20 --samples 2 --quiet --out " + quote(out));
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(out))
+    if (e.path().filename().string().find(".tmp-") != std::string::npos) left.push_back(e.path().filename());
+  EXPECT_EQ(left, (std::vector<std::string>{"notes.txt.tmp-K1lled"}));
+  EXPECT_EQ(slurp(out + "/config.json").substr(0, 1), "{");
 }
 
 }  // namespace

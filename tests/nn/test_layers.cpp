@@ -478,3 +478,13 @@ TEST(ModuleList, RegistersIndexesAndIterates) {
   EXPECT_EQ(variadic.size(), 2u);
   EXPECT_EQ(variadic.to_string(), "ModuleList(\n  (0): ReLU()\n  (1): GELU(approximate='none')\n)");
 }
+
+// Hostile sizes (issue 14): a layer whose parameters cannot exist is an Error, never a crash or an abort (nothing
+// that runs while the exception unwinds allocates).
+TEST(Layers, HugeSizesAreErrors) {
+  const int64_t half = int64_t{1} << 31;
+  EXPECT_ATTO_ERROR(nn::Linear(half, half), "largest tensor size");
+  EXPECT_ATTO_ERROR(nn::Embedding(half, half), "largest tensor size");
+  // 2^50 floats: a valid size, more than any machine: the allocator says how much was asked for.
+  EXPECT_ATTO_ERROR(nn::Linear(int64_t{1} << 25, int64_t{1} << 25), "out of memory allocating");
+}

@@ -194,5 +194,13 @@ TEST(SequenceModel, AttentionMapsOfEveryModel) {
   EXPECT_TRUE(enc->is_training()) << "the training flag is restored";
 }
 
+// An example without a source token (issue 14) is an error naming it, for every built-in model.
+TEST(SequenceModel, EmptyExampleIsAnErrorNamingIt) {
+  for (const char* kind : {"lm", "seq2seq", "encoder"}) {
+    auto m = make_model(kind, small_spec());
+    EXPECT_ATTO_ERROR(m->make_batch({{{d(1)}, {d(1)}}, {{}, {}}}), "example 1 has an empty source");
+  }
+}
+
 }  // namespace
 }  // namespace attograd::nn

@@ -445,5 +445,74 @@ TEST_P(TrainerModels, TinyCopyRunLearns) {
   EXPECT_GE(r.token_accuracy, lm ? 0.97 : 0.995);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Hostile configurations (issue 14): bounded nesting, bounded messages, limits, memory estimated up front.
+
+TEST(TrainConfig, DeeplyNestedJsonIsRejectedWithoutRecursion) {
+  const std::string deep = std::string(80000, '[') + std::string(80000, ']');
+  EXPECT_ATTO_ERROR(TrainConfig::from_json(deep), "JSON nested 80000 levels deep, more than the maximum of 64");
+  std::string deep_object;
+  for (int i = 0; i < 80000; ++i) deep_object += "{\"a\":";
+  deep_object += "1" + std::string(80000, '}');
+  EXPECT_ATTO_ERROR(TrainConfig::from_json(deep_object), "more than the maximum of 64");
+  // Brackets inside strings do not count; 64 levels are fine up to the type check.
+  const std::string brackets = std::string(67, '[') + "\\\"[";  // inside a string, with an escaped quote
+  EXPECT_EQ(TrainConfig::from_json("{\"task\": \"" + brackets + "\"}").task, std::string(67, '[') + "\"[");
+  EXPECT_ATTO_ERROR(TrainConfig::from_json("{\"steps\": " + std::string(63, '[') + std::string(63, ']') + "}"),
+                    "field \"steps\" must be an integer");
+}
+
+TEST(TrainConfig, MessagesCutHugeValues) {
+  const std::string huge(100000, 'x');
+  for (const std::string& text : {"{\"steps\": \"" + huge + "\"}", "{\"" + huge + "\": 1}", "[\"" + huge + "\"]"}) {
+    try {
+      TrainConfig::from_json(text);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_LT(std::string(e.what()).size(), 300u) << e.what();
+    }
+  }
+  TrainConfig c;
+  c.model = huge;
+  try {
+    c.validate();
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_LT(std::string(e.what()).size(), 300u);
+  }
+}
+
+TEST(TrainConfig, LimitsAndMemoryEstimate) {
+  auto with = [](auto set) {
+    TrainConfig c;
+    set(c);
+    return c;
+  };
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.d_ff = int64_t{1} << 62; }).validate(), "d_ff must be at most");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.threads = 100000; }).validate(), "threads must be at most 1024");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.max_len = 100000; }).validate(), "max_len must be at most 256");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.steps = int64_t{1} << 40; }).validate(), "steps must be at most");
+  // Within every limit, yet far beyond any machine: the Trainer says how much memory, before building anything.
+  const TrainConfig huge = with([](TrainConfig& c) {
+    c.d_model = 1000000;
+    c.heads = 1;
+    c.d_ff = 1000000;
+    c.layers = 1000;
+  });
+  huge.validate();
+  EXPECT_GT(huge.estimate_memory().parameters, 1e15);
+  EXPECT_ATTO_ERROR(Trainer{huge}, "the run needs at least");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.batch = 1000000; c.max_len = 256; }).check_fits_in_memory(),
+                    "for a batch of 1000000 sequences");
+  // The defaults fit, and the estimate is a lower bound of the real model.
+  for (const char* kind : {"lm", "seq2seq", "encoder"}) {
+    TrainConfig small;
+    small.model = kind;
+    small.check_fits_in_memory();
+    Trainer t(small);
+    EXPECT_LE(small.estimate_memory().parameters, static_cast<double>(t.model().num_parameters())) << kind;
+  }
+}
+
 }  // namespace
 }  // namespace attograd::train

@@ -85,7 +85,12 @@ Example TaskDataset::generate(Generator& gen) const {
 std::string TaskDataset::token_text(int64_t token) const { return tokens_to_string({token}); }
 
 std::vector<int64_t> TaskDataset::parse_source(const std::string& text) const {
-  return parse_symbols(text, opts_.num_symbols);
+  std::vector<int64_t> src = parse_symbols(text, opts_.num_symbols);
+  if (opts_.task != Task::Add)
+    for (int64_t t : src)
+      ATTO_CHECK(t != kPlus, "parse_source", "'+' is not a symbol of the ", name(),
+                 " task (only the add task's sources have '+'; expected integers in [0, ", opts_.num_symbols, "))");
+  return src;
 }
 
 std::string tokens_to_string(const std::vector<int64_t>& tokens) {
@@ -116,11 +121,13 @@ std::vector<int64_t> parse_symbols(const std::string& text, int64_t num_symbols)
     }
     char* end = nullptr;
     long v = std::strtol(w.c_str(), &end, 10);
-    ATTO_CHECK(end && *end == '\0' && v >= 0 && v < num_symbols, "parse_symbols", "'", w,
+    ATTO_CHECK(end && *end == '\0' && v >= 0 && v < num_symbols, "parse_symbols", "'",
+               w.size() > 40 ? w.substr(0, 37) + "..." : w,
                "' is not a symbol (expected an integer in [0, ", num_symbols, ") or '+')");
     out.push_back(kFirstSymbol + v);
   }
-  ATTO_CHECK(!out.empty(), "parse_symbols", "no symbols in '", text, "'");
+  ATTO_CHECK(!out.empty(), "parse_symbols", "no symbols in '", text.size() > 40 ? text.substr(0, 37) + "..." : text,
+             "'");
   return out;
 }
 

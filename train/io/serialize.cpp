@@ -1,6 +1,8 @@
 #include "train/io/serialize.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <bit>
 #include <cereal/archives/portable_binary.hpp>
 #include <cereal/types/string.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -258,7 +261,9 @@ void note_allocation(uint64_t bytes) {
 uint64_t xxh64(const void* data, size_t size, uint64_t seed) { return XXH64(data, size, seed); }
 
 std::vector<uint8_t> read_file(const std::string& path, const char* op, uint64_t cap) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (named pipe) for reading would otherwise wait for a writer forever; the file type
+  // is checked right after. It changes nothing for a regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) throw Error(op, str_cat("'", path, "': cannot open: ", errno_text(errno)));
   struct Closer {
     int fd;
@@ -267,7 +272,14 @@ std::vector<uint8_t> read_file(const std::string& path, const char* op, uint64_t
   struct stat st;
   if (::fstat(fd, &st) != 0) throw Error(op, str_cat("'", path, "': cannot stat: ", errno_text(errno)));
   if (S_ISDIR(st.st_mode)) throw Error(op, str_cat("'", path, "': is a directory"));
-  if (!S_ISREG(st.st_mode)) throw Error(op, str_cat("'", path, "': not a regular file"));
+  if (!S_ISREG(st.st_mode)) {
+    const char* type = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                                              : "a special file";
+    throw Error(op, str_cat("'", path, "': not a regular file (", type, ")"));
+  }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > cap) throw Error(op, str_cat("'", path, "': file is ", size, " bytes, more than the cap of ", cap, " bytes"));
   std::vector<uint8_t> bytes(static_cast<size_t>(size));
@@ -302,13 +314,65 @@ struct AtomicFile::Impl {
   bool committed = false;
 };
 
+namespace {
+
+// True for "<base>.tmp-XXXXXX", the name mkostemp gives a temporary file of a save of <base> (six letters or digits).
+bool is_temporary_of(const std::string& name, const std::string& base) {
+  const std::string prefix = base + ".tmp-";
+  if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) return false;
+  for (size_t i = prefix.size(); i < name.size(); ++i)
+    if (!std::isalnum(static_cast<unsigned char>(name[i]))) return false;
+  return true;
+}
+
+// Removes the temporary files that saves of `path` killed before their rename left behind: only names of our own
+// pattern for this target, regular files (not symlinks) owned by this user, and only when no save holds them (a
+// save keeps an exclusive flock on its temporary file until it is renamed or removed; a killed one holds none).
+// Best effort: anything unexpected leaves the file alone.
+void remove_stale_temporaries(const std::string& path) {
+  const std::string dir = parent_dir(path);
+  const size_t slash = path.rfind('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (base.empty()) return;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (!is_temporary_of(name, base)) continue;
+    const int fd = ::openat(::dirfd(d), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
+        ::flock(fd, LOCK_EX | LOCK_NB) == 0)
+      (void)::unlinkat(::dirfd(d), name.c_str(), 0);
+    ::close(fd);
+  }
+  ::closedir(d);
+}
+
+}  // namespace
+
 AtomicFile::AtomicFile(const std::string& path, const char* op) {
   ATTO_CHECK(!path.empty(), op, "empty file path");
+  remove_stale_temporaries(path);
   std::string templ = path + ".tmp-XXXXXX";
-  std::vector<char> name(templ.begin(), templ.end());
-  name.push_back('\0');
-  int fd = ::mkostemp(name.data(), O_CLOEXEC);
-  if (fd < 0) throw Error(op, str_cat("'", path, "': cannot create a temporary file next to it: ", errno_text(errno)));
+  std::vector<char> name;
+  int fd = -1;
+  // Lock the new file at once (so a concurrent save's cleanup leaves it alone); should another save's cleanup have
+  // removed it between its creation and the lock, make another.
+  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+    name.assign(templ.begin(), templ.end());
+    name.push_back('\0');
+    fd = ::mkostemp(name.data(), O_CLOEXEC);
+    if (fd < 0) throw Error(op, str_cat("'", path, "': cannot create a temporary file next to it: ", errno_text(errno)));
+    struct stat by_fd, by_name;
+    if (::flock(fd, LOCK_EX) != 0 || ::fstat(fd, &by_fd) != 0 || ::stat(name.data(), &by_name) != 0 ||
+        by_fd.st_ino != by_name.st_ino || by_fd.st_dev != by_name.st_dev) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) throw Error(op, str_cat("'", path, "': cannot create and lock a temporary file next to it"));
   impl_ = std::make_unique<Impl>(path, op, std::string(name.data()), fd);
   try {
     impl_->fault(kFaultAfterOpen);
@@ -334,6 +398,10 @@ void AtomicFile::flush_midway() {
 
 uint64_t AtomicFile::digest() { return impl_->sink.digest(); }
 
+void AtomicFile::write(const void* data, size_t n) {
+  impl_->sink.sputn(static_cast<const char*>(data), static_cast<std::streamsize>(n));  // throws on failure
+}
+
 const std::string& AtomicFile::temp_path() const { return impl_->tmp; }
 
 void AtomicFile::commit() {
@@ -344,6 +412,12 @@ void AtomicFile::commit() {
   if (::fsync(f.fd) != 0) f.fail("fsync failed", errno);
   const int fd = f.fd;
   f.fd = -1;
+  struct LockHolder {  // the flock stays (same open file description) until the rename is done
+    int fd;
+    ~LockHolder() {
+      if (fd >= 0) ::close(fd);
+    }
+  } lock{::fcntl(fd, F_DUPFD_CLOEXEC, 0)};
   if (::close(fd) != 0) f.fail("close failed", errno);
   f.fault(kFaultBeforeRename);
   if (::rename(f.tmp.c_str(), f.path.c_str()) != 0) f.fail(str_cat("cannot rename '", f.tmp, "' over it"), errno);
@@ -389,6 +463,8 @@ void check_names(const char* op, const std::string& path, const char* what,
 void write_native(const std::string& path, const char* op, Kind kind, const std::string& metadata,
                   const NamedTensors& tensors, const Checkpoint* ck) {
   ATTO_CHECK(valid_json(metadata), op, "'", path, "': metadata is not valid JSON: ", printable(metadata.substr(0, 80)));
+  ATTO_CHECK(json_depth(metadata) <= kMaxJsonDepth, op, "'", path, "': metadata JSON is nested more than ",
+             kMaxJsonDepth, " levels deep");
   check_names(op, path, "tensor", tensors);
   for (const auto& [name, t] : tensors) {
     ATTO_CHECK(t.defined(), op, "'", path, "': tensor '", name, "' is undefined");
@@ -555,6 +631,8 @@ Parsed parse_native(const uint8_t* data, size_t size, const std::string& origin,
                  out.kind == Kind::Checkpoint ? " (use load_checkpoint)" : " (use read_tensors or load)"));
     out.metadata = p.str("metadata", std::numeric_limits<uint64_t>::max());
     if (!valid_json(out.metadata)) p.fail("metadata is not valid JSON");
+    if (json_depth(out.metadata) > kMaxJsonDepth)
+      p.fail(str_cat("metadata JSON is nested more than ", kMaxJsonDepth, " levels deep"));
 
     const uint64_t n = p.count("tensor count", kMinTensorRecord);
     std::unordered_set<std::string> seen;
@@ -685,6 +763,31 @@ const V& find_entry(const std::vector<std::pair<std::string, V>>& items, const s
 
 // ---------------------------------------------------------------------------------------------
 // Public API
+
+int json_depth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+void check_json_depth(const std::string& text, const char* op, const std::string& origin) {
+  const int depth = json_depth(text);
+  ATTO_CHECK(depth <= kMaxJsonDepth, op, origin, ": JSON nested ", depth, " levels deep, more than the maximum of ",
+             kMaxJsonDepth);
+}
 
 NamedTensors state_dict(const nn::Module& m) { return m.state_dict(); }
 

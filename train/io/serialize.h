@@ -36,7 +36,8 @@
 //
 // Saves are atomic: the bytes go to a unique temporary file next to the target (mkstemp), which is flushed,
 // fsync'ed and renamed over the target, then the directory is fsync'ed. On any failure the temporary file is
-// removed and a previous file at the target is left intact.
+// removed and a previous file at the target is left intact. A save holds an exclusive flock on its temporary file;
+// the next save of the same target removes the unlocked "<target>.tmp-XXXXXX" files that killed saves left.
 
 #include <cstdint>
 #include <iosfwd>
@@ -71,6 +72,13 @@ inline constexpr uint64_t kMaxFileBytes = uint64_t{1} << 32;
 inline constexpr uint64_t kMaxNameBytes = 1 << 16;
 /// Highest tensor rank accepted.
 inline constexpr int kMaxRank = 8;
+
+/// Deepest nesting of arrays and objects accepted in JSON text: a file's metadata, a --config file.
+inline constexpr int kMaxJsonDepth = 64;
+/// The deepest nesting of arrays and objects in JSON text (a scan, without parsing or recursion).
+int json_depth(const std::string& text);
+/// Throws Error(op, ...) naming `origin` when the JSON text nests deeper than kMaxJsonDepth.
+void check_json_depth(const std::string& text, const char* op, const std::string& origin);
 
 /// What load() or load_state_dict() did not load, by name (Module::load_state_dict's result).
 using LoadReport = nn::LoadStateDictResult;
@@ -221,6 +229,8 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
   /// A binary stream into the temporary file (errors throw attograd::Error).
   std::ostream& stream();
+  /// Writes n bytes (buffered); Error naming the file and errno when the system refuses them.
+  void write(const void* data, size_t n);
   /// Pushes buffered bytes to the file (the kFaultMidWrite point).
   void flush_midway();
   /// XXH64 of every byte written so far.

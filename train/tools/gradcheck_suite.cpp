@@ -814,6 +814,10 @@ void validate(const CheckConfig& c) {
   ATTO_CHECK(c.heads >= 1 && c.d_model % c.heads == 0, me, "heads (", c.heads, ") must divide d_model (", c.d_model,
              ")");
   ATTO_CHECK(c.layers >= 1, me, "layers must be >= 1, got ", c.layers);
+  ATTO_CHECK(c.batch <= kMaxCheckBatch, me, "batch must be at most ", kMaxCheckBatch, ", got ", c.batch);
+  ATTO_CHECK(c.len <= kMaxCheckLen, me, "len must be at most ", kMaxCheckLen, ", got ", c.len);
+  ATTO_CHECK(c.d_model <= kMaxCheckDModel, me, "d_model must be at most ", kMaxCheckDModel, ", got ", c.d_model);
+  ATTO_CHECK(c.layers <= kMaxCheckLayers, me, "layers must be at most ", kMaxCheckLayers, ", got ", c.layers);
   ATTO_CHECK(c.mask == "none" || c.mask == "causal" || c.mask == "padding", me,
              "mask must be none, causal or padding, got '", c.mask, "'");
   ATTO_CHECK(c.mask != "padding" || c.len >= 2, me, "a padding mask needs len >= 2 (one key stays visible), got ",

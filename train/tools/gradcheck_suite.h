@@ -37,6 +37,10 @@
 namespace attograd::checks {
 
 /// Sizes and options of the checks that take any (the modules and scaled_dot_product_attention).
+/// Largest sizes validate() accepts: a full-Jacobian check costs about (parameters + inputs) forward passes, so
+/// these keep the biggest check (a 2-layer Transformer, batch 4, len 16, d_model 16) within about a minute.
+inline constexpr int64_t kMaxCheckBatch = 4, kMaxCheckLen = 16, kMaxCheckDModel = 16, kMaxCheckLayers = 2;
+
 struct CheckConfig {
   Dtype dtype = kFloat64;     ///< precision of inputs and parameters
   int64_t batch = 2;          ///< sequences

@@ -10,6 +10,7 @@
 
 #include "nn/sequence_model.h"
 #include "train/data/tasks.h"
+#include "train/io/serialize.h"
 
 namespace attograd::report {
 
@@ -411,11 +412,10 @@ AttentionFigure attention_figure(nn::SequenceModel& model, const std::vector<int
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  ATTO_CHECK(f.good(), "write_text_file", "cannot open '", path, "' for writing");
-  f << text;
-  f.flush();
-  ATTO_CHECK(f.good(), "write_text_file", "failed writing '", path, "'");
+  // Atomically, as the weights: a temporary file next to it, fsync'ed and renamed; errors name errno.
+  io::detail::AtomicFile f(path, "write_text_file");
+  f.write(text.data(), text.size());
+  f.commit();
 }
 
 }  // namespace attograd::report

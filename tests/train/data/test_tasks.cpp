@@ -112,3 +112,12 @@ TEST(Tasks, Errors) {
   EXPECT_ATTO_ERROR(parse_symbols("1 12", 10), "'12' is not a symbol");
   EXPECT_EQ(parse_symbols("3 1 4", 10), sym({3, 1, 4}));
 }
+
+// generate --input with a token the task cannot have (issue 14): '+' belongs to the add task only.
+TEST(Tasks, ParseSourceRejectsTokensTheTaskCannotHave) {
+  TaskDataset reverse({.task = Task::Reverse, .max_len = 6}, 1), add({.task = Task::Add, .max_len = 4}, 1);
+  EXPECT_ATTO_ERROR(reverse.parse_source("1 + 2"), "'+' is not a symbol of the reverse task");
+  EXPECT_ATTO_ERROR(reverse.parse_source("+"), "'+' is not a symbol");
+  EXPECT_EQ(add.parse_source("1 + 2").size(), 3u);
+  EXPECT_ATTO_ERROR(reverse.parse_source(std::string(100000, '7')), "...' is not a symbol");  // cut in the message
+}

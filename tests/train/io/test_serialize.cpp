@@ -1,6 +1,8 @@
 // Native weights files and checkpoints (train/io/serialize.h): round trips, module loading, strict and non-strict
 // reports, dtype conversion, checksums, atomic saves under injected faults, checkpoints and inspect().
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include <cmath>
@@ -20,6 +22,7 @@
 #include "train/optim/optimizers.h"
 #include "train/io/safetensors.h"
 #include "train/io/serialize.h"
+#include "train/tools/report.h"
 
 using namespace attograd;
 using namespace attograd::testing;
@@ -588,4 +591,66 @@ TEST(Serialize, ParseAllocatesNoMoreThanTheFileSize) {
   EXPECT_EQ(stats.input_bytes, bytes.size());
   EXPECT_EQ(stats.max_allocation, 16u * 16 * 4);
   EXPECT_LE(stats.total_allocated, bytes.size());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile inputs (issue 14)
+
+TEST(Serialize, ReadingAFifoOrADeviceFailsAtOnce) {
+  TempDir dir("serialize");
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Opening a FIFO for reading would wait for a writer forever: it is opened without blocking and rejected.
+  EXPECT_ATTO_ERROR(io::detail::read_file(fifo, "load"), "not a regular file (a FIFO)");
+  EXPECT_ATTO_ERROR(io::inspect(fifo), "a FIFO");
+  EXPECT_ATTO_ERROR(io::detail::read_file("/dev/zero", "load"), "not a regular file (a character device)");
+}
+
+TEST(Serialize, DeeplyNestedMetadataIsRejected) {
+  TempDir dir("serialize");
+  const std::string deep = std::string(80000, '[') + std::string(80000, ']');
+  EXPECT_EQ(io::json_depth(deep), 80000);
+  EXPECT_EQ(io::json_depth(R"({"a": "[[[{{{", "b": [1, [2]]})"), 3);
+  EXPECT_ATTO_ERROR(io::write_tensors(dir.file("w.attograd"), {}, deep), "nested more than 64 levels deep");
+  // A file written by hand with such metadata (and a valid checksum) is refused when read.
+  io::write_tensors(dir.file("w.attograd"), {}, "[0]");
+  std::ifstream in(dir.file("w.attograd"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string header = bytes.substr(0, 8 + 1 + 4 + 4);
+  std::string body = header;
+  const uint64_t n = deep.size();
+  for (int i = 0; i < 8; ++i) body += static_cast<char>((n >> (8 * i)) & 0xff);
+  body += deep;
+  body += std::string(8, '\0');  // no tensors
+  const uint64_t sum = io::detail::xxh64(body.data(), body.size());
+  for (int i = 0; i < 8; ++i) body += static_cast<char>((sum >> (8 * i)) & 0xff);
+  EXPECT_ATTO_ERROR(io::inspect_memory(reinterpret_cast<const uint8_t*>(body.data()), body.size()),
+                    "metadata JSON is nested more than 64 levels deep");
+}
+
+TEST(Serialize, NextSaveRemovesStaleTemporariesOfItsOwnTargetOnly) {
+  TempDir dir("serialize");
+  const std::string target = dir.file("model.attograd");
+  auto touch = [](const std::string& p) { std::ofstream(p) << "partial"; };
+  touch(target + ".tmp-Ab12Cd");        // a killed save of this target: removed
+  touch(target + ".tmp-zz99zz");        // another: removed
+  touch(target + ".tmp-short");         // not our pattern (5 characters): kept
+  touch(target + ".tmp-Ab12Cd.bak");    // not our pattern: kept
+  touch(dir.file("other.attograd.tmp-Ab12Cd"));  // another target's: kept
+  touch(target + ".tmp-Locked");        // a save in progress holds its lock: kept
+  const int fd = ::open((target + ".tmp-Locked").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  nn::Linear lin(3, 2);
+  io::save(lin, target);
+  ::close(fd);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"model.attograd", "model.attograd.tmp-Ab12Cd.bak",
+                                                   "model.attograd.tmp-Locked", "model.attograd.tmp-short",
+                                                   "other.attograd.tmp-Ab12Cd"}));
+  // Text outputs are written the same way: atomically, with the same cleanup.
+  touch(dir.file("config.json.tmp-Xy34Zw"));
+  report::write_text_file(dir.file("config.json"), "{}\n");
+  EXPECT_FALSE(fs::exists(dir.file("config.json.tmp-Xy34Zw")));
+  EXPECT_ATTO_ERROR(report::write_text_file(dir.file("no/such/dir/x.svg"), ""),
+                    "cannot create a temporary file next to it: No such file or directory");
 }

@@ -234,7 +234,8 @@ TEST(Report, WriteTextFile) {
   std::getline(f, s);
   EXPECT_EQ(s, "<svg/>");
   std::remove(path.c_str());
-  EXPECT_ATTO_ERROR(report::write_text_file("/nonexistent-dir/x.svg", ""), "cannot open");
+  // Written atomically: the temporary file next to it cannot be created; the message names errno.
+  EXPECT_ATTO_ERROR(report::write_text_file("/nonexistent-dir/x.svg", ""), "No such file or directory");
 }
 
 // ---------------------------------------------------------------------------------------------
