@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "autograd/shape.h"
+#include "nn/model_helpers.h"
 #include "nn/init.h"
 
 namespace attograd::nn {
@@ -69,20 +70,8 @@ std::shared_ptr<SequenceModel> EncoderTagger::build(const ModelSpec& s, Generato
 
 Tensor EncoderTagger::forward(const Tensor& tokens) {
   const char* me = "EncoderTagger";
-  ATTO_CHECK(tokens.defined() && tokens.dtype() == kInt64 && tokens.dim() == 2, me,
-             "tokens must be (B, L) int64, got ", tokens.defined() ? tokens.shape() : Shape{});
-  ATTO_CHECK(tokens.size(1) <= options.max_len, me, "tokens length L=", tokens.size(1), " exceeds max_len=",
-             options.max_len);
-  const int64_t* t = tokens.data<int64_t>();
-  Tensor kpm;  // (B, L) Bool, true on padding
-  if (options.pad_idx >= 0) {
-    kpm = empty(tokens.shape(), {.dtype = kBool});
-    bool* m = kpm.data<bool>();
-    for (int64_t i = 0; i < tokens.numel(); ++i) m[i] = t[i] == options.pad_idx;
-  }
-  for (int64_t i = 0; i < tokens.numel(); ++i)
-    ATTO_CHECK(t[i] >= 0 && t[i] < options.vocab, me, "token id ", t[i], " at flat index ", i,
-               " is out of range for vocab size ", options.vocab);
+  detail::check_tokens(tokens, options.vocab, options.max_len, me, "tokens", "max_len");
+  const Tensor kpm = options.pad_idx >= 0 ? detail::key_padding_mask(tokens, options.pad_idx) : Tensor();  // (B, L)
   Tensor x = embed->forward(tokens) * std::sqrt(static_cast<double>(options.d_model));  // (B, L, D)
   x = pos->forward(x);
   for (const auto& m : *layers)
@@ -167,19 +156,9 @@ std::vector<AttentionMap> EncoderTagger::attention_maps(const std::vector<int64_
   std::vector<Tensor> weights;
   {
     NoGradGuard no_grad;
-    const bool was_training = is_training();
-    eval();
-    store_attention(true);
-    try {
-      forward(from_vector(tokens, {1, static_cast<int64_t>(tokens.size())}));
-    } catch (...) {
-      store_attention(false);
-      train(was_training);
-      throw;
-    }
+    detail::AttentionScope scope(*this);
+    forward(detail::row_tensor(tokens));
     for (const auto& m : *layers) weights.push_back(static_cast<TransformerEncoderLayer&>(*m).last_attention());
-    store_attention(false);
-    train(was_training);
   }
   std::vector<AttentionMap> maps;
   for (size_t i = 0; i < weights.size(); ++i) maps.push_back({str_cat("layer ", i), weights[i], tokens, tokens});

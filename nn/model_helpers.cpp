@@ -18,6 +18,14 @@ void check_tokens(const Tensor& tokens, int64_t vocab, int64_t max_len, const ch
                tokens.shape(), " is out of range for vocab size ", vocab);
 }
 
+Tensor key_padding_mask(const Tensor& tokens, int64_t pad_idx) {
+  Tensor mask = empty(tokens.shape(), {.dtype = kBool});  // (B, L)
+  const int64_t* t = tokens.data<int64_t>();
+  bool* m = mask.data<bool>();
+  for (int64_t i = 0; i < tokens.numel(); ++i) m[i] = t[i] == pad_idx;
+  return mask;
+}
+
 Tensor row_tensor(const std::vector<int64_t>& tokens) {
   return from_vector(tokens, {1, static_cast<int64_t>(tokens.size())});  // (1, L)
 }

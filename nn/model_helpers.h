@@ -1,5 +1,6 @@
 #pragma once
-// Internal (not installed): helpers that the whole models of nn/models.cpp and nn/seed/transformer.cpp share.
+// Internal (not installed): helpers that the whole models (nn/models.cpp, nn/encoder_tagger.cpp,
+// nn/seed/transformer.cpp) share.
 
 #include <cstdint>
 #include <vector>
@@ -12,6 +13,9 @@ namespace attograd::nn::detail {
 /// the tensor `what`, its shape and the offending value (max_name names the length limit).
 void check_tokens(const Tensor& tokens, int64_t vocab, int64_t max_len, const char* me, const char* what,
                   const char* max_name);
+
+/// tokens (B, L) Int64 -> (B, L) Bool, true where tokens == pad_idx: a key padding mask for the attention layers.
+Tensor key_padding_mask(const Tensor& tokens, int64_t pad_idx);
 
 /// One row of tokens as a (1, L) Int64 tensor.
 Tensor row_tensor(const std::vector<int64_t>& tokens);

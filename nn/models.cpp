@@ -14,6 +14,7 @@ namespace attograd::nn {
 
 using detail::AttentionScope;
 using detail::check_tokens;
+using detail::key_padding_mask;
 using detail::row_tensor;
 
 namespace {
@@ -66,15 +67,6 @@ Tensor feed_forward(PositionwiseFeedForward& ff, const Tensor& x) {
              "expected input of shape (..., d_model=", ff.d_model, "), got shape ", x.defined() ? x.shape() : Shape{});
   const Dropout& d = *ff.dropout;
   return ff.linear2->forward(relu_dropout(ff.linear1->forward(x), d.p(), d.is_training(), d.generator()));
-}
-
-// (B, L) Bool, true where tokens == pad_idx: a key padding mask for MultiheadAttention.
-Tensor key_padding_mask(const Tensor& tokens, int64_t pad_idx) {
-  Tensor mask = empty(tokens.shape(), {.dtype = kBool});
-  const int64_t* t = tokens.data<int64_t>();
-  bool* m = mask.data<bool>();
-  for (int64_t i = 0; i < tokens.numel(); ++i) m[i] = t[i] == pad_idx;
-  return mask;
 }
 
 }  // namespace

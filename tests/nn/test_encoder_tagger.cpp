@@ -91,8 +91,9 @@ TEST(EncoderTagger, Errors) {
   EXPECT_ATTO_ERROR(EncoderTagger({.vocab = 3, .sep_idx = 3}), "sep_idx 3 must be token ids below vocab=3");
   EncoderTagger m({.vocab = 7, .d_model = 8, .n_head = 2, .d_ff = 12, .n_layers = 1, .max_len = 4});
   EXPECT_ATTO_ERROR(m.forward(from_vector<int64_t>({5, 6, 4, 3, 3}, {1, 5})), "exceeds max_len=4");
-  EXPECT_ATTO_ERROR(m.forward(from_vector<int64_t>({5, 9}, {1, 2})), "token id 9 at flat index 1");
-  EXPECT_ATTO_ERROR(m.forward(from_vector<float>({5, 6}, {1, 2})), "tokens must be (B, L) int64");
+  EXPECT_ATTO_ERROR(m.forward(from_vector<int64_t>({5, 9}, {1, 2})),
+                    "token id 9 at [0, 1] of tokens [1, 2] is out of range for vocab size 7");
+  EXPECT_ATTO_ERROR(m.forward(from_vector<float>({5, 6}, {1, 2})), "tokens must be int64 token ids, got float32");
 }
 
 }  // namespace
