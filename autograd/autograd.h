@@ -10,6 +10,7 @@
 #include "autograd/indexing.h"
 #include "autograd/loss.h"
 #include "autograd/matmul.h"
+#include "autograd/memory.h"
 #include "autograd/norm.h"
 #include "autograd/random.h"
 #include "autograd/reduce.h"

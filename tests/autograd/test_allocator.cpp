@@ -4,7 +4,7 @@
 #include <thread>
 #include <vector>
 
-#include "autograd/allocator.h"
+#include "autograd/memory.h"
 #include "nn/models.h"
 #include "testing.h"
 #include "train/optim/optimizers.h"

@@ -13,7 +13,7 @@
 #include "train/optim/optimizers.h"
 #include "train/data/tasks.h"
 
-#include "autograd/allocator.h"
+#include "autograd/memory.h"
 #include "autograd/parallel.h"
 
 namespace attograd::bench {
