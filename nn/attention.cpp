@@ -1,5 +1,6 @@
 #include "nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -215,6 +216,149 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
   MhaResult out;
   out.output = out_proj->forward(r.output);  // (B, Lq, E)
   if (opts.need_weights) out.weights = opts.average_attn_weights ? mean(r.weights, {1}) : r.weights;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention with a key/value cache
+
+namespace {
+
+constexpr const char* kCache = "cached_attention";
+
+void check_rows(const CachedAttentionRows& r, int64_t A, int64_t N, int64_t B, const char* me) {
+  ATTO_CHECK(static_cast<int64_t>(r.cache_row.size()) == A && static_cast<int64_t>(r.start.size()) == A &&
+                 static_cast<int64_t>(r.count.size()) == A,
+             me, "expected cache_row, start and count for ", A, " rows, got ", r.cache_row.size(), ", ",
+             r.start.size(), ", ", r.count.size());
+  for (int64_t a = 0; a < A; ++a) {
+    const auto ua = static_cast<size_t>(a);
+    ATTO_CHECK(r.cache_row[ua] >= 0 && r.cache_row[ua] < B && r.start[ua] >= 0 && r.count[ua] >= 0 &&
+                   r.count[ua] <= N,
+               me, "row ", a, ": cache row ", r.cache_row[ua], " start ", r.start[ua], " count ", r.count[ua],
+               " outside a cache of ", B, " rows fed ", N, " positions");
+  }
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> make_kv_cache(int64_t B, int64_t H, int64_t C, int64_t d_k, int64_t d_v, Dtype dtype) {
+  ATTO_CHECK(B >= 0 && H > 0 && C >= 0 && d_k > 0 && d_v > 0, "make_kv_cache", "bad sizes B=", B, ", H=", H,
+             ", C=", C, ", d_k=", d_k, ", d_v=", d_v);
+  return {empty({B, H, d_k, C}, {.dtype = dtype}), empty({B, H, C, d_v}, {.dtype = dtype})};
+}
+
+void write_kv_cache(Tensor& key_cache, Tensor& value_cache, const Tensor& k, int64_t k_col, const Tensor& v,
+                    int64_t v_col, const CachedAttentionRows& rows) {
+  const char* me = "write_kv_cache";
+  ATTO_CHECK(key_cache.dim() == 4 && value_cache.dim() == 4 && k.dim() == 3 && v.dim() == 3 &&
+                 k.dtype() == key_cache.dtype() && v.dtype() == value_cache.dtype(),
+             me, "expected caches (B, H, d_k, C), (B, H, C, d_v) and new keys/values (A, N, W) of their dtype, got ",
+             key_cache.shape(), ", ", value_cache.shape(), ", ", k.shape(), ", ", v.shape());
+  const int64_t B = key_cache.size(0), H = key_cache.size(1), dk = key_cache.size(2), C = key_cache.size(3);
+  const int64_t dv = value_cache.size(3);
+  const int64_t A = k.size(0), N = k.size(1), Wk = k.size(2), Wv = v.size(2);
+  ATTO_CHECK(v.size(0) == A && v.size(1) == N && k_col >= 0 && k_col + H * dk <= Wk && v_col >= 0 &&
+                 v_col + H * dv <= Wv && value_cache.size(2) == C,
+             me, "keys ", k.shape(), " from feature ", k_col, " and values ", v.shape(), " from feature ", v_col,
+             " do not fit caches ", key_cache.shape(), ", ", value_cache.shape());
+  check_rows(rows, A, N, B, me);
+  dispatch_float(k.dtype(), me, [&]<typename T>() {
+    T* kc = key_cache.data<T>();
+    T* vc = value_cache.data<T>();
+    const T* kp = k.data<T>();
+    const T* vp = v.data<T>();
+    for (int64_t a = 0; a < A; ++a) {
+      const auto ua = static_cast<size_t>(a);
+      const int64_t b = rows.cache_row[ua];
+      ATTO_CHECK(rows.start[ua] + rows.count[ua] <= C, me, "row ", a, " writes positions up to ",
+                 rows.start[ua] + rows.count[ua], " into a cache of ", C, " positions");
+      for (int64_t i = 0; i < rows.count[ua]; ++i) {
+        const int64_t p = rows.start[ua] + i;
+        const T* ks = kp + (a * N + i) * Wk + k_col;
+        const T* vs = vp + (a * N + i) * Wv + v_col;
+        for (int64_t h = 0; h < H; ++h) {
+          T* kd = kc + (b * H + h) * dk * C + p;  // column p of (d_k, C)
+          for (int64_t x = 0; x < dk; ++x) kd[x * C] = ks[h * dk + x];
+          std::copy(vs + h * dv, vs + (h + 1) * dv, vc + ((b * H + h) * C + p) * dv);
+        }
+      }
+    }
+  });
+}
+
+Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache, const Tensor& value_cache,
+                        const CachedAttentionRows& rows, double scale, bool causal,
+                        const std::vector<std::vector<int64_t>>* key_tokens, int64_t pad) {
+  ATTO_CHECK(key_cache.dim() == 4 && value_cache.dim() == 4 && q.dim() == 3 && q.dtype() == key_cache.dtype() &&
+                 q.dtype() == value_cache.dtype(),
+             kCache, "expected queries (A, N, W) and caches (B, H, d_k, C), (B, H, C, d_v) of one dtype, got ",
+             q.shape(), ", ", key_cache.shape(), ", ", value_cache.shape());
+  const int64_t B = key_cache.size(0), H = key_cache.size(1), dk = key_cache.size(2), C = key_cache.size(3);
+  const int64_t dv = value_cache.size(3);
+  const int64_t A = q.size(0), N = q.size(1), Wq = q.size(2);
+  ATTO_CHECK(q_col >= 0 && q_col + H * dk <= Wq, kCache, "queries ", q.shape(), " from feature ", q_col,
+             " do not hold ", H, " heads of ", dk);
+  check_rows(rows, A, N, B, kCache);
+  ATTO_CHECK(!key_tokens || static_cast<int64_t>(key_tokens->size()) >= B, kCache, "key_tokens has ",
+             key_tokens ? key_tokens->size() : 0, " rows for a cache of ", B);
+  Tensor out = zeros({A, N, H * dv}, {.dtype = q.dtype()});  // (A, N, H d_v)
+  dispatch_float(q.dtype(), kCache, [&]<typename T>() {
+    const T* qp = q.data<T>();
+    const T* kc = key_cache.data<T>();
+    const T* vc = value_cache.data<T>();
+    T* op = out.data<T>();
+    const T s = static_cast<T>(scale);
+    std::vector<T> scores(static_cast<size_t>(C));
+    std::vector<unsigned char> open(static_cast<size_t>(C));
+    for (int64_t a = 0; a < A; ++a) {
+      const auto ua = static_cast<size_t>(a);
+      const int64_t b = rows.cache_row[ua];
+      const int64_t keys_max = causal ? rows.start[ua] + rows.count[ua] : C;
+      ATTO_CHECK(keys_max <= C, kCache, "row ", a, " reads positions up to ", keys_max, " from a cache of ", C);
+      for (int64_t j = 0; j < keys_max; ++j) {
+        const auto uj = static_cast<size_t>(j);
+        const std::vector<int64_t>* kt = key_tokens ? &(*key_tokens)[static_cast<size_t>(b)] : nullptr;
+        open[uj] = !kt || (uj < kt->size() && (*kt)[uj] != pad);
+      }
+      for (int64_t i = 0; i < rows.count[ua]; ++i) {
+        const int64_t nk = causal ? rows.start[ua] + i + 1 : C;  // keys this query sees
+        for (int64_t h = 0; h < H; ++h) {
+          const T* qv = qp + (a * N + i) * Wq + q_col + h * dk;
+          const T* kt = kc + (b * H + h) * dk * C;  // (d_k, C)
+          T* sc = scores.data();
+          // scores[j] = q . k_j, as axpy over the transposed keys (contiguous in j).
+          std::fill(sc, sc + nk, T(0));
+          for (int64_t x = 0; x < dk; ++x) {
+            const T qx = qv[x];
+            const T* row = kt + x * C;
+            for (int64_t j = 0; j < nk; ++j) sc[j] += qx * row[j];
+          }
+          T m = -std::numeric_limits<T>::infinity();
+          for (int64_t j = 0; j < nk; ++j) {
+            sc[j] = open[static_cast<size_t>(j)] ? sc[j] * s : -std::numeric_limits<T>::infinity();
+            m = std::max(m, sc[j]);
+          }
+          if (m == -std::numeric_limits<T>::infinity()) continue;  // every key blocked: zeros
+          T sum = 0;
+          for (int64_t j = 0; j < nk; ++j) {
+            sc[j] = std::exp(sc[j] - m);
+            sum += sc[j];
+          }
+          T* o = op + (a * N + i) * H * dv + h * dv;
+          const T* vh = vc + (b * H + h) * C * dv;
+          for (int64_t j = 0; j < nk; ++j) {
+            const T p = sc[j];
+            if (p == T(0)) continue;
+            const T* vr = vh + j * dv;
+            for (int64_t y = 0; y < dv; ++y) o[y] += p * vr[y];
+          }
+          const T inv = T(1) / sum;
+          for (int64_t y = 0; y < dv; ++y) o[y] *= inv;
+        }
+      }
+    }
+  });
   return out;
 }
 
