@@ -5,7 +5,9 @@
 #include <limits>
 #include <type_traits>
 
+#include "autograd/activation.h"
 #include "autograd/attention.h"
+#include "autograd/eigen_util.h"
 #include "autograd/matmul.h"
 #include "autograd/reduce.h"
 #include "autograd/shape.h"
@@ -360,6 +362,44 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
     }
   });
   return out;
+}
+
+Tensor decode_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  constexpr int64_t kMaxRows = 16;
+  const char* me = "decode_linear";
+  ATTO_CHECK(x.defined() && weight.defined() && weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1) &&
+                 x.dtype() == weight.dtype(),
+             me, "expected x (..., K) and weight (N, K) of one dtype, got x ", x.defined() ? x.shape() : Shape{},
+             ", weight ", weight.defined() ? weight.shape() : Shape{});
+  const int64_t K = weight.size(1), N = weight.size(0);
+  const int64_t M = K > 0 ? x.numel() / K : 0;
+  const bool grad = is_grad_enabled() && (x.requires_grad() || weight.requires_grad() ||
+                                          (bias.defined() && bias.requires_grad()));
+  if (M > kMaxRows || grad || (x.dtype() != kFloat32 && x.dtype() != kFloat64)) return linear(x, weight, bias);
+  ATTO_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == N && bias.dtype() == x.dtype()), me,
+             "bias must be (", N, "), got ", bias.shape());
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor out = empty(out_shape, {.dtype = x.dtype()});
+  dispatch_float(x.dtype(), me, [&]<typename T>() {
+    const auto W = attograd::detail::matrix_map(weight.data<T>(), N, K);  // (N, K) row-major: a dot product per output
+    for (int64_t m = 0; m < M; ++m) {
+      const auto xv = attograd::detail::matrix_map(x.data<T>() + m * K, K, 1);
+      auto yv = attograd::detail::matrix_map(out.data<T>() + m * N, N, 1);
+      yv.noalias() = W * xv;
+      if (bias.defined()) yv += attograd::detail::matrix_map(bias.data<T>(), N, 1);
+    }
+  });
+  return out;
+}
+
+Tensor decode_feed_forward(const PositionwiseFeedForward& ff, const Tensor& x) {
+  ATTO_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == ff.d_model, ff.type_name(),
+             "expected input of shape (..., d_model=", ff.d_model, "), got shape ", x.defined() ? x.shape() : Shape{});
+  Tensor h = decode_linear(x, ff.linear1->weight, ff.linear1->bias);  // (..., d_ff)
+  h = ff.options.activation == "gelu" ? gelu(h) : relu(h);
+  Tensor y = decode_linear(h, ff.linear2->weight, ff.linear2->bias);  // (..., d_model)
+  return ff.options.residual_norm ? ff.layer_norm->forward(y + x) : y;
 }
 
 }  // namespace attograd::nn

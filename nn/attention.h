@@ -17,6 +17,7 @@
 
 #include "autograd/random.h"
 #include "autograd/tensor.h"
+#include "nn/feedforward.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 
@@ -139,5 +140,14 @@ void write_kv_cache(Tensor& key_cache, Tensor& value_cache, const Tensor& k, int
 Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache, const Tensor& value_cache,
                         const CachedAttentionRows& rows, double scale, bool causal,
                         const std::vector<std::vector<int64_t>>* key_tokens = nullptr, int64_t pad = -1);
+
+/// linear(x, weight, bias) for decoding (no gradients): x (..., K), weight (N, K), bias (N) or undefined ->
+/// (..., N). A few rows (at most 16: one token per row of a small batch) take a matrix-vector product that reads
+/// the weight in place, instead of the GEMM's packing of the whole weight for one row; more rows call linear().
+/// The same values within rounding (not bitwise: another summation order).
+Tensor decode_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+/// ff.forward(x) for decoding in eval mode (no gradients; dropout is off): decode_linear for both layers.
+Tensor decode_feed_forward(const PositionwiseFeedForward& ff, const Tensor& x);
 
 }  // namespace attograd::nn

@@ -107,12 +107,12 @@ Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
 Tensor CausalLMBlock::forward_cached(const Tensor& x, KVCache& cache, const CachedAttentionRows& rows) {
   const MultiheadAttention& a = *self_attn;
   const int64_t E = a.options().embed_dim;
-  Tensor qkv = linear(norm1->forward(x), a.in_proj_weight, a.in_proj_bias);  // (A, N, 3E) = [q | k | v]
+  Tensor qkv = decode_linear(norm1->forward(x), a.in_proj_weight, a.in_proj_bias);  // (A, N, 3E) = [q | k | v]
   write_kv_cache(cache.key, cache.value, qkv, E, qkv, 2 * E, rows);
   Tensor heads = cached_attention(qkv, 0, cache.key, cache.value, rows,
                                   1.0 / std::sqrt(static_cast<double>(a.head_dim())), true);  // (A, N, E)
-  Tensor y = x + a.out_proj->forward(heads);
-  return y + feed_forward(*ff, norm2->forward(y));  // (A, N, D); dropout is off in eval mode
+  Tensor y = x + decode_linear(heads, a.out_proj->weight, a.out_proj->bias);
+  return y + decode_feed_forward(*ff, norm2->forward(y));  // (A, N, D); dropout is off in eval mode
 }
 
 void CausalLMBlock::set_store_attention(bool on) {
@@ -328,7 +328,7 @@ Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows
   std::vector<std::pair<int64_t, int64_t>> last;
   for (int64_t a = 0; a < A; ++a) last.emplace_back(a, rows.count[static_cast<size_t>(a)] - 1);
   for (size_t a = 0; a < rows.cache_row.size(); ++a) st.cached[static_cast<size_t>(rows.cache_row[a])] += rows.count[a];
-  return linear(norm->forward(gather_positions(x, last)), embed->weight);  // (A, V)
+  return decode_linear(norm->forward(gather_positions(x, last)), embed->weight);  // (A, V)
 }
 
 Tensor CausalLM::decode_step(DecodeState& st) {

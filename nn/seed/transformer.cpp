@@ -67,7 +67,7 @@ Tensor DecoderLayer::forward_cached(const Tensor& x, KVCache& self_cache, KVCach
                                    const std::vector<std::vector<int64_t>>& sources, int64_t pad) {
   Tensor a = slf_attn->forward_cached(x, x, self_cache.key, self_cache.value, rows, true, &target_tokens, pad);
   Tensor c = enc_attn->forward_cached(a, Tensor(), cross_cache.key, cross_cache.value, rows, false, &sources, pad);
-  return pos_ffn->forward(c);  // (A, N, D)
+  return decode_feed_forward(*pos_ffn, c);  // (A, N, D)
 }
 
 void DecoderLayer::set_store_attention(bool on) {
@@ -371,7 +371,7 @@ Tensor Transformer::cached_logits(DecodeState& st) {
   std::vector<std::pair<int64_t, int64_t>> last;
   for (int64_t a = 0; a < A; ++a) last.emplace_back(a, rows.count[static_cast<size_t>(a)] - 1);
   for (size_t a = 0; a < rows.cache_row.size(); ++a) st.cached[static_cast<size_t>(rows.cache_row[a])] += rows.count[a];
-  Tensor logits = linear(gather_positions(x, last), output_weight());  // (A, V)
+  Tensor logits = decode_linear(gather_positions(x, last), output_weight());  // (A, V)
   if (options.tie_output && options.scale_projection)
     logits = logits * (1.0 / std::sqrt(static_cast<double>(options.d_model)));
   return logits;
