@@ -387,41 +387,48 @@ V load64(const T* p) {
   return v;
 }
 
-// y (N) = W (N, K) x (K) (+ bias): a memory-bound product that reads each weight once, four rows at a time with
-// one vector accumulator per row (lanes summed in a fixed order at the end).
+// Y (M, N) = X (M, K) W (N, K)^T (+ bias) for a few rows X: a memory-bound product that reads each weight once,
+// four weight rows at a time (kept in L1 while every row of X passes), one vector accumulator per output (lanes
+// summed in a fixed order at the end, so a row's result does not depend on M).
 template <class T>
-void matrix_vector(const T* W, const T* x, const T* bias, T* y, int64_t N, int64_t K) {
+void matrix_rows(const T* W, const T* X, int64_t M, const T* bias, T* Y, int64_t N, int64_t K) {
   using V = typename Vec64<T>::type;
   constexpr int64_t kLanes = 64 / sizeof(T), kRows = 4;
   const int64_t Kv = K / kLanes * kLanes;
-  auto finish = [&](const V& acc, int64_t n) {
+  auto finish = [&](const V& acc, const T* x, int64_t n) {
     T s = 0;
     for (int64_t l = 0; l < kLanes; ++l) s += acc[l];
     const T* w = W + n * K;
     for (int64_t k = Kv; k < K; ++k) s += w[k] * x[k];
-    y[n] = bias ? s + bias[n] : s;
+    return bias ? s + bias[n] : s;
   };
   int64_t n = 0;
   for (; n + kRows <= N; n += kRows) {
-    V a0 = {}, a1 = {}, a2 = {}, a3 = {};
     const T* w = W + n * K;
-    for (int64_t k = 0; k < Kv; k += kLanes) {
-      const V xv = load64<V>(x + k);
-      a0 += load64<V>(w + k) * xv;
-      a1 += load64<V>(w + K + k) * xv;
-      a2 += load64<V>(w + 2 * K + k) * xv;
-      a3 += load64<V>(w + 3 * K + k) * xv;
+    for (int64_t m = 0; m < M; ++m) {
+      const T* x = X + m * K;
+      V a0 = {}, a1 = {}, a2 = {}, a3 = {};
+      for (int64_t k = 0; k < Kv; k += kLanes) {
+        const V xv = load64<V>(x + k);
+        a0 += load64<V>(w + k) * xv;
+        a1 += load64<V>(w + K + k) * xv;
+        a2 += load64<V>(w + 2 * K + k) * xv;
+        a3 += load64<V>(w + 3 * K + k) * xv;
+      }
+      T* y = Y + m * N + n;
+      y[0] = finish(a0, x, n);
+      y[1] = finish(a1, x, n + 1);
+      y[2] = finish(a2, x, n + 2);
+      y[3] = finish(a3, x, n + 3);
     }
-    finish(a0, n);
-    finish(a1, n + 1);
-    finish(a2, n + 2);
-    finish(a3, n + 3);
   }
-  for (; n < N; ++n) {
-    V a = {};
-    for (int64_t k = 0; k < Kv; k += kLanes) a += load64<V>(W + n * K + k) * load64<V>(x + k);
-    finish(a, n);
-  }
+  for (; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      const T* x = X + m * K;
+      V a = {};
+      for (int64_t k = 0; k < Kv; k += kLanes) a += load64<V>(W + n * K + k) * load64<V>(x + k);
+      Y[m * N + n] = finish(a, x, n);
+    }
 }
 
 }  // namespace
@@ -445,7 +452,7 @@ Tensor decode_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
   Tensor out = empty(out_shape, {.dtype = x.dtype()});
   dispatch_float(x.dtype(), me, [&]<typename T>() {
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
-    for (int64_t m = 0; m < M; ++m) matrix_vector(weight.data<T>(), x.data<T>() + m * K, b, out.data<T>() + m * N, N, K);
+    matrix_rows(weight.data<T>(), x.data<T>(), M, b, out.data<T>(), N, K);
   });
   return out;
 }

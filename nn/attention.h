@@ -143,8 +143,9 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
 
 /// linear(x, weight, bias) for decoding (no gradients): x (..., K), weight (N, K), bias (N) or undefined ->
 /// (..., N). A few rows (at most 16: one token per row of a small batch) take a matrix-vector product that reads
-/// the weight in place, instead of the GEMM's packing of the whole weight for one row; more rows call linear().
-/// The same values within rounding (not bitwise: another summation order).
+/// the weight in place once, instead of the GEMM's packing of the whole weight for one row; more rows call
+/// linear(). The same values within rounding (not bitwise: another summation order); a row's result does not
+/// depend on how many rows come with it.
 Tensor decode_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 /// ff.forward(x) for decoding in eval mode (no gradients; dropout is off): decode_linear for both layers.
