@@ -60,10 +60,13 @@ int run_generate_command(const BenchArgs& a) {
   std::fflush(stdout);
   const bench::GenerateResult r = bench::run_generate_bench(c);
   std::printf("  parameters  %s\n", group_digits(r.params).c_str());
-  std::printf("  cached      %s tokens/s (%.1f allocations per token)\n",
-              group_digits(static_cast<int64_t>(r.cached_tokens_per_s + 0.5)).c_str(), r.cached_allocs_per_token);
+  std::printf("  cached      %s tokens/s (%s per CPU second; %.1f allocations per token)\n",
+              group_digits(static_cast<int64_t>(r.cached_tokens_per_s + 0.5)).c_str(),
+              group_digits(static_cast<int64_t>(r.cached_cpu_tokens_per_s + 0.5)).c_str(), r.cached_allocs_per_token);
   if (c.uncached) {
-    std::printf("  uncached    %s tokens/s\n", group_digits(static_cast<int64_t>(r.uncached_tokens_per_s + 0.5)).c_str());
+    std::printf("  uncached    %s tokens/s (%s per CPU second)\n",
+                group_digits(static_cast<int64_t>(r.uncached_tokens_per_s + 0.5)).c_str(),
+                group_digits(static_cast<int64_t>(r.uncached_cpu_tokens_per_s + 0.5)).c_str());
     std::printf("  speedup     %.1fx (%s tokens)\n", r.speedup, r.same_tokens ? "the same" : "DIFFERENT");
   }
   std::printf("%s\n", bench::to_json(r).c_str());

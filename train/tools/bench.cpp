@@ -1,6 +1,7 @@
 #include "train/tools/bench.h"
 
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -292,10 +293,19 @@ GenerateResult run_generate_bench(const GenerateConfig& config) {
     for (int64_t i = 0; i < config.prompt; ++i) p.push_back(data::kFirstSymbol + static_cast<int64_t>(data_gen.randint(payload)));
 
   using Clock = std::chrono::steady_clock;
+  auto cpu_ms = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+  };
+  double cpu = 0;  // CPU ms of the last timed() call
   auto timed = [&](bool use_cache, nn::TokenRows* out) {
+    const double c0 = cpu_ms();
     const auto t0 = Clock::now();
     *out = generate(model, prompts, config.tokens, use_cache);
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    cpu = cpu_ms() - c0;
+    return ms;
   };
   nn::TokenRows cached, full;
   timed(true, &cached);  // warm-up
@@ -306,18 +316,22 @@ GenerateResult run_generate_bench(const GenerateConfig& config) {
       if (cache_side) {
         const AllocatorStats before = allocator_stats();
         r.cached_ms.push_back(timed(true, &cached));
+        r.cached_cpu_ms.push_back(cpu);
         r.cached_allocs_per_token = static_cast<double>(allocator_stats().num_allocs - before.num_allocs) /
                                     static_cast<double>(config.tokens);
       } else if (config.uncached) {
         r.uncached_ms.push_back(timed(false, &full));
+        r.uncached_cpu_ms.push_back(cpu);
         r.same_tokens = r.same_tokens && full == cached;
       }
     }
   }
   const double n = static_cast<double>(config.B * config.tokens);
   r.cached_tokens_per_s = n / (median_of(r.cached_ms) / 1e3);
+  r.cached_cpu_tokens_per_s = n / (median_of(r.cached_cpu_ms) / 1e3);
   if (config.uncached) {
     r.uncached_tokens_per_s = n / (median_of(r.uncached_ms) / 1e3);
+    r.uncached_cpu_tokens_per_s = n / (median_of(r.uncached_cpu_ms) / 1e3);
     r.speedup = r.cached_tokens_per_s / r.uncached_tokens_per_s;
   }
   return r;
@@ -338,6 +352,8 @@ std::string to_json(const GenerateResult& r) {
                ", \"uncached_ms\": ", r.uncached_ms.empty() ? std::string("null") : num(median_of(r.uncached_ms)),
                ", \"cached_tokens_per_s\": ", num(r.cached_tokens_per_s),
                ", \"uncached_tokens_per_s\": ", num(r.uncached_tokens_per_s), ", \"speedup\": ", num(r.speedup),
+               ", \"cached_cpu_tokens_per_s\": ", num(r.cached_cpu_tokens_per_s),
+               ", \"uncached_cpu_tokens_per_s\": ", num(r.uncached_cpu_tokens_per_s),
                ", \"same_tokens\": ", r.same_tokens ? "true" : "false",
                ", \"cached_allocs_per_token\": ", num(r.cached_allocs_per_token), "}");
   return s;

@@ -109,9 +109,14 @@ struct GenerateResult {
   int64_t params = 0;                 ///< model parameters
   std::vector<double> cached_ms;      ///< per round: the whole continuation from the cache (ms)
   std::vector<double> uncached_ms;    ///< per round: the same recomputing every step (ms); empty without uncached
+  std::vector<double> cached_cpu_ms;  ///< per cached round: the process's CPU time (ms; on a shared host, the
+                                      ///< time the scheduler actually gave it)
+  std::vector<double> uncached_cpu_ms;  ///< per uncached round: the process's CPU time (ms)
   double cached_tokens_per_s = 0;     ///< B * tokens / median cached seconds
   double uncached_tokens_per_s = 0;   ///< B * tokens / median uncached seconds (0 without uncached)
   double speedup = 0;                 ///< cached_tokens_per_s / uncached_tokens_per_s (0 without uncached)
+  double cached_cpu_tokens_per_s = 0; ///< B * tokens / median cached CPU seconds
+  double uncached_cpu_tokens_per_s = 0; ///< B * tokens / median uncached CPU seconds (0 without uncached)
   bool same_tokens = true;            ///< both paths generated the same tokens
   double cached_allocs_per_token = 0; ///< tensor storages allocated per generated token in a cached round
 };
@@ -122,7 +127,7 @@ GenerateResult run_generate_bench(const GenerateConfig& config);
 
 /// The result as one line of JSON (no newline): impl, mode "generate", sizes, prompt, tokens, B, rounds, threads,
 /// seed, params, cached_ms, uncached_ms (medians), cached_tokens_per_s, uncached_tokens_per_s, speedup,
-/// same_tokens, cached_allocs_per_token.
+/// cached_cpu_tokens_per_s, uncached_cpu_tokens_per_s, same_tokens, cached_allocs_per_token.
 std::string to_json(const GenerateResult& result);
 
 }  // namespace attograd::bench
