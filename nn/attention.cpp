@@ -380,11 +380,11 @@ struct Vec64<double> {
   using type = Double8;
 };
 
+// Loads 64 bytes into v (an out-parameter: returning a 64-byte vector by value changes the ABI, and GCC warns,
+// where the target has no AVX-512).
 template <class V, class T>
-V load64(const T* p) {
-  V v;
+void load64(V& v, const T* p) {
   std::memcpy(&v, p, sizeof v);
-  return v;
 }
 
 // Y (M, N) = X (M, K) W (N, K)^T (+ bias) for a few rows X: a memory-bound product that reads each weight once,
@@ -407,13 +407,17 @@ void matrix_rows(const T* W, const T* X, int64_t M, const T* bias, T* Y, int64_t
     const T* w = W + n * K;
     for (int64_t m = 0; m < M; ++m) {
       const T* x = X + m * K;
-      V a0 = {}, a1 = {}, a2 = {}, a3 = {};
+      V a0 = {}, a1 = {}, a2 = {}, a3 = {}, xv, wv;
       for (int64_t k = 0; k < Kv; k += kLanes) {
-        const V xv = load64<V>(x + k);
-        a0 += load64<V>(w + k) * xv;
-        a1 += load64<V>(w + K + k) * xv;
-        a2 += load64<V>(w + 2 * K + k) * xv;
-        a3 += load64<V>(w + 3 * K + k) * xv;
+        load64(xv, x + k);
+        load64(wv, w + k);
+        a0 += wv * xv;
+        load64(wv, w + K + k);
+        a1 += wv * xv;
+        load64(wv, w + 2 * K + k);
+        a2 += wv * xv;
+        load64(wv, w + 3 * K + k);
+        a3 += wv * xv;
       }
       T* y = Y + m * N + n;
       y[0] = finish(a0, x, n);
@@ -425,8 +429,12 @@ void matrix_rows(const T* W, const T* X, int64_t M, const T* bias, T* Y, int64_t
   for (; n < N; ++n)
     for (int64_t m = 0; m < M; ++m) {
       const T* x = X + m * K;
-      V a = {};
-      for (int64_t k = 0; k < Kv; k += kLanes) a += load64<V>(W + n * K + k) * load64<V>(x + k);
+      V a = {}, xv, wv;
+      for (int64_t k = 0; k < Kv; k += kLanes) {
+        load64(xv, x + k);
+        load64(wv, W + n * K + k);
+        a += wv * xv;
+      }
       Y[m * N + n] = finish(a, x, n);
     }
 }
