@@ -3,13 +3,16 @@
 // (float32 and float64), with mixed prompt lengths, rows that stop at different times, dropout models in eval mode,
 // several new positions fed at once (HF's test: n tokens at once == n - 1 then 1 resumed from the cache) and the
 // decoder-only model's crop beyond max_len. Which asserts are bitwise is said at each (the cached path multiplies
-// matrices of other shapes than the full one, so its logits are not bitwise those of the full recomputation).
+// matrices of other shapes than the full one, so its logits are not bitwise those of the full recomputation; the
+// bitwise asserts are NewPositionsAtOnceEqualOneByOneBitwise's, RecomputePathStillAvailable's, and the evaluation
+// losses in tests/train/test_decode.cpp).
 
 #include <algorithm>
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "autograd/shape.h"
 #include "nn/models.h"
 #include "testing.h"
 
@@ -135,8 +138,8 @@ TEST(KVCache, RowsFinishingEarly) {
 }
 
 TEST(KVCache, BatchedRowsEqualEachRowAlone) {
-  // The cached path runs a row the same way whatever else is in the batch (bitwise: per-row arithmetic only...
-  // except the matrix products, whose row count changes; so within tolerance).
+  // A row decoded alone and in a batch of mixed prompt lengths: the same tokens, logits within 1e-12 in float64
+  // (not bitwise: the batch's prefill has more than 16 positions and takes the GEMM).
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
     auto m = c.make(kFloat64);
@@ -190,6 +193,39 @@ TEST(KVCache, SeveralTokensAtOnceEqualOneByOneResumed) {
       for (size_t b = 0; b < next.size(); ++b)
         EXPECT_EQ(at_once.cached[b], static_cast<int64_t>(kSources[b].size() + 1 + next[b].size()) -
                                          (c.name == std::string("lm") ? 0 : static_cast<int64_t>(kSources[b].size())));
+    }
+}
+
+TEST(KVCache, NewPositionsAtOnceEqualOneByOneBitwise) {
+  // After the prefill, a cached step's arithmetic is per position (embedding, LayerNorm, decode_linear's matrix-vector
+  // products for steps of at most 16 positions, each query's attention over the cache): feeding four tokens at once
+  // gives bitwise the logits of feeding them one by one, and a row's logits do not depend on which other rows are
+  // still decoding (bitwise).
+  for (const Case& c : kCases)
+    for (Dtype dt : {kFloat32, kFloat64}) {
+      SCOPED_TRACE(std::string(c.name) + " " + dtype_name(dt));
+      auto m = c.make(dt);
+      NoGradGuard no_grad;
+      const TokenRows next = {{3, 9, 4, 7}, {0, 6, 11, 2}, {10, 10, 5, 8}, {12, 1, 3, 4}};
+      DecodeState at_once = m->begin_decode(kSources), one_by_one = m->begin_decode(kSources);
+      m->decode_step(at_once);
+      m->decode_step(one_by_one);
+      at_once.decoded = next;
+      const Tensor la = m->decode_step(at_once);  // (4, V)
+      Tensor lb;
+      for (size_t i = 0; i < 4; ++i) {
+        for (size_t b = 0; b < next.size(); ++b) one_by_one.decoded[b].push_back(next[b][i]);
+        lb = m->decode_step(one_by_one);
+      }
+      EXPECT_TRUE(bitwise_equal(la, lb));
+      // Row 1 alone continues from the same cache: its logits are row 1's of the batch.
+      one_by_one.active = {1};
+      one_by_one.decoded[1].push_back(5);
+      for (auto& row : at_once.decoded) row.push_back(5);
+      const Tensor alone = m->decode_step(one_by_one);  // (1, V)
+      const Tensor batch = m->decode_step(at_once);     // (4, V)
+      const int64_t V = alone.size(1);
+      EXPECT_TRUE(bitwise_equal(alone, reshape(gather_positions(reshape(batch, {4, 1, V}), {{1, 0}}), {1, V})));
     }
 }
 
