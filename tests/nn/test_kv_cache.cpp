@@ -137,6 +137,17 @@ TEST(KVCache, RowsFinishingEarly) {
   }
 }
 
+TEST(KVCache, EmptySourceRow) {
+  // An empty source: the decoder-only prompt is SEP alone; the encoder-decoder's cross-attention has no open key
+  // (zeros, as in the full path).
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    auto m = c.make(kFloat64);
+    const TokenRows sources = {{}, {4, 5}};
+    expect_same(run(*m, sources, 6, true), run(*m, sources, 6, false), kFloat64);
+  }
+}
+
 TEST(KVCache, BatchedRowsEqualEachRowAlone) {
   // A row decoded alone and in a batch of mixed prompt lengths: the same tokens, logits within 1e-12 in float64
   // (not bitwise: the batch's prefill has more than 16 positions and takes the GEMM).
