@@ -339,7 +339,7 @@ Tensor CausalLM::decode_step(DecodeState& st) {
   std::vector<int64_t> from_cache, recompute;
   for (int64_t b : st.active) {
     const auto ub = static_cast<size_t>(b);
-    const auto length = static_cast<int64_t>(st.sources[ub].size() + 1 + st.decoded[ub].size());
+    const auto length = static_cast<int64_t>(prompt_tokens(st.sources[ub]).size() + st.decoded[ub].size());
     (window_start(length) == 0 && length <= capacity ? from_cache : recompute).push_back(b);
   }
   if (recompute.empty()) return cached_logits(st, from_cache);
