@@ -228,6 +228,27 @@ namespace {
 
 constexpr const char* kCache = "cached_attention";
 
+// 64-byte vectors (one AVX-512 register; GCC splits them where the target has narrower ones).
+typedef float Float16 __attribute__((vector_size(64)));
+typedef double Double8 __attribute__((vector_size(64)));
+template <class T>
+struct Vec64;
+template <>
+struct Vec64<float> {
+  using type = Float16;
+};
+template <>
+struct Vec64<double> {
+  using type = Double8;
+};
+
+// Loads 64 bytes into v (an out-parameter: returning a 64-byte vector by value changes the ABI, and GCC warns,
+// where the target has no AVX-512).
+template <class V, class T>
+void load64(V& v, const T* p) {
+  std::memcpy(&v, p, sizeof v);
+}
+
 void check_rows(const CachedAttentionRows& r, int64_t A, int64_t N, int64_t B, const char* me) {
   ATTO_CHECK(static_cast<int64_t>(r.cache_row.size()) == A && static_cast<int64_t>(r.start.size()) == A &&
                  static_cast<int64_t>(r.count.size()) == A,
@@ -306,6 +327,8 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
              key_tokens ? key_tokens->size() : 0, " rows for a cache of ", B);
   Tensor out = zeros({A, N, H * dv}, {.dtype = q.dtype()});  // (A, N, H d_v)
   dispatch_float(q.dtype(), kCache, [&]<typename T>() {
+    using V = typename Vec64<T>::type;
+    constexpr int64_t kLanes = 64 / sizeof(T);
     const T* qp = q.data<T>();
     const T* kc = key_cache.data<T>();
     const T* vc = value_cache.data<T>();
@@ -329,12 +352,21 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
           const T* qv = qp + (a * N + i) * Wq + q_col + h * dk;
           const T* kt = kc + (b * H + h) * dk * C;  // (d_k, C)
           T* sc = scores.data();
-          // scores[j] = q . k_j, as axpy over the transposed keys (contiguous in j).
-          std::fill(sc, sc + nk, T(0));
-          for (int64_t x = 0; x < dk; ++x) {
-            const T qx = qv[x];
-            const T* row = kt + x * C;
-            for (int64_t j = 0; j < nk; ++j) sc[j] += qx * row[j];
+          // scores[j] = q . k_j over the transposed keys: a vector of kLanes keys at a time accumulates in a
+          // register over the d_k features (the keys' columns are contiguous in j).
+          int64_t j0 = 0;
+          for (; j0 + kLanes <= nk; j0 += kLanes) {
+            V acc = {}, kv;
+            for (int64_t x = 0; x < dk; ++x) {
+              load64(kv, kt + x * C + j0);
+              acc += qv[x] * kv;
+            }
+            std::memcpy(sc + j0, &acc, sizeof acc);
+          }
+          for (int64_t j = j0; j < nk; ++j) {
+            T acc = 0;
+            for (int64_t x = 0; x < dk; ++x) acc += qv[x] * kt[x * C + j];
+            sc[j] = acc;
           }
           T m = -std::numeric_limits<T>::infinity();
           for (int64_t j = 0; j < nk; ++j) {
@@ -349,14 +381,23 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
           }
           T* o = op + (a * N + i) * H * dv + h * dv;
           const T* vh = vc + (b * H + h) * C * dv;
-          for (int64_t j = 0; j < nk; ++j) {
-            const T p = sc[j];
-            if (p == T(0)) continue;
-            const T* vr = vh + j * dv;
-            for (int64_t y = 0; y < dv; ++y) o[y] += p * vr[y];
-          }
           const T inv = T(1) / sum;
-          for (int64_t y = 0; y < dv; ++y) o[y] *= inv;
+          // o = (sum_j p_j v_j) / sum, kLanes features at a time accumulated in a register over the keys.
+          int64_t y0 = 0;
+          for (; y0 + kLanes <= dv; y0 += kLanes) {
+            V acc = {}, vv;
+            for (int64_t j = 0; j < nk; ++j) {
+              load64(vv, vh + j * dv + y0);
+              acc += sc[j] * vv;
+            }
+            acc *= inv;
+            std::memcpy(o + y0, &acc, sizeof acc);
+          }
+          for (int64_t y = y0; y < dv; ++y) {
+            T acc = 0;
+            for (int64_t j = 0; j < nk; ++j) acc += sc[j] * vh[j * dv + y];
+            o[y] = acc * inv;
+          }
         }
       }
     }
@@ -365,27 +406,6 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
 }
 
 namespace {
-
-// 64-byte vectors (one AVX-512 register; GCC splits them where the target has narrower ones).
-typedef float Float16 __attribute__((vector_size(64)));
-typedef double Double8 __attribute__((vector_size(64)));
-template <class T>
-struct Vec64;
-template <>
-struct Vec64<float> {
-  using type = Float16;
-};
-template <>
-struct Vec64<double> {
-  using type = Double8;
-};
-
-// Loads 64 bytes into v (an out-parameter: returning a 64-byte vector by value changes the ABI, and GCC warns,
-// where the target has no AVX-512).
-template <class V, class T>
-void load64(V& v, const T* p) {
-  std::memcpy(&v, p, sizeof v);
-}
 
 // Y (M, N) = X (M, K) W (N, K)^T (+ bias) for a few rows X: a memory-bound product that reads each weight once,
 // four weight rows at a time (kept in L1 while every row of X passes), one vector accumulator per output (lanes
