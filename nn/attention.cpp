@@ -252,12 +252,11 @@ void load64(V& v, const T* p) {
 void check_rows(const CachedAttentionRows& r, int64_t A, int64_t N, int64_t B, const char* me) {
   ATTO_CHECK(static_cast<int64_t>(r.cache_row.size()) == A && static_cast<int64_t>(r.start.size()) == A &&
                  static_cast<int64_t>(r.count.size()) == A,
-             me, "expected cache_row, start and count for ", A, " rows, got ", r.cache_row.size(), ", ",
-             r.start.size(), ", ", r.count.size());
+             me, "expected cache_row, start and count for ", A, " rows, got ", r.cache_row.size(), ", ", r.start.size(),
+             ", ", r.count.size());
   for (int64_t a = 0; a < A; ++a) {
     const auto ua = static_cast<size_t>(a);
-    ATTO_CHECK(r.cache_row[ua] >= 0 && r.cache_row[ua] < B && r.start[ua] >= 0 && r.count[ua] >= 0 &&
-                   r.count[ua] <= N,
+    ATTO_CHECK(r.cache_row[ua] >= 0 && r.cache_row[ua] < B && r.start[ua] >= 0 && r.count[ua] >= 0 && r.count[ua] <= N,
                me, "row ", a, ": cache row ", r.cache_row[ua], " start ", r.start[ua], " count ", r.count[ua],
                " outside a cache of ", B, " rows fed ", N, " positions");
   }
@@ -266,8 +265,8 @@ void check_rows(const CachedAttentionRows& r, int64_t A, int64_t N, int64_t B, c
 }  // namespace
 
 std::pair<Tensor, Tensor> make_kv_cache(int64_t B, int64_t H, int64_t C, int64_t d_k, int64_t d_v, Dtype dtype) {
-  ATTO_CHECK(B >= 0 && H > 0 && C >= 0 && d_k > 0 && d_v > 0, "make_kv_cache", "bad sizes B=", B, ", H=", H,
-             ", C=", C, ", d_k=", d_k, ", d_v=", d_v);
+  ATTO_CHECK(B >= 0 && H > 0 && C >= 0 && d_k > 0 && d_v > 0, "make_kv_cache", "bad sizes B=", B, ", H=", H, ", C=", C,
+             ", d_k=", d_k, ", d_v=", d_v);
   return {empty({B, H, d_k, C}, {.dtype = dtype}), empty({B, H, C, d_v}, {.dtype = dtype})};
 }
 
@@ -470,8 +469,8 @@ Tensor decode_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
              ", weight ", weight.defined() ? weight.shape() : Shape{});
   const int64_t K = weight.size(1), N = weight.size(0);
   const int64_t M = K > 0 ? x.numel() / K : 0;
-  const bool grad = is_grad_enabled() && (x.requires_grad() || weight.requires_grad() ||
-                                          (bias.defined() && bias.requires_grad()));
+  const bool grad =
+      is_grad_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
   if (M > kMaxRows || grad || (x.dtype() != kFloat32 && x.dtype() != kFloat64)) return linear(x, weight, bias);
   ATTO_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == N && bias.dtype() == x.dtype()), me,
              "bias must be (", N, "), got ", bias.shape());

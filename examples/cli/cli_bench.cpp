@@ -40,8 +40,8 @@ std::string group_digits(int64_t n) {
 // D=256, 4 layers, 4 heads, d_ff 1024, V=256 (explicit -V -D -H -F -N -B override them; the presets do not apply).
 int run_generate_command(const BenchArgs& a) {
   bench::GenerateConfig c;
-  const std::pair<const std::optional<int64_t>*, int64_t*> sizes[] = {
-      {&a.V, &c.V}, {&a.D, &c.D}, {&a.H, &c.H}, {&a.F, &c.F}, {&a.N, &c.N}, {&a.B, &c.B}};
+  const std::pair<const std::optional<int64_t>*, int64_t*> sizes[] = {{&a.V, &c.V}, {&a.D, &c.D}, {&a.H, &c.H},
+                                                                      {&a.F, &c.F}, {&a.N, &c.N}, {&a.B, &c.B}};
   for (const auto& [given, field] : sizes)
     if (*given) *field = **given;
   c.prompt = a.prompt;
@@ -51,12 +51,13 @@ int run_generate_command(const BenchArgs& a) {
   c.threads = a.threads;
   c.seed = a.seed;
   bench::validate(c);
-  std::printf("attograd bench --generate: V=%lld D=%lld H=%lld F=%lld N=%lld, B=%lld, prompt %lld + %lld tokens, "
-              "%d thread%s, %d rounds\n",
-              static_cast<long long>(c.V), static_cast<long long>(c.D), static_cast<long long>(c.H),
-              static_cast<long long>(c.F), static_cast<long long>(c.N), static_cast<long long>(c.B),
-              static_cast<long long>(c.prompt), static_cast<long long>(c.tokens), c.threads,
-              c.threads == 1 ? "" : "s", c.rounds);
+  std::printf(
+      "attograd bench --generate: V=%lld D=%lld H=%lld F=%lld N=%lld, B=%lld, prompt %lld + %lld tokens, "
+      "%d thread%s, %d rounds\n",
+      static_cast<long long>(c.V), static_cast<long long>(c.D), static_cast<long long>(c.H),
+      static_cast<long long>(c.F), static_cast<long long>(c.N), static_cast<long long>(c.B),
+      static_cast<long long>(c.prompt), static_cast<long long>(c.tokens), c.threads, c.threads == 1 ? "" : "s",
+      c.rounds);
   std::fflush(stdout);
   const bench::GenerateResult r = bench::run_generate_bench(c);
   std::printf("  parameters  %s\n", group_digits(r.params).c_str());

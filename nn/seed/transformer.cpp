@@ -63,8 +63,9 @@ Tensor DecoderLayer::forward(const Tensor& dec_input, const Tensor& enc_output, 
 }
 
 Tensor DecoderLayer::forward_cached(const Tensor& x, KVCache& self_cache, KVCache& cross_cache,
-                                   const CachedAttentionRows& rows, const std::vector<std::vector<int64_t>>& target_tokens,
-                                   const std::vector<std::vector<int64_t>>& sources, int64_t pad) {
+                                    const CachedAttentionRows& rows,
+                                    const std::vector<std::vector<int64_t>>& target_tokens,
+                                    const std::vector<std::vector<int64_t>>& sources, int64_t pad) {
   Tensor a = slf_attn->forward_cached(x, x, self_cache.key, self_cache.value, rows, true, &target_tokens, pad);
   Tensor c = enc_attn->forward_cached(a, Tensor(), cross_cache.key, cross_cache.value, rows, false, &sources, pad);
   return decode_feed_forward(*pos_ffn, c);  // (A, N, D)
@@ -302,7 +303,8 @@ DecodeState Transformer::begin_decode(const TokenRows& sources) {
     st.cache.push_back({k, v});
   }
   // ... then its cross-attention keys and values of the encoder output, computed once here.
-  CachedAttentionRows all{.cache_row = {}, .start = std::vector<int64_t>(static_cast<size_t>(B), 0),
+  CachedAttentionRows all{.cache_row = {},
+                          .start = std::vector<int64_t>(static_cast<size_t>(B), 0),
                           .count = std::vector<int64_t>(static_cast<size_t>(B), static_cast<int64_t>(S))};
   for (int64_t b = 0; b < B; ++b) all.cache_row.push_back(b);
   for (const auto& m : *decoder->layer_stack) {

@@ -231,8 +231,8 @@ TEST_F(Cli, EvalReproducesTheTrainingRunsAccuracy) {
   EXPECT_EQ(o["n"], 20);
   EXPECT_EQ(o["seed"], 9);
   // Without the key/value cache: the same decoded sequences, so the same accuracies (the loss does not decode).
-  const json u =
-      last_line_json(attograd("eval --weights " + quote(weights()) + " --json --seed 9 --eval-size 20 --no-kv-cache").out);
+  const json u = last_line_json(
+      attograd("eval --weights " + quote(weights()) + " --json --seed 9 --eval-size 20 --no-kv-cache").out);
   EXPECT_EQ(u["token_accuracy"].get<double>(), o["token_accuracy"].get<double>());
   EXPECT_EQ(u["sequence_accuracy"].get<double>(), o["sequence_accuracy"].get<double>());
   EXPECT_EQ(u["loss"].get<double>(), o["loss"].get<double>());

@@ -9,13 +9,12 @@
 #include <cstdio>
 #include <memory>
 
-#include "autograd/autograd.h"
-#include "nn/models.h"
-#include "train/optim/optimizers.h"
-#include "train/data/tasks.h"
-
 #include "autograd/allocator.h"
+#include "autograd/autograd.h"
 #include "autograd/parallel.h"
+#include "nn/models.h"
+#include "train/data/tasks.h"
+#include "train/optim/optimizers.h"
 
 namespace attograd::bench {
 
@@ -233,8 +232,8 @@ std::string to_json(const BenchResult& r) {
 // Generation
 
 void validate(const GenerateConfig& c) {
-  const std::pair<const char*, int64_t> sizes[] = {{"V", c.V}, {"D", c.D}, {"H", c.H}, {"F", c.F},
-                                                  {"prompt", c.prompt}, {"tokens", c.tokens}, {"B", c.B}};
+  const std::pair<const char*, int64_t> sizes[] = {{"V", c.V},           {"D", c.D},           {"H", c.H}, {"F", c.F},
+                                                   {"prompt", c.prompt}, {"tokens", c.tokens}, {"B", c.B}};
   for (const auto& [name, v] : sizes) ATTO_CHECK(v > 0, kMe, name, " must be positive, got ", v);
   ATTO_CHECK(c.N >= 0, kMe, "N must be non-negative, got ", c.N);
   ATTO_CHECK(c.D % c.H == 0, kMe, "H must divide D, got D=", c.D, ", H=", c.H);
@@ -290,7 +289,8 @@ GenerateResult run_generate_bench(const GenerateConfig& config) {
   const auto payload = static_cast<uint64_t>(config.V - data::kFirstSymbol);
   nn::TokenRows prompts(static_cast<size_t>(config.B));
   for (auto& p : prompts)
-    for (int64_t i = 0; i < config.prompt; ++i) p.push_back(data::kFirstSymbol + static_cast<int64_t>(data_gen.randint(payload)));
+    for (int64_t i = 0; i < config.prompt; ++i)
+      p.push_back(data::kFirstSymbol + static_cast<int64_t>(data_gen.randint(payload)));
 
   using Clock = std::chrono::steady_clock;
   auto cpu_ms = [] {
@@ -317,8 +317,8 @@ GenerateResult run_generate_bench(const GenerateConfig& config) {
         const AllocatorStats before = allocator_stats();
         r.cached_ms.push_back(timed(true, &cached));
         r.cached_cpu_ms.push_back(cpu);
-        r.cached_allocs_per_token = static_cast<double>(allocator_stats().num_allocs - before.num_allocs) /
-                                    static_cast<double>(config.tokens);
+        r.cached_allocs_per_token =
+            static_cast<double>(allocator_stats().num_allocs - before.num_allocs) / static_cast<double>(config.tokens);
       } else if (config.uncached) {
         r.uncached_ms.push_back(timed(false, &full));
         r.uncached_cpu_ms.push_back(cpu);

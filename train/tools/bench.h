@@ -1,7 +1,8 @@
 #pragma once
-// The training-step benchmark of issue 7 (and, at the end, the generation benchmark of issue 15): a decoder-only causal LM (nn::CausalLM) trained with Adam on the
-// "src SEP reversed-src" task, one configuration at a time. bench/torch_reference.py does exactly the same work
-// in PyTorch and prints the same JSON, so that bench/compare can set the two side by side.
+// The training-step benchmark of issue 7 (and, at the end, the generation benchmark of issue 15): a decoder-only causal
+// LM (nn::CausalLM) trained with Adam on the "src SEP reversed-src" task, one configuration at a time.
+// bench/torch_reference.py does exactly the same work in PyTorch and prints the same JSON, so that bench/compare can
+// set the two side by side.
 //
 // A step is zero_grad + forward + cross_entropy + backward + Adam step + reading loss.item(). Batches are
 // generated before timing; `warmup` untimed steps run first, then `steps` timed ones.
@@ -86,18 +87,18 @@ double peak_rss_mb();
 
 /// One generation benchmark configuration.
 struct GenerateConfig {
-  int64_t V = 256;      ///< vocabulary size
-  int64_t D = 256;      ///< model width
-  int64_t H = 4;        ///< attention heads
-  int64_t F = 1024;     ///< feed-forward hidden size
-  int64_t N = 4;        ///< blocks
-  int64_t prompt = 16;  ///< prompt tokens per row (the model appends its SEP)
-  int64_t tokens = 256; ///< tokens generated per row
-  int64_t B = 1;        ///< rows decoded together
-  int rounds = 3;       ///< timed rounds of each path (the two paths alternate), after one untimed cached round
-  bool uncached = true; ///< also time the recomputing path
-  int threads = 1;      ///< threads of the engine's pool
-  uint64_t seed = 0;    ///< seeds the weights and the prompts
+  int64_t V = 256;       ///< vocabulary size
+  int64_t D = 256;       ///< model width
+  int64_t H = 4;         ///< attention heads
+  int64_t F = 1024;      ///< feed-forward hidden size
+  int64_t N = 4;         ///< blocks
+  int64_t prompt = 16;   ///< prompt tokens per row (the model appends its SEP)
+  int64_t tokens = 256;  ///< tokens generated per row
+  int64_t B = 1;         ///< rows decoded together
+  int rounds = 3;        ///< timed rounds of each path (the two paths alternate), after one untimed cached round
+  bool uncached = true;  ///< also time the recomputing path
+  int threads = 1;       ///< threads of the engine's pool
+  uint64_t seed = 0;     ///< seeds the weights and the prompts
 };
 
 /// Checks every field (Error naming the field and its value).
@@ -105,20 +106,20 @@ void validate(const GenerateConfig& config);
 
 /// What run_generate_bench measured.
 struct GenerateResult {
-  GenerateConfig config;              ///< the configuration it ran
-  int64_t params = 0;                 ///< model parameters
-  std::vector<double> cached_ms;      ///< per round: the whole continuation from the cache (ms)
-  std::vector<double> uncached_ms;    ///< per round: the same recomputing every step (ms); empty without uncached
-  std::vector<double> cached_cpu_ms;  ///< per cached round: the process's CPU time (ms; on a shared host, the
-                                      ///< time the scheduler actually gave it)
-  std::vector<double> uncached_cpu_ms;  ///< per uncached round: the process's CPU time (ms)
-  double cached_tokens_per_s = 0;     ///< B * tokens / median cached seconds
-  double uncached_tokens_per_s = 0;   ///< B * tokens / median uncached seconds (0 without uncached)
-  double speedup = 0;                 ///< cached_tokens_per_s / uncached_tokens_per_s (0 without uncached)
-  double cached_cpu_tokens_per_s = 0; ///< B * tokens / median cached CPU seconds
-  double uncached_cpu_tokens_per_s = 0; ///< B * tokens / median uncached CPU seconds (0 without uncached)
-  bool same_tokens = true;            ///< both paths generated the same tokens
-  double cached_allocs_per_token = 0; ///< tensor storages allocated per generated token in a cached round
+  GenerateConfig config;                 ///< the configuration it ran
+  int64_t params = 0;                    ///< model parameters
+  std::vector<double> cached_ms;         ///< per round: the whole continuation from the cache (ms)
+  std::vector<double> uncached_ms;       ///< per round: the same recomputing every step (ms); empty without uncached
+  std::vector<double> cached_cpu_ms;     ///< per cached round: the process's CPU time (ms; on a shared host, the
+                                         ///< time the scheduler actually gave it)
+  std::vector<double> uncached_cpu_ms;   ///< per uncached round: the process's CPU time (ms)
+  double cached_tokens_per_s = 0;        ///< B * tokens / median cached seconds
+  double uncached_tokens_per_s = 0;      ///< B * tokens / median uncached seconds (0 without uncached)
+  double speedup = 0;                    ///< cached_tokens_per_s / uncached_tokens_per_s (0 without uncached)
+  double cached_cpu_tokens_per_s = 0;    ///< B * tokens / median cached CPU seconds
+  double uncached_cpu_tokens_per_s = 0;  ///< B * tokens / median uncached CPU seconds (0 without uncached)
+  bool same_tokens = true;               ///< both paths generated the same tokens
+  double cached_allocs_per_token = 0;    ///< tensor storages allocated per generated token in a cached round
 };
 
 /// Builds the model (max_len = prompt + 1 + tokens), draws B prompts, runs one untimed cached round, then
