@@ -17,6 +17,8 @@ it for this process (an AVX2 core type halves OpenBLAS's sgemm speed on this mac
 
     /usr/bin/python3 bench/torch_reference.py --preset small --threads 1
     /usr/bin/python3 bench/torch_reference.py --probe-sgemm 1024     # single-thread sgemm GFLOP/s (the ceiling)
+    /usr/bin/python3 bench/torch_reference.py --generate --threads 1  # issue 15: cached generation, as
+                                                                      # `attograd bench --generate`
 """
 
 import argparse
@@ -56,6 +58,12 @@ def parse_args(argv):
                         "workers spinning, which otherwise makes 2 threads many times slower on a busy 2-core machine")
     p.add_argument("--probe-sgemm", type=int, default=0, metavar="N",
                    help="instead: time an N x N x N fp32 torch.mm on --threads threads and print its GFLOP/s")
+    p.add_argument("--generate", action="store_true",
+                   help="instead: greedy generation with keys and values cached by hand, as `attograd bench "
+                        "--generate` (defaults V=256 D=256 H=4 F=1024 N=4 B=1; the presets do not apply)")
+    p.add_argument("--prompt", type=int, default=16, help="with --generate: prompt tokens")
+    p.add_argument("--tokens", type=int, default=256, help="with --generate: tokens generated")
+    p.add_argument("--rounds", type=int, default=3, help="with --generate: timed rounds")
     a = p.parse_args(argv)
     if a.preset not in PRESETS:
         p.error(f"unknown preset '{a.preset}' (valid: {', '.join(PRESETS)})")
@@ -110,6 +118,9 @@ def main(argv):
                           "gflops": round(2 * n ** 3 / best / 1e9, 3),
                           "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "blas": loaded_blas()}))
         return 0
+
+    if a.generate:
+        return generate_main(a, torch, nn, Fn)
 
     V, D, H, F, N, L, B = PRESETS[a.preset]
     explicit = {"V": a.V, "D": a.D, "H": a.H, "F": a.F, "N": a.N, "L": a.L, "B": a.B}
@@ -238,6 +249,113 @@ def main(argv):
     print(f"  throughput  {B * L / (med / 1e3):,.0f} tokens/s, {result['gflops']:.2f} model GFLOP/s")
     print(f"  peak RSS    {rss_mb:.1f} MB")
     print(f"  loss        {first_loss:.4f} (first step) -> {final_loss:.4f} (last step)")
+    print(json.dumps(result))
+    return 0
+
+
+def generate_main(a, torch, nn, Fn):
+    """Issue 15: the same model shape as the training benchmark in eval mode, generating a.tokens greedy tokens
+    after a random prompt of a.prompt tokens + SEP, with each layer's keys and values cached by hand in tensors
+    preallocated to the whole length (the loop a PyTorch user writes): a prefill over the prompt, then one token per
+    step attending to the cache. Times a.rounds continuations after one untimed one; prints a JSON line last."""
+    V = a.V or 256
+    D = a.D or 256
+    H = a.H or 4
+    F = a.F or 1024
+    N = a.N if a.N is not None else 4
+    B = a.B or 1
+    P, T = a.prompt, a.tokens
+    if D % H or V <= FIRST_SYMBOL + 1 or P < 1 or T < 1 or a.rounds < 1:
+        print("torch_reference: error: --generate needs H | D, V > 6, prompt, tokens, rounds >= 1", file=sys.stderr)
+        return 2
+    L = P + 1 + T  # the position table: prompt, SEP, continuation
+    dk = D // H
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1 = nn.LayerNorm(D, eps=1e-6)
+            self.qkv = nn.Linear(D, 3 * D)
+            self.out = nn.Linear(D, D)
+            self.norm2 = nn.LayerNorm(D, eps=1e-6)
+            self.linear1 = nn.Linear(D, F)
+            self.linear2 = nn.Linear(F, D)
+            nn.init.xavier_uniform_(self.qkv.weight)
+            nn.init.zeros_(self.qkv.bias)
+            nn.init.zeros_(self.out.bias)
+
+        def forward(self, x, kc, vc, pos):  # x (B, n, D) at positions pos .. pos+n-1; kc, vc (B, H, L, dk)
+            n = x.shape[1]
+            q, k, v = self.qkv(self.norm1(x)).view(B, n, 3, H, dk).permute(2, 0, 3, 1, 4)  # each (B, H, n, dk)
+            kc[:, :, pos:pos + n] = k
+            vc[:, :, pos:pos + n] = v
+            keys, values = kc[:, :, :pos + n], vc[:, :, :pos + n]  # (B, H, pos+n, dk)
+            scores = torch.matmul(q, keys.transpose(-1, -2)) * (1.0 / math.sqrt(dk))  # (B, H, n, pos+n)
+            if n > 1:  # the prefill: causal within the new positions
+                scores = scores + torch.full((n, pos + n), -math.inf).triu(pos + 1)
+            ctx = torch.matmul(torch.softmax(scores, dim=-1), values).transpose(1, 2).reshape(B, n, D)
+            x = x + self.out(ctx)
+            return x + self.linear2(torch.relu(self.linear1(self.norm2(x))))
+
+    class CausalLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(V, D)
+            nn.init.normal_(self.embed.weight, 0.0, 1.0 / math.sqrt(D))
+            pos = torch.arange(L, dtype=torch.float64).unsqueeze(1)
+            j = torch.arange(D)
+            angle = pos / torch.pow(10000.0, 2.0 * (j // 2).to(torch.float64) / D)
+            self.register_buffer("pe", torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle)).to(torch.float32))
+            self.blocks = nn.ModuleList(Block() for _ in range(N))
+            self.norm = nn.LayerNorm(D, eps=1e-6)
+            self.scale = math.sqrt(D)
+
+        def step(self, tokens, caches, pos):  # tokens (B, n) -> logits of the last position (B, V)
+            x = self.embed(tokens) * self.scale + self.pe[pos:pos + tokens.shape[1]]
+            for blk, (kc, vc) in zip(self.blocks, caches):
+                x = blk(x, kc, vc, pos)
+            return Fn.linear(self.norm(x[:, -1]), self.embed.weight)
+
+    torch.manual_seed(a.seed)
+    model = CausalLM().eval()
+    params = sum(p.numel() for p in model.parameters())
+    gen = torch.Generator().manual_seed(a.seed + 2)
+    prompt = torch.cat([torch.randint(FIRST_SYMBOL, V, (B, P), generator=gen),
+                        torch.full((B, 1), SEP, dtype=torch.int64)], dim=1)  # (B, P + 1)
+
+    def generate():
+        with torch.inference_mode():
+            caches = [(torch.empty(B, H, L, dk), torch.empty(B, H, L, dk)) for _ in range(N)]
+            logits = model.step(prompt, caches, 0)
+            pos = P + 1
+            out = []
+            for t in range(T):
+                nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+                out.append(nxt)
+                if t + 1 < T:
+                    logits = model.step(nxt, caches, pos)
+                    pos += 1
+            return torch.cat(out, dim=1)
+
+    generate()  # warm-up
+    ms, cpu = [], []
+    for _ in range(a.rounds):
+        t0, c0 = time.perf_counter(), time.process_time()
+        generate()
+        ms.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)  # the CPU time the scheduler gave this process
+    med = statistics.median(ms)
+    cpu_med = statistics.median(cpu)
+    result = {"impl": "pytorch", "mode": "generate", "V": V, "D": D, "H": H, "F": F, "N": N, "prompt": P,
+              "tokens": T, "B": B, "rounds": a.rounds, "threads": a.threads, "seed": a.seed, "params": params,
+              "cached_ms": round(med, 4), "cached_tokens_per_s": round(B * T / (med / 1e3), 4),
+              "cached_cpu_tokens_per_s": round(B * T / (cpu_med / 1e3), 4),
+              "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+              "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "blas": loaded_blas()}
+    print(f"pytorch bench --generate: V={V} D={D} H={H} F={F} N={N}, B={B}, prompt {P} + {T} tokens, "
+          f"{a.threads} thread(s), {a.rounds} rounds")
+    print(f"  parameters  {params:,}")
+    print(f"  cached      {B * T / (med / 1e3):,.0f} tokens/s ({B * T / (cpu_med / 1e3):,.0f} per CPU second)")
     print(json.dumps(result))
     return 0
 

@@ -1,9 +1,12 @@
 #include "nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
+#include "autograd/activation.h"
 #include "autograd/attention.h"
 #include "autograd/matmul.h"
 #include "autograd/reduce.h"
@@ -216,6 +219,278 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
   out.output = out_proj->forward(r.output);  // (B, Lq, E)
   if (opts.need_weights) out.weights = opts.average_attn_weights ? mean(r.weights, {1}) : r.weights;
   return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention with a key/value cache
+
+namespace {
+
+constexpr const char* kCache = "cached_attention";
+
+// 64-byte vectors (one AVX-512 register; GCC splits them where the target has narrower ones).
+typedef float Float16 __attribute__((vector_size(64)));
+typedef double Double8 __attribute__((vector_size(64)));
+template <class T>
+struct Vec64;
+template <>
+struct Vec64<float> {
+  using type = Float16;
+};
+template <>
+struct Vec64<double> {
+  using type = Double8;
+};
+
+// Loads 64 bytes into v (an out-parameter: returning a 64-byte vector by value changes the ABI, and GCC warns,
+// where the target has no AVX-512).
+template <class V, class T>
+void load64(V& v, const T* p) {
+  std::memcpy(&v, p, sizeof v);
+}
+
+void check_rows(const CachedAttentionRows& r, int64_t A, int64_t N, int64_t B, const char* me) {
+  ATTO_CHECK(static_cast<int64_t>(r.cache_row.size()) == A && static_cast<int64_t>(r.start.size()) == A &&
+                 static_cast<int64_t>(r.count.size()) == A,
+             me, "expected cache_row, start and count for ", A, " rows, got ", r.cache_row.size(), ", ", r.start.size(),
+             ", ", r.count.size());
+  for (int64_t a = 0; a < A; ++a) {
+    const auto ua = static_cast<size_t>(a);
+    ATTO_CHECK(r.cache_row[ua] >= 0 && r.cache_row[ua] < B && r.start[ua] >= 0 && r.count[ua] >= 0 && r.count[ua] <= N,
+               me, "row ", a, ": cache row ", r.cache_row[ua], " start ", r.start[ua], " count ", r.count[ua],
+               " outside a cache of ", B, " rows fed ", N, " positions");
+  }
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> make_kv_cache(int64_t B, int64_t H, int64_t C, int64_t d_k, int64_t d_v, Dtype dtype) {
+  ATTO_CHECK(B >= 0 && H > 0 && C >= 0 && d_k > 0 && d_v > 0, "make_kv_cache", "bad sizes B=", B, ", H=", H, ", C=", C,
+             ", d_k=", d_k, ", d_v=", d_v);
+  return {empty({B, H, d_k, C}, {.dtype = dtype}), empty({B, H, C, d_v}, {.dtype = dtype})};
+}
+
+void write_kv_cache(Tensor& key_cache, Tensor& value_cache, const Tensor& k, int64_t k_col, const Tensor& v,
+                    int64_t v_col, const CachedAttentionRows& rows) {
+  const char* me = "write_kv_cache";
+  ATTO_CHECK(key_cache.dim() == 4 && value_cache.dim() == 4 && k.dim() == 3 && v.dim() == 3 &&
+                 k.dtype() == key_cache.dtype() && v.dtype() == value_cache.dtype(),
+             me, "expected caches (B, H, d_k, C), (B, H, C, d_v) and new keys/values (A, N, W) of their dtype, got ",
+             key_cache.shape(), ", ", value_cache.shape(), ", ", k.shape(), ", ", v.shape());
+  const int64_t B = key_cache.size(0), H = key_cache.size(1), dk = key_cache.size(2), C = key_cache.size(3);
+  const int64_t dv = value_cache.size(3);
+  const int64_t A = k.size(0), N = k.size(1), Wk = k.size(2), Wv = v.size(2);
+  ATTO_CHECK(v.size(0) == A && v.size(1) == N && k_col >= 0 && k_col + H * dk <= Wk && v_col >= 0 &&
+                 v_col + H * dv <= Wv && value_cache.size(2) == C,
+             me, "keys ", k.shape(), " from feature ", k_col, " and values ", v.shape(), " from feature ", v_col,
+             " do not fit caches ", key_cache.shape(), ", ", value_cache.shape());
+  check_rows(rows, A, N, B, me);
+  dispatch_float(k.dtype(), me, [&]<typename T>() {
+    T* kc = key_cache.data<T>();
+    T* vc = value_cache.data<T>();
+    const T* kp = k.data<T>();
+    const T* vp = v.data<T>();
+    for (int64_t a = 0; a < A; ++a) {
+      const auto ua = static_cast<size_t>(a);
+      const int64_t b = rows.cache_row[ua];
+      ATTO_CHECK(rows.start[ua] + rows.count[ua] <= C, me, "row ", a, " writes positions up to ",
+                 rows.start[ua] + rows.count[ua], " into a cache of ", C, " positions");
+      for (int64_t i = 0; i < rows.count[ua]; ++i) {
+        const int64_t p = rows.start[ua] + i;
+        const T* ks = kp + (a * N + i) * Wk + k_col;
+        const T* vs = vp + (a * N + i) * Wv + v_col;
+        for (int64_t h = 0; h < H; ++h) {
+          T* kd = kc + (b * H + h) * dk * C + p;  // column p of (d_k, C)
+          for (int64_t x = 0; x < dk; ++x) kd[x * C] = ks[h * dk + x];
+          std::copy(vs + h * dv, vs + (h + 1) * dv, vc + ((b * H + h) * C + p) * dv);
+        }
+      }
+    }
+  });
+}
+
+Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache, const Tensor& value_cache,
+                        const CachedAttentionRows& rows, double scale, bool causal,
+                        const std::vector<std::vector<int64_t>>* key_tokens, int64_t pad) {
+  ATTO_CHECK(key_cache.dim() == 4 && value_cache.dim() == 4 && q.dim() == 3 && q.dtype() == key_cache.dtype() &&
+                 q.dtype() == value_cache.dtype(),
+             kCache, "expected queries (A, N, W) and caches (B, H, d_k, C), (B, H, C, d_v) of one dtype, got ",
+             q.shape(), ", ", key_cache.shape(), ", ", value_cache.shape());
+  const int64_t B = key_cache.size(0), H = key_cache.size(1), dk = key_cache.size(2), C = key_cache.size(3);
+  const int64_t dv = value_cache.size(3);
+  const int64_t A = q.size(0), N = q.size(1), Wq = q.size(2);
+  ATTO_CHECK(q_col >= 0 && q_col + H * dk <= Wq, kCache, "queries ", q.shape(), " from feature ", q_col,
+             " do not hold ", H, " heads of ", dk);
+  check_rows(rows, A, N, B, kCache);
+  ATTO_CHECK(!key_tokens || static_cast<int64_t>(key_tokens->size()) >= B, kCache, "key_tokens has ",
+             key_tokens ? key_tokens->size() : 0, " rows for a cache of ", B);
+  Tensor out = zeros({A, N, H * dv}, {.dtype = q.dtype()});  // (A, N, H d_v)
+  dispatch_float(q.dtype(), kCache, [&]<typename T>() {
+    using V = typename Vec64<T>::type;
+    constexpr int64_t kLanes = 64 / sizeof(T);
+    const T* qp = q.data<T>();
+    const T* kc = key_cache.data<T>();
+    const T* vc = value_cache.data<T>();
+    T* op = out.data<T>();
+    const T s = static_cast<T>(scale);
+    std::vector<T> scores(static_cast<size_t>(C));
+    std::vector<unsigned char> open(static_cast<size_t>(C));
+    for (int64_t a = 0; a < A; ++a) {
+      const auto ua = static_cast<size_t>(a);
+      const int64_t b = rows.cache_row[ua];
+      const int64_t keys_max = causal ? rows.start[ua] + rows.count[ua] : C;
+      ATTO_CHECK(keys_max <= C, kCache, "row ", a, " reads positions up to ", keys_max, " from a cache of ", C);
+      for (int64_t j = 0; j < keys_max; ++j) {
+        const auto uj = static_cast<size_t>(j);
+        const std::vector<int64_t>* kt = key_tokens ? &(*key_tokens)[static_cast<size_t>(b)] : nullptr;
+        open[uj] = !kt || (uj < kt->size() && (*kt)[uj] != pad);
+      }
+      for (int64_t i = 0; i < rows.count[ua]; ++i) {
+        const int64_t nk = causal ? rows.start[ua] + i + 1 : C;  // keys this query sees
+        for (int64_t h = 0; h < H; ++h) {
+          const T* qv = qp + (a * N + i) * Wq + q_col + h * dk;
+          const T* kt = kc + (b * H + h) * dk * C;  // (d_k, C)
+          T* sc = scores.data();
+          // scores[j] = q . k_j over the transposed keys: a vector of kLanes keys at a time accumulates in a
+          // register over the d_k features (the keys' columns are contiguous in j).
+          int64_t j0 = 0;
+          for (; j0 + kLanes <= nk; j0 += kLanes) {
+            V acc = {}, kv;
+            for (int64_t x = 0; x < dk; ++x) {
+              load64(kv, kt + x * C + j0);
+              acc += qv[x] * kv;
+            }
+            std::memcpy(sc + j0, &acc, sizeof acc);
+          }
+          for (int64_t j = j0; j < nk; ++j) {
+            T acc = 0;
+            for (int64_t x = 0; x < dk; ++x) acc += qv[x] * kt[x * C + j];
+            sc[j] = acc;
+          }
+          T m = -std::numeric_limits<T>::infinity();
+          for (int64_t j = 0; j < nk; ++j) {
+            sc[j] = open[static_cast<size_t>(j)] ? sc[j] * s : -std::numeric_limits<T>::infinity();
+            m = std::max(m, sc[j]);
+          }
+          if (m == -std::numeric_limits<T>::infinity()) continue;  // every key blocked: zeros
+          T sum = 0;
+          for (int64_t j = 0; j < nk; ++j) {
+            sc[j] = std::exp(sc[j] - m);
+            sum += sc[j];
+          }
+          T* o = op + (a * N + i) * H * dv + h * dv;
+          const T* vh = vc + (b * H + h) * C * dv;
+          const T inv = T(1) / sum;
+          // o = (sum_j p_j v_j) / sum, kLanes features at a time accumulated in a register over the keys.
+          int64_t y0 = 0;
+          for (; y0 + kLanes <= dv; y0 += kLanes) {
+            V acc = {}, vv;
+            for (int64_t j = 0; j < nk; ++j) {
+              load64(vv, vh + j * dv + y0);
+              acc += sc[j] * vv;
+            }
+            acc *= inv;
+            std::memcpy(o + y0, &acc, sizeof acc);
+          }
+          for (int64_t y = y0; y < dv; ++y) {
+            T acc = 0;
+            for (int64_t j = 0; j < nk; ++j) acc += sc[j] * vh[j * dv + y];
+            o[y] = acc * inv;
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
+namespace {
+
+// Y (M, N) = X (M, K) W (N, K)^T (+ bias) for a few rows X: a memory-bound product that reads each weight once,
+// four weight rows at a time (kept in L1 while every row of X passes), one vector accumulator per output (lanes
+// summed in a fixed order at the end, so a row's result does not depend on M).
+template <class T>
+void matrix_rows(const T* W, const T* X, int64_t M, const T* bias, T* Y, int64_t N, int64_t K) {
+  using V = typename Vec64<T>::type;
+  constexpr int64_t kLanes = 64 / sizeof(T), kRows = 4;
+  const int64_t Kv = K / kLanes * kLanes;
+  auto finish = [&](const V& acc, const T* x, int64_t n) {
+    T s = 0;
+    for (int64_t l = 0; l < kLanes; ++l) s += acc[l];
+    const T* w = W + n * K;
+    for (int64_t k = Kv; k < K; ++k) s += w[k] * x[k];
+    return bias ? s + bias[n] : s;
+  };
+  int64_t n = 0;
+  for (; n + kRows <= N; n += kRows) {
+    const T* w = W + n * K;
+    for (int64_t m = 0; m < M; ++m) {
+      const T* x = X + m * K;
+      V a0 = {}, a1 = {}, a2 = {}, a3 = {}, xv, wv;
+      for (int64_t k = 0; k < Kv; k += kLanes) {
+        load64(xv, x + k);
+        load64(wv, w + k);
+        a0 += wv * xv;
+        load64(wv, w + K + k);
+        a1 += wv * xv;
+        load64(wv, w + 2 * K + k);
+        a2 += wv * xv;
+        load64(wv, w + 3 * K + k);
+        a3 += wv * xv;
+      }
+      T* y = Y + m * N + n;
+      y[0] = finish(a0, x, n);
+      y[1] = finish(a1, x, n + 1);
+      y[2] = finish(a2, x, n + 2);
+      y[3] = finish(a3, x, n + 3);
+    }
+  }
+  for (; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      const T* x = X + m * K;
+      V a = {}, xv, wv;
+      for (int64_t k = 0; k < Kv; k += kLanes) {
+        load64(xv, x + k);
+        load64(wv, W + n * K + k);
+        a += wv * xv;
+      }
+      Y[m * N + n] = finish(a, x, n);
+    }
+}
+
+}  // namespace
+
+Tensor decode_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  constexpr int64_t kMaxRows = 16;
+  const char* me = "decode_linear";
+  ATTO_CHECK(x.defined() && weight.defined() && weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1) &&
+                 x.dtype() == weight.dtype(),
+             me, "expected x (..., K) and weight (N, K) of one dtype, got x ", x.defined() ? x.shape() : Shape{},
+             ", weight ", weight.defined() ? weight.shape() : Shape{});
+  const int64_t K = weight.size(1), N = weight.size(0);
+  const int64_t M = K > 0 ? x.numel() / K : 0;
+  const bool grad =
+      is_grad_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
+  if (M > kMaxRows || grad || (x.dtype() != kFloat32 && x.dtype() != kFloat64)) return linear(x, weight, bias);
+  ATTO_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == N && bias.dtype() == x.dtype()), me,
+             "bias must be (", N, "), got ", bias.shape());
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor out = empty(out_shape, {.dtype = x.dtype()});
+  dispatch_float(x.dtype(), me, [&]<typename T>() {
+    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    matrix_rows(weight.data<T>(), x.data<T>(), M, b, out.data<T>(), N, K);
+  });
+  return out;
+}
+
+Tensor decode_feed_forward(const PositionwiseFeedForward& ff, const Tensor& x) {
+  ATTO_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == ff.d_model, ff.type_name(),
+             "expected input of shape (..., d_model=", ff.d_model, "), got shape ", x.defined() ? x.shape() : Shape{});
+  Tensor h = decode_linear(x, ff.linear1->weight, ff.linear1->bias);  // (..., d_ff)
+  h = ff.options.activation == "gelu" ? gelu(h) : relu(h);
+  Tensor y = decode_linear(h, ff.linear2->weight, ff.linear2->bias);  // (..., d_model)
+  return ff.options.residual_norm ? ff.layer_norm->forward(y + x) : y;
 }
 
 }  // namespace attograd::nn

@@ -13,9 +13,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "autograd/random.h"
 #include "autograd/tensor.h"
+#include "nn/feedforward.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 
@@ -104,5 +106,49 @@ class MultiheadAttention : public Module {
   bool same_embed_ = true;
   Generator* dropout_gen_ = nullptr;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Attention with a key/value cache (incremental decoding, eval mode, no gradients)
+//
+// A cache holds one attention layer's keys and values for B rows and C positions: key_cache (B, H, d_k, C) (keys
+// stored TRANSPOSED, so that a query's scores over the cached keys are contiguous axpy loops), value_cache
+// (B, H, C, d_v). A decoding step feeds A rows of N new positions each (right-padded: row a's first count[a]
+// positions are real). Row a lives in cache row cache_row[a]; its new positions are start[a] ... start[a] +
+// count[a] - 1. Nothing is reallocated or copied per step: each step writes its new keys and values in place.
+
+/// Which cache rows and positions one cached step serves (see the section comment).
+struct CachedAttentionRows {
+  std::vector<int64_t> cache_row = {};  ///< per fed row a: its row in the cache
+  std::vector<int64_t> start = {};      ///< per a: the position of its first new query (= positions already cached)
+  std::vector<int64_t> count = {};      ///< per a: its real new positions (the rest of the N are padding)
+};
+
+/// An empty cache for B rows, H heads, C positions: {key (B, H, d_k, C), value (B, H, C, d_v)} in `dtype`.
+std::pair<Tensor, Tensor> make_kv_cache(int64_t B, int64_t H, int64_t C, int64_t d_k, int64_t d_v, Dtype dtype);
+
+/// Writes the new positions' keys k (A, N, Wk) features [k_col, k_col + H d_k) and values v (A, N, Wv) features
+/// [v_col, v_col + H d_v) (head h in [h d, (h + 1) d) of that range, as a projection writes them) into the caches.
+/// Error when a position falls outside the cache's C positions.
+void write_kv_cache(Tensor& key_cache, Tensor& value_cache, const Tensor& k, int64_t k_col, const Tensor& v,
+                    int64_t v_col, const CachedAttentionRows& rows);
+
+/// Attention of the new queries q (A, N, Wq) features [q_col, q_col + H d_k) over the cached keys and values:
+/// out (A, N, H d_v) = softmax(q k^T * scale) v per head. causal: query i of row a sees cache positions
+/// [0, start[a] + i]; else every position of the cache (e.g. an encoder output cached once). With key_tokens
+/// (indexed by cache row), key j is blocked where j >= key_tokens[b].size() or key_tokens[b][j] == pad. A query
+/// with every key blocked, and every padding query (i >= count[a]), gives zeros.
+Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache, const Tensor& value_cache,
+                        const CachedAttentionRows& rows, double scale, bool causal,
+                        const std::vector<std::vector<int64_t>>* key_tokens = nullptr, int64_t pad = -1);
+
+/// linear(x, weight, bias) for decoding (no gradients): x (..., K), weight (N, K), bias (N) or undefined ->
+/// (..., N). A few rows (at most 16: one token per row of a small batch) take a matrix-vector product that reads
+/// the weight in place once, instead of the GEMM's packing of the whole weight for one row; more rows call
+/// linear(). The same values within rounding (not bitwise: another summation order); a row's result does not
+/// depend on how many rows come with it.
+Tensor decode_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+/// ff.forward(x) for decoding in eval mode (no gradients; dropout is off): decode_linear for both layers.
+Tensor decode_feed_forward(const PositionwiseFeedForward& ff, const Tensor& x);
 
 }  // namespace attograd::nn

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "autograd/dropout.h"
 #include "autograd/indexing.h"
@@ -103,6 +104,16 @@ Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
                      dropout2->generator());
 }
 
+Tensor CausalLMBlock::forward_cached(const Tensor& x, KVCache& cache, const CachedAttentionRows& rows) {
+  const MultiheadAttention& a = *self_attn;
+  const int64_t E = a.options().embed_dim;
+  Tensor qkv = decode_linear(norm1->forward(x), a.in_proj_weight, a.in_proj_bias);  // (A, N, 3E) = [q | k | v]
+  write_kv_cache(cache.key, cache.value, qkv, E, qkv, 2 * E, rows);
+  Tensor heads = cached_attention(qkv, 0, cache.key, cache.value, rows,
+                                  1.0 / std::sqrt(static_cast<double>(a.head_dim())), true);  // (A, N, E)
+  Tensor y = x + decode_linear(heads, a.out_proj->weight, a.out_proj->bias);
+  return y + decode_feed_forward(*ff, norm2->forward(y));  // (A, N, D); dropout is off in eval mode
+}
 
 void CausalLMBlock::set_store_attention(bool on) {
   store_attention_ = on;
@@ -223,18 +234,47 @@ Tensor CausalLM::forward_batch(const SequenceBatch& b) {
   return forward(b.inputs[0]);  // (B, L, V)
 }
 
-DecodeState CausalLM::begin_decode(const TokenRows& sources) { return DecodeState::start(sources); }
+std::vector<int64_t> CausalLM::prompt_tokens(const std::vector<int64_t>& src) const {
+  std::vector<int64_t> r = src;
+  r.push_back(spec_.specials.sep);
+  return r;
+}
 
-Tensor CausalLM::decode_step(DecodeState& st) {
-  // Only running rows are fed, each right-padded to the longest: with the causal mask the padding after a row's
-  // last token cannot change that token's logits.
+std::vector<int64_t> CausalLM::sequence(const DecodeState& st, int64_t b) const {
+  const auto ub = static_cast<size_t>(b);
+  std::vector<int64_t> r = prompt_tokens(st.sources[ub]);
+  r.insert(r.end(), st.decoded[ub].begin(), st.decoded[ub].end());
+  return r;
+}
+
+int64_t CausalLM::window_start(int64_t length) const { return std::max<int64_t>(0, length - options.max_len); }
+
+DecodeState CausalLM::begin_decode(const TokenRows& sources) {
+  DecodeState st = DecodeState::start(sources);
+  if (sources.empty()) return st;
+  int64_t longest = 0;
+  for (const auto& s : sources) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompt_tokens(s).size()));
+  // The longest sequence a greedy decode reaches, and never more than the position table (beyond it the window
+  // slides and decode_step recomputes).
+  const int64_t capacity = std::min(options.max_len, longest + max_decode_len());
+  const auto B = static_cast<int64_t>(sources.size());
+  const Dtype dt = embed->weight.dtype();
+  for (const auto& m : *blocks) {
+    const MultiheadAttention& a = *static_cast<CausalLMBlock&>(*m).self_attn;
+    auto [k, v] = make_kv_cache(B, options.n_head, capacity, a.head_dim(), a.head_dim(), dt);
+    st.cache.push_back({k, v});
+  }
+  return st;
+}
+
+Tensor CausalLM::recompute_logits(const DecodeState& st, const std::vector<int64_t>& rows_in) {
+  // Each row is right-padded to the longest: with the causal mask the padding after a row's last token cannot
+  // change that token's logits.
   TokenRows rows;
   int64_t width = 0;
-  for (int64_t b : st.active) {
-    const auto ub = static_cast<size_t>(b);
-    std::vector<int64_t> r = st.sources[ub];
-    r.push_back(spec_.specials.sep);
-    r.insert(r.end(), st.decoded[ub].begin(), st.decoded[ub].end());
+  for (int64_t b : rows_in) {
+    std::vector<int64_t> r = sequence(st, b);
+    r.erase(r.begin(), r.begin() + window_start(static_cast<int64_t>(r.size())));
     width = std::max<int64_t>(width, static_cast<int64_t>(r.size()));
     rows.push_back(std::move(r));
   }
@@ -245,10 +285,81 @@ Tensor CausalLM::decode_step(DecodeState& st) {
   return gather_positions(logits, at);  // (A, V)
 }
 
+Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows_in) {
+  const char* me = "CausalLM::decode_step";
+  const auto A = static_cast<int64_t>(rows_in.size());
+  CachedAttentionRows rows;
+  TokenRows fresh;  // per row, its positions not yet cached
+  int64_t N = 0;
+  for (int64_t b : rows_in) {
+    const auto ub = static_cast<size_t>(b);
+    std::vector<int64_t> seq = sequence(st, b);
+    const int64_t start = st.cached[ub];
+    ATTO_CHECK(start < static_cast<int64_t>(seq.size()), me, "row ", b, " has no new token: its ", seq.size(),
+               " tokens are all cached (append a token to decoded before the next step)");
+    fresh.emplace_back(seq.begin() + start, seq.end());
+    rows.cache_row.push_back(b);
+    rows.start.push_back(start);
+    rows.count.push_back(static_cast<int64_t>(fresh.back().size()));
+    N = std::max(N, rows.count.back());
+  }
+  const Tensor tokens = pack_rows(fresh, N, spec_.specials.pad);  // (A, N)
+  check_tokens(tokens, options.vocab, options.max_len, me, "tokens", "max_len");
+  // The embedding at each row's own positions: x[a, i] = embed[tokens[a, i]] * sqrt(D) + pe[start[a] + i].
+  const int64_t D = options.d_model;
+  Tensor x = empty({A, N, D}, {.dtype = embed->weight.dtype()});  // (A, N, D)
+  dispatch_float(x.dtype(), me, [&]<typename T>() {
+    const T* w = embed->weight.data<T>();
+    const T* table = pe.data<T>();
+    const int64_t* t = tokens.data<int64_t>();
+    T* o = x.data<T>();
+    const T scale = static_cast<T>(std::sqrt(static_cast<double>(D)));
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t i = 0; i < N; ++i) {
+        const int64_t pos = std::min(rows.start[static_cast<size_t>(a)] + i, options.max_len - 1);  // padding
+        const T* row = w + t[a * N + i] * D;
+        const T* p = table + pos * D;
+        T* q = o + (a * N + i) * D;
+        for (int64_t k = 0; k < D; ++k) q[k] = row[k] * scale + p[k];
+      }
+  });
+  for (size_t l = 0; l < blocks->size(); ++l)
+    x = blocks->at<CausalLMBlock>(static_cast<int64_t>(l))->forward_cached(x, st.cache[l], rows);
+  std::vector<std::pair<int64_t, int64_t>> last;
+  for (int64_t a = 0; a < A; ++a) last.emplace_back(a, rows.count[static_cast<size_t>(a)] - 1);
+  for (size_t a = 0; a < rows.cache_row.size(); ++a) st.cached[static_cast<size_t>(rows.cache_row[a])] += rows.count[a];
+  return decode_linear(norm->forward(gather_positions(x, last)), embed->weight);  // (A, V)
+}
+
+Tensor CausalLM::decode_step(DecodeState& st) {
+  if (st.active.empty()) return empty({0, options.vocab}, {.dtype = embed->weight.dtype()});
+  if (!st.use_cache || st.cache.size() != blocks->size()) return recompute_logits(st, st.active);
+  // Rows whose sequence fits the cache decode from it; longer ones (cropped to max_len) recompute their window.
+  const int64_t capacity = blocks->empty() ? options.max_len : st.cache[0].value.size(2);
+  std::vector<int64_t> from_cache, recompute;
+  for (int64_t b : st.active) {
+    const auto ub = static_cast<size_t>(b);
+    const auto length = static_cast<int64_t>(prompt_tokens(st.sources[ub]).size() + st.decoded[ub].size());
+    (window_start(length) == 0 && length <= capacity ? from_cache : recompute).push_back(b);
+  }
+  if (recompute.empty()) return cached_logits(st, from_cache);
+  if (from_cache.empty()) return recompute_logits(st, recompute);
+  const Tensor c = cached_logits(st, from_cache), r = recompute_logits(st, recompute);  // (Ac, V), (Ar, V)
+  const int64_t V = options.vocab;
+  Tensor out = empty({static_cast<int64_t>(st.active.size()), V}, {.dtype = c.dtype()});  // (A, V)
+  const size_t bytes = static_cast<size_t>(V) * dtype_size(c.dtype());
+  size_t ic = 0, ir = 0;
+  for (size_t i = 0; i < st.active.size(); ++i) {
+    const bool cached = ic < from_cache.size() && from_cache[ic] == st.active[i];
+    const auto* src = static_cast<const uint8_t*>(cached ? c.const_raw_data() : r.const_raw_data());
+    std::memcpy(static_cast<uint8_t*>(out.raw_data()) + i * bytes, src + (cached ? ic++ : ir++) * bytes, bytes);
+  }
+  return out;
+}
+
 std::vector<AttentionMap> CausalLM::attention_maps(const std::vector<int64_t>& src,
                                                    const std::vector<int64_t>& output) {
-  std::vector<int64_t> tokens = src;
-  tokens.push_back(spec_.specials.sep);
+  std::vector<int64_t> tokens = prompt_tokens(src);
   tokens.insert(tokens.end(), output.begin(), output.end());
   std::vector<Tensor> weights;
   {

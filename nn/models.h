@@ -58,6 +58,10 @@ class CausalLMBlock : public Module {
   Tensor forward(const Tensor& x) override;
   /// x (B, L, D) -> (B, L, D), causal, with keys blocked where key_padding_mask (B, L) Bool is TRUE (or undefined).
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask);
+  /// Decoding with a key/value cache (eval mode, no gradients): x (A, N, D) holds the new positions of A rows
+  /// (see CachedAttentionRows); their keys and values are written into `cache` and the queries attend to every
+  /// cached position up to their own -> (A, N, D), the rows' values at those positions as forward() gives them.
+  Tensor forward_cached(const Tensor& x, KVCache& cache, const CachedAttentionRows& rows);
   /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
   void set_store_attention(bool on);
   /// Self-attention probabilities (B, H, L, L) of the last forward; undefined unless stored.
@@ -112,10 +116,15 @@ class CausalLM : public SequenceModel {
   SequenceBatch make_batch(const std::vector<Example>& examples) const override;
   /// forward(inputs[0]) -> (B, L, vocab).
   Tensor forward_batch(const SequenceBatch& batch) override;
-  /// Prompts src SEP, one per row.
+  /// Prompts src SEP, one per row; allocates one key/value cache per block for every row and
+  /// min(max_len, longest prompt + max_decode_len()) positions.
   DecodeState begin_decode(const TokenRows& sources) override;
-  /// Feeds only the active rows (prompt + decoded, right-padded: the causal mask keeps padding out of a row's
-  /// last position) and returns their last-position logits.
+  /// The active rows' next-token logits (A, vocab). A row's sequence is its prompt + decoded; the model sees its
+  /// last max_len tokens (nanoGPT's crop: beyond max_len the window slides and positions restart at 0 for it).
+  /// With state.use_cache, a row whose sequence fits the cache runs only its new positions against the cached
+  /// keys and values; a longer row (the window slides, so the cached keys' absolute positions no longer hold)
+  /// recomputes its cropped window. Without, every active row recomputes its window (right-padded: the causal
+  /// mask keeps padding out of a row's last position). Both give the same tokens.
   Tensor decode_step(DecodeState& state) override;
   /// One map per block over src SEP output.
   std::vector<AttentionMap> attention_maps(const std::vector<int64_t>& src,
@@ -133,6 +142,18 @@ class CausalLM : public SequenceModel {
   std::string extra_repr() const override;
 
  private:
+  // The prompt row of a source: src SEP (the one place that frames a prompt for decoding).
+  std::vector<int64_t> prompt_tokens(const std::vector<int64_t>& src) const;
+  // Row b's whole sequence so far: prompt_tokens(source) + decoded.
+  std::vector<int64_t> sequence(const DecodeState& state, int64_t b) const;
+  // The visible-window rule: the index of the first token the model sees of a sequence of `length` tokens
+  // (length - max_len when longer than max_len, else 0).
+  int64_t window_start(int64_t length) const;
+  // Logits (A, V) of the listed rows' last positions, recomputed over each row's visible window.
+  Tensor recompute_logits(const DecodeState& state, const std::vector<int64_t>& rows);
+  // Logits (A, V) of the listed rows' last positions from the cache, feeding only their new positions.
+  Tensor cached_logits(DecodeState& state, const std::vector<int64_t>& rows);
+
   ModelSpec spec_;
 };
 

@@ -123,6 +123,7 @@ DecodeState DecodeState::start(const TokenRows& sources) {
   DecodeState st;
   st.sources = sources;
   st.decoded.resize(sources.size());
+  st.cached.assign(sources.size(), 0);
   for (size_t b = 0; b < sources.size(); ++b) st.active.push_back(static_cast<int64_t>(b));
   return st;
 }

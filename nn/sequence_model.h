@@ -8,7 +8,8 @@
 //   make_batch(examples)   -> the tensors its forward reads and the target aligned with its logits,
 //   forward_batch(batch)   -> logits (B, T, V), trained with cross_entropy(logits, batch.target, ignore_index),
 //   begin_decode(sources)  -> the state of an incremental decode (encoder output, prompts, key/value cache),
-//   decode_step(state)     -> the next token's logits for every row still decoding.
+//   decode_step(state)     -> the next token's logits for every row still decoding (from a key/value cache of
+//                             the positions seen so far unless state.use_cache is false).
 // Greedy decoding (train/decode.h) appends argmax tokens to state.decoded until a row emits special_tokens().eos.
 //
 // Models are built by kind through a registry ("lm", "seq2seq", "encoder" and whatever a user registers) from one
@@ -69,19 +70,30 @@ struct ModelSpec {
   bool operator==(const ModelSpec&) const = default;
 };
 
-/// One key/value cache entry of one attention layer: keys and values of the positions decoded so far.
+/// One attention layer's key/value cache (see cached_attention in nn/attention.h): the keys and values of the
+/// positions decoded so far, preallocated to the longest sequence the decode can reach and written in place.
 struct KVCache {
-  Tensor key = {};    ///< (B, H, L, d_k), undefined until filled
-  Tensor value = {};  ///< (B, H, L, d_v), undefined until filled
+  Tensor key = {};    ///< (B, H, d_k, C): keys stored transposed, C = the cache's positions; undefined until made
+  Tensor value = {};  ///< (B, H, C, d_v)
 };
 
-/// The state of an incremental decode. The decoding loop owns `decoded` and `active`; the model owns the rest.
+/// The state of an incremental decode. The decoding loop owns `decoded`, `active` and `use_cache`; the model owns
+/// the rest.
+///
+/// Key/value caching: with use_cache (the default) a model that supports it keeps each attention layer's keys and
+/// values in `cache` (allocated by begin_decode) and, per row, how many positions of the row's sequence are in it
+/// (`cached`); decode_step then runs the model only on the positions not yet cached (all of the prompt at the first
+/// step, then the token appended since) and reads the earlier ones from the cache. Appending several tokens to
+/// decoded[b] before a step feeds them together (the same logits as feeding them one by one). Set use_cache to
+/// false before the first decode_step to recompute the whole sequence at every step (the reference path).
 struct DecodeState {
   TokenRows sources = {};                ///< the sources, one per row
   TokenRows decoded = {};                ///< per row, the tokens produced so far (greedy decoding appends to them)
   std::vector<int64_t> active = {};      ///< rows still decoding, ascending; decode_step returns their logits in order
   std::vector<Tensor> memory = {};       ///< model-specific tensors computed once (e.g. the encoder output)
-  std::vector<KVCache> cache = {};       ///< per attention layer; empty while the model keeps no cache
+  bool use_cache = true;                 ///< decode from the key/value cache (false: recompute every step)
+  std::vector<KVCache> cache = {};       ///< model-specific caches (e.g. per attention layer); empty without a cache
+  std::vector<int64_t> cached = {};      ///< per row, the positions of its sequence held in `cache`
   /// A state for `sources`: nothing decoded, every row active, no memory or cache yet.
   static DecodeState start(const TokenRows& sources);
 };

@@ -54,7 +54,8 @@ std::pair<double, int64_t> summed_loss(const Tensor& logits, const Tensor& targe
   return {loss.item(), count};
 }
 
-EvalResult evaluate_examples(nn::SequenceModel& model, const std::vector<Example>& examples, int64_t batch) {
+EvalResult evaluate_examples(nn::SequenceModel& model, const std::vector<Example>& examples, int64_t batch,
+                             const DecodeOptions& options) {
   const char* me = "evaluate";
   ATTO_CHECK(!examples.empty(), me, "no examples to evaluate");
   ATTO_CHECK(batch >= 1, me, "batch must be >= 1, got ", batch);
@@ -82,7 +83,7 @@ EvalResult evaluate_examples(nn::SequenceModel& model, const std::vector<Example
     }
     TokenRows sources;
     for (const Example& e : ex) sources.push_back(e.src);
-    const TokenRows decoded = greedy_decode(model, sources, max_new);
+    const TokenRows decoded = greedy_decode(model, sources, max_new, options);
     const nn::SequenceBatch b = model.make_batch(ex);
     const auto [sum, count] = summed_loss(model.forward_batch(b), b.target, eos_ignore.ignore_index);  // (B, T, V)
     loss_sum += sum;
@@ -105,7 +106,8 @@ EvalResult evaluate_examples(nn::SequenceModel& model, const std::vector<Example
 
 }  // namespace
 
-TokenRows greedy_decode(nn::SequenceModel& model, const TokenRows& sources, int64_t max_new) {
+TokenRows greedy_decode(nn::SequenceModel& model, const TokenRows& sources, int64_t max_new,
+                        const DecodeOptions& options) {
   const char* me = "greedy_decode";
   ATTO_CHECK(max_new >= 1 && max_new <= model.max_decode_len(), me, "max_new must be in [1, ",
              model.max_decode_len(), "] for this ", model.kind(), " model, got ", max_new);
@@ -121,6 +123,7 @@ TokenRows greedy_decode(nn::SequenceModel& model, const TokenRows& sources, int6
   TokenRows out(sources.size());
   if (sources.empty()) return out;
   nn::DecodeState st = model.begin_decode(sources);
+  st.use_cache = options.use_cache;
   const int64_t eos = spec.specials.eos;
   for (int64_t step = 0; step < max_new && !st.active.empty(); ++step) {
     const Tensor logits = model.decode_step(st);  // (A, V)
@@ -145,13 +148,15 @@ std::vector<int64_t> strip_eos(std::vector<int64_t> row, int64_t eos) {
   return row;
 }
 
-EvalResult evaluate(nn::SequenceModel& model, const std::vector<Example>& examples, int64_t batch) {
-  return evaluate_examples(model, examples, batch);
+EvalResult evaluate(nn::SequenceModel& model, const std::vector<Example>& examples, int64_t batch,
+                    const DecodeOptions& options) {
+  return evaluate_examples(model, examples, batch, options);
 }
 
-EvalResult evaluate(nn::SequenceModel& model, const data::Dataset& dataset, int64_t n, uint64_t seed, int64_t batch) {
+EvalResult evaluate(nn::SequenceModel& model, const data::Dataset& dataset, int64_t n, uint64_t seed, int64_t batch,
+                    const DecodeOptions& options) {
   ATTO_CHECK(n >= 1, "evaluate", "n must be >= 1, got ", n);
-  return evaluate_examples(model, dataset.heldout(n, seed), batch);
+  return evaluate_examples(model, dataset.heldout(n, seed), batch, options);
 }
 
 }  // namespace attograd::train

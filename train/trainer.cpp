@@ -383,7 +383,7 @@ std::vector<data::Example> Trainer::heldout_examples(int64_t n) const {
   return data_->heldout(n, heldout_seed_);
 }
 
-EvalResult Trainer::evaluate(int64_t n) {
+EvalResult Trainer::evaluate(int64_t n, const DecodeOptions& decode) {
   constexpr int64_t kEvalBatch = 250;
   {
     // The held-out examples are drawn at once: two token rows each, with their vector headers.
@@ -394,10 +394,10 @@ EvalResult Trainer::evaluate(int64_t n) {
     ATTO_CHECK(have <= 0 || bytes <= have / 2, "evaluate", count, " held-out examples need about ", gigabytes(bytes),
                " of memory, more than half of the ", gigabytes(have), " available; evaluate fewer");
   }
-  return train::evaluate(*model_, heldout_examples(n > 0 ? n : config_.eval_size), kEvalBatch);
+  return train::evaluate(*model_, heldout_examples(n > 0 ? n : config_.eval_size), kEvalBatch, decode);
 }
 
-std::vector<int64_t> Trainer::predict(const std::vector<int64_t>& src) {
+std::vector<int64_t> Trainer::predict(const std::vector<int64_t>& src, const DecodeOptions& decode) {
   const char* me = "predict";
   const int64_t longest = model_->spec().max_source_len;
   ATTO_CHECK(!src.empty() && static_cast<int64_t>(src.size()) <= longest, me, "source length must be in [1, ",
@@ -405,7 +405,7 @@ std::vector<int64_t> Trainer::predict(const std::vector<int64_t>& src) {
   const int64_t vocab = model_->vocab_size();
   for (int64_t t : src) ATTO_CHECK(t >= 0 && t < vocab, me, "token ", t, " outside [0, ", vocab, ")");
   const int64_t budget = std::min(model_->spec().max_target_len + 1, model_->max_decode_len());
-  return strip_eos(greedy_decode(*model_, {src}, budget)[0], model_->special_tokens().eos);
+  return strip_eos(greedy_decode(*model_, {src}, budget, decode)[0], model_->special_tokens().eos);
 }
 
 // ---------------------------------------------------------------------------------------------

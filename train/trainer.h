@@ -143,9 +143,9 @@ class Trainer {
   /// step; calls on_step after each step.
   void train(const StepCallback& on_step = {});
   /// Greedy-decoding accuracy and loss on the first n held-out examples (n <= 0: config().eval_size).
-  EvalResult evaluate(int64_t n = 0);
+  EvalResult evaluate(int64_t n = 0, const DecodeOptions& decode = {});
   /// The decoded target for one source (tokens without specials), without the trailing EOS.
-  std::vector<int64_t> predict(const std::vector<int64_t>& src);
+  std::vector<int64_t> predict(const std::vector<int64_t>& src, const DecodeOptions& decode = {});
 
   /// Saves weights, optimizer state, schedule position, every generator's state, the data position, the step
   /// count, the metrics so far and the config (as metadata) to `path`, atomically.

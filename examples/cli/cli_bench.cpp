@@ -24,6 +24,10 @@ struct BenchArgs {
   int warmup = 3;
   int threads = 1;
   uint64_t seed = 0;
+  bool generate = false;
+  int64_t prompt = 16, tokens = 256;
+  int rounds = 3;
+  bool no_uncached = false;
 };
 
 std::string group_digits(int64_t n) {
@@ -32,7 +36,47 @@ std::string group_digits(int64_t n) {
   return n < 0 ? "-" + s : s;
 }
 
+// `attograd bench --generate`: the generation benchmark (train/tools/bench.h GenerateConfig); the sizes default to
+// D=256, 4 layers, 4 heads, d_ff 1024, V=256 (explicit -V -D -H -F -N -B override them; the presets do not apply).
+int run_generate_command(const BenchArgs& a) {
+  bench::GenerateConfig c;
+  const std::pair<const std::optional<int64_t>*, int64_t*> sizes[] = {{&a.V, &c.V}, {&a.D, &c.D}, {&a.H, &c.H},
+                                                                      {&a.F, &c.F}, {&a.N, &c.N}, {&a.B, &c.B}};
+  for (const auto& [given, field] : sizes)
+    if (*given) *field = **given;
+  c.prompt = a.prompt;
+  c.tokens = a.tokens;
+  c.rounds = a.rounds;
+  c.uncached = !a.no_uncached;
+  c.threads = a.threads;
+  c.seed = a.seed;
+  bench::validate(c);
+  std::printf(
+      "attograd bench --generate: V=%lld D=%lld H=%lld F=%lld N=%lld, B=%lld, prompt %lld + %lld tokens, "
+      "%d thread%s, %d rounds\n",
+      static_cast<long long>(c.V), static_cast<long long>(c.D), static_cast<long long>(c.H),
+      static_cast<long long>(c.F), static_cast<long long>(c.N), static_cast<long long>(c.B),
+      static_cast<long long>(c.prompt), static_cast<long long>(c.tokens), c.threads, c.threads == 1 ? "" : "s",
+      c.rounds);
+  std::fflush(stdout);
+  const bench::GenerateResult r = bench::run_generate_bench(c);
+  std::printf("  parameters  %s\n", group_digits(r.params).c_str());
+  std::printf("  cached      %s tokens/s (%s per CPU second; %.1f allocations per token)\n",
+              group_digits(static_cast<int64_t>(r.cached_tokens_per_s + 0.5)).c_str(),
+              group_digits(static_cast<int64_t>(r.cached_cpu_tokens_per_s + 0.5)).c_str(), r.cached_allocs_per_token);
+  if (c.uncached) {
+    std::printf("  uncached    %s tokens/s (%s per CPU second)\n",
+                group_digits(static_cast<int64_t>(r.uncached_tokens_per_s + 0.5)).c_str(),
+                group_digits(static_cast<int64_t>(r.uncached_cpu_tokens_per_s + 0.5)).c_str());
+    std::printf("  speedup     %.1fx (%s tokens)\n", r.speedup, r.same_tokens ? "the same" : "DIFFERENT");
+  }
+  std::printf("%s\n", bench::to_json(r).c_str());
+  std::fflush(stdout);
+  return r.same_tokens ? kExitOk : kExitError;
+}
+
 int run_bench_command(const BenchArgs& a) {
+  if (a.generate) return run_generate_command(a);
   bench::BenchConfig c = bench::preset(a.preset);
   // Explicit sizes override the preset's; any that differs makes the configuration "custom".
   const std::pair<const std::optional<int64_t>*, int64_t*> sizes[] = {
@@ -91,12 +135,20 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
   sub->add_option("--threads", args->threads, "Engine threads")->capture_default_str();
   sub->add_option("--seed", args->seed, "Seed of the weights, dropout masks and data")->capture_default_str();
+  sub->add_flag("--generate", args->generate,
+                "Instead: time greedy generation from the key/value cache and recomputing every step (defaults "
+                "V=256 D=256 H=4 F=1024 N=4 B=1)");
+  sub->add_option("--prompt", args->prompt, "With --generate: prompt tokens")->capture_default_str();
+  sub->add_option("--tokens", args->tokens, "With --generate: tokens generated")->capture_default_str();
+  sub->add_option("--rounds", args->rounds, "With --generate: timed rounds of each path")->capture_default_str();
+  sub->add_flag("--no-uncached", args->no_uncached, "With --generate: time only the cached path");
   sub->footer(
       "Prints a summary, then one JSON object on the last line: median_step_ms, tokens_per_s, peak_rss_mb,\n"
       "first_loss, final_loss, flops_per_step, gflops, ... bench/torch_reference.py prints the same for PyTorch.\n\n"
       "Examples:\n"
       "  attograd bench --preset medium --threads 2\n"
-      "  attograd bench --preset long -L 2048 --steps 5");
+      "  attograd bench --preset long -L 2048 --steps 5\n"
+      "  attograd bench --generate --tokens 256 --threads 1");
   return {sub, [args] { return run_bench_command(*args); }};
 }
 

@@ -22,6 +22,7 @@ struct EvalArgs {
   uint64_t seed = 0;
   CLI::Option* seed_opt = nullptr;
   bool json = false;
+  bool no_kv_cache = false;
 };
 
 int run_eval(const EvalArgs& a) {
@@ -31,7 +32,7 @@ int run_eval(const EvalArgs& a) {
   std::unique_ptr<train::Trainer> t = load_model(a.weights, seed);
   const train::TrainConfig& cfg = t->config();
   const int64_t n = a.eval_size > 0 ? a.eval_size : cfg.eval_size;
-  const train::EvalResult r = t->evaluate(n);
+  const train::EvalResult r = t->evaluate(n, {.use_cache = !a.no_kv_cache});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (a.json) {
     nlohmann::ordered_json j;
@@ -62,13 +63,14 @@ int run_eval(const EvalArgs& a) {
 
 struct GenerateArgs {
   std::string weights, input, attention;
+  bool no_kv_cache = false;
 };
 
 int run_generate(const GenerateArgs& a) {
   std::unique_ptr<train::Trainer> t = load_model(a.weights);
   const data::Dataset& data = t->dataset();
   const std::vector<int64_t> src = data.parse_source(a.input);
-  std::vector<int64_t> out = t->predict(src);
+  std::vector<int64_t> out = t->predict(src, {.use_cache = !a.no_kv_cache});
   std::printf("%s\n", data.to_text(out).c_str());
   std::fflush(stdout);
   if (!a.attention.empty()) {
@@ -130,6 +132,9 @@ Command add_eval(CLI::App& app) {
                                 "as the training run's evaluations)")
                     ->check(unsigned64());
   sub->add_flag("--json", a->json, "print the result as one JSON object");
+  sub->add_flag("--no-kv-cache", a->no_kv_cache,
+                "decode by recomputing the whole sequence every step instead of from the key/value cache (the same "
+                "tokens, slower; for comparison)");
   sub->footer(
       "The model is rebuilt from the configuration stored in the weights file's metadata.\n\n"
       "Examples:\n"
@@ -146,6 +151,9 @@ Command add_generate(CLI::App& app) {
       ->check(CLI::ExistingFile);
   sub->add_option("-i,--input", a->input, "input symbols separated by spaces, e.g. \"3 1 4 1 5\"")->required();
   sub->add_option("--attention", a->attention, "also write the attention heatmaps for this input to an SVG file");
+  sub->add_flag("--no-kv-cache", a->no_kv_cache,
+                "decode by recomputing the whole sequence every step instead of from the key/value cache (the same "
+                "tokens, slower; for comparison)");
   sub->footer(
       "Prints the decoded sequence (without the end token) on stdout.\n\n"
       "Examples:\n"

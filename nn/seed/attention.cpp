@@ -81,4 +81,15 @@ AttentionSublayerResult AttentionSublayer::forward(const Tensor& q, const Tensor
   return {layer_norm->forward(o + q), r.weights};
 }
 
+Tensor AttentionSublayer::forward_cached(const Tensor& q, const Tensor& kv, Tensor& key_cache, Tensor& value_cache,
+                                         const CachedAttentionRows& rows, bool causal,
+                                         const std::vector<std::vector<int64_t>>* key_tokens, int64_t pad) {
+  if (kv.defined())
+    write_kv_cache(key_cache, value_cache, decode_linear(kv, w_ks->weight), 0, decode_linear(kv, w_vs->weight), 0,
+                   rows);
+  Tensor heads = cached_attention(decode_linear(q, w_qs->weight), 0, key_cache, value_cache, rows,
+                                  1.0 / std::sqrt(static_cast<double>(d_k)), causal, key_tokens, pad);  // (A, N, H d_v)
+  return layer_norm->forward(decode_linear(heads, fc->weight) + q);  // (A, N, D); dropout is off in eval mode
+}
+
 }  // namespace attograd::nn::seed

@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "autograd/random.h"
 #include "autograd/tensor.h"
+#include "nn/attention.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 
@@ -52,6 +54,15 @@ class AttentionSublayer : public Module {
     return forward(q, k, v, mask, need_weights);
   }
   using Module::forward;
+
+  /// Decoding with a key/value cache (eval mode, no gradients; see cached_attention in nn/attention.h): q (A, N,
+  /// d_model) holds the new positions of A rows; when kv is defined (A, N, d_model), its keys and values are first
+  /// written into the caches (key_cache (B, H, d_k, C), value_cache (B, H, C, d_v)) at the rows' new positions;
+  /// then the queries attend to the cache (causal: up to their own position; else all of it, e.g. an encoder
+  /// output cached once), keys blocked by key_tokens / pad -> (A, N, d_model), what forward() gives there.
+  Tensor forward_cached(const Tensor& q, const Tensor& kv, Tensor& key_cache, Tensor& value_cache,
+                        const CachedAttentionRows& rows, bool causal,
+                        const std::vector<std::vector<int64_t>>* key_tokens = nullptr, int64_t pad = -1);
 
   /// "AttentionSublayer".
   std::string type_name() const override { return "AttentionSublayer"; }

@@ -62,6 +62,15 @@ Tensor DecoderLayer::forward(const Tensor& dec_input, const Tensor& enc_output, 
   return pos_ffn->forward(c.output);
 }
 
+Tensor DecoderLayer::forward_cached(const Tensor& x, KVCache& self_cache, KVCache& cross_cache,
+                                    const CachedAttentionRows& rows,
+                                    const std::vector<std::vector<int64_t>>& target_tokens,
+                                    const std::vector<std::vector<int64_t>>& sources, int64_t pad) {
+  Tensor a = slf_attn->forward_cached(x, x, self_cache.key, self_cache.value, rows, true, &target_tokens, pad);
+  Tensor c = enc_attn->forward_cached(a, Tensor(), cross_cache.key, cross_cache.value, rows, false, &sources, pad);
+  return decode_feed_forward(*pos_ffn, c);  // (A, N, D)
+}
+
 void DecoderLayer::set_store_attention(bool on) {
   store_attention_ = on;
   if (!on) {
@@ -283,11 +292,96 @@ DecodeState Transformer::begin_decode(const TokenRows& sources) {
   size_t S = 0;
   for (const auto& r : sources) S = std::max(S, r.size());
   const Tensor src = pack_rows(sources, static_cast<int64_t>(S), spec_.specials.pad);  // (B, S)
-  st.memory = {src, encode(src)};                                                      // (B, S), (B, S, D)
+  const Tensor memory = encode(src);                                                   // (B, S, D)
+  st.memory = {src, memory};
+  // Key/value caches: per decoder layer its self-attention (every position the decoder can read) ...
+  const auto B = static_cast<int64_t>(sources.size());
+  const Dtype dt = memory.dtype();
+  for (const auto& m : *decoder->layer_stack) {
+    (void)m;
+    auto [k, v] = make_kv_cache(B, options.n_head, options.n_position, options.d_k, options.d_v, dt);
+    st.cache.push_back({k, v});
+  }
+  // ... then its cross-attention keys and values of the encoder output, computed once here.
+  CachedAttentionRows all{.cache_row = {},
+                          .start = std::vector<int64_t>(static_cast<size_t>(B), 0),
+                          .count = std::vector<int64_t>(static_cast<size_t>(B), static_cast<int64_t>(S))};
+  for (int64_t b = 0; b < B; ++b) all.cache_row.push_back(b);
+  for (const auto& m : *decoder->layer_stack) {
+    const AttentionSublayer& a = *static_cast<DecoderLayer&>(*m).enc_attn;
+    auto [k, v] = make_kv_cache(B, options.n_head, static_cast<int64_t>(S), options.d_k, options.d_v, dt);
+    write_kv_cache(k, v, a.w_ks->forward(memory), 0, a.w_vs->forward(memory), 0, all);
+    st.cache.push_back({k, v});
+  }
   return st;
 }
 
+Tensor Transformer::cached_logits(DecodeState& st) {
+  const char* me = "Transformer::decode_step";
+  const SpecialTokens& sp = spec_.specials;
+  const auto A = static_cast<int64_t>(st.active.size());
+  CachedAttentionRows rows;
+  TokenRows targets(st.decoded.size()), fresh;  // BOS + decoded per cache row; each active row's new tokens
+  int64_t N = 0;
+  for (int64_t b : st.active) {
+    const auto ub = static_cast<size_t>(b);
+    std::vector<int64_t>& t = targets[ub];
+    t.reserve(st.decoded[ub].size() + 1);
+    t.push_back(sp.bos);
+    t.insert(t.end(), st.decoded[ub].begin(), st.decoded[ub].end());
+    const int64_t start = st.cached[ub];
+    ATTO_CHECK(start < static_cast<int64_t>(t.size()), me, "row ", b, " has no new token: its ", t.size(),
+               " tokens are all cached (append a token to decoded before the next step)");
+    ATTO_CHECK(static_cast<int64_t>(t.size()) <= options.n_position, me, "row ", b, " has BOS + ", t.size() - 1,
+               " tokens, more than n_position ", options.n_position);
+    fresh.emplace_back(t.begin() + start, t.end());
+    rows.cache_row.push_back(b);
+    rows.start.push_back(start);
+    rows.count.push_back(static_cast<int64_t>(fresh.back().size()));
+    N = std::max(N, rows.count.back());
+  }
+  const Tensor tokens = pack_rows(fresh, N, sp.pad);  // (A, N)
+  check_tokens(tokens, options.tgt_vocab, options.n_position, me, "tgt_in", "n_position");
+  // Embedding at each row's own positions, then the decoder's input LayerNorm (dropout is off in eval mode).
+  const int64_t D = options.d_model;
+  const double emb_scale = options.tie_output && options.scale_embedding ? std::sqrt(static_cast<double>(D)) : 1.0;
+  Tensor x = empty({A, N, D}, {.dtype = decoder->trg_word_emb->weight.dtype()});  // (A, N, D)
+  dispatch_float(x.dtype(), me, [&]<typename T>() {
+    const T* w = decoder->trg_word_emb->weight.data<T>();
+    const T* table = decoder->position_enc->pe.data<T>();  // (1, n_position, D)
+    const int64_t* t = tokens.data<int64_t>();
+    T* o = x.data<T>();
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t i = 0; i < N; ++i) {
+        const int64_t pos = std::min(rows.start[static_cast<size_t>(a)] + i, options.n_position - 1);  // padding
+        const T* row = w + t[a * N + i] * D;
+        const T* p = table + pos * D;
+        T* q = o + (a * N + i) * D;
+        if (emb_scale == 1.0) {
+          for (int64_t k = 0; k < D; ++k) q[k] = row[k] + p[k];
+        } else {
+          const T s = static_cast<T>(emb_scale);
+          for (int64_t k = 0; k < D; ++k) q[k] = row[k] * s + p[k];
+        }
+      }
+  });
+  x = decoder->layer_norm->forward(x);
+  const size_t L = decoder->layer_stack->size();
+  for (size_t l = 0; l < L; ++l)
+    x = decoder->layer_stack->at<DecoderLayer>(static_cast<int64_t>(l))
+            ->forward_cached(x, st.cache[l], st.cache[L + l], rows, targets, st.sources, sp.pad);
+  std::vector<std::pair<int64_t, int64_t>> last;
+  for (int64_t a = 0; a < A; ++a) last.emplace_back(a, rows.count[static_cast<size_t>(a)] - 1);
+  for (size_t a = 0; a < rows.cache_row.size(); ++a) st.cached[static_cast<size_t>(rows.cache_row[a])] += rows.count[a];
+  Tensor logits = decode_linear(gather_positions(x, last), output_weight());  // (A, V)
+  if (options.tie_output && options.scale_projection)
+    logits = logits * (1.0 / std::sqrt(static_cast<double>(options.d_model)));
+  return logits;
+}
+
 Tensor Transformer::decode_step(DecodeState& st) {
+  if (st.active.empty()) return empty({0, options.tgt_vocab}, {.dtype = output_weight().dtype()});
+  if (st.use_cache && st.cache.size() == 2 * decoder->layer_stack->size()) return cached_logits(st);
   // Every row is fed (BOS + its tokens; a finished row padded after its EOS), as the rows of one batch.
   const int64_t t = [&] {
     size_t n = 0;

@@ -94,6 +94,13 @@ class DecoderLayer : public Module {
   Tensor forward(const Tensor& dec_input, const Tensor& enc_output, const Tensor& slf_attn_mask = Tensor(),
                  const Tensor& dec_enc_attn_mask = Tensor());
   using Module::forward;
+  /// Decoding with key/value caches (eval mode, no gradients): x (A, N, d_model) holds the new positions of A rows
+  /// (see CachedAttentionRows); self_cache gets their keys and values, cross_cache holds the encoder output's
+  /// (computed once). Self-attention keys are blocked where target_tokens[b][j] == pad, cross-attention keys where
+  /// the source has padding (sources[b] shorter than the cache, or pad) -> (A, N, d_model), as forward() gives.
+  Tensor forward_cached(const Tensor& x, KVCache& self_cache, KVCache& cross_cache, const CachedAttentionRows& rows,
+                        const std::vector<std::vector<int64_t>>& target_tokens,
+                        const std::vector<std::vector<int64_t>>& sources, int64_t pad);
   /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
   void set_store_attention(bool on);
   /// Self-attention probabilities (B, H, T, T) of the last forward; undefined unless stored.
@@ -197,10 +204,13 @@ class Transformer : public SequenceModel {
   SequenceBatch make_batch(const std::vector<Example>& examples) const override;
   /// forward(inputs[0], inputs[1]) -> (B, T, tgt_vocab).
   Tensor forward_batch(const SequenceBatch& batch) override;
-  /// Encodes the padded sources once (memory[0] = src (B, S), memory[1] = encoder output (B, S, d_model)).
+  /// Encodes the padded sources once (memory[0] = src (B, S), memory[1] = encoder output (B, S, d_model)) and
+  /// makes the key/value caches: cache[l] the decoder layer l's self-attention (n_position positions), cache[L + l]
+  /// its cross-attention keys and values of the encoder output, computed here once.
   DecodeState begin_decode(const TokenRows& sources) override;
-  /// Runs the decoder over BOS + decoded for every row (finished rows padded) and returns the active rows'
-  /// last-position logits.
+  /// With state.use_cache: runs the decoder on the active rows' new positions only (BOS + decoded past
+  /// state.cached) against the caches. Without: runs the decoder over BOS + decoded for every row (finished rows
+  /// padded). Either way returns the active rows' last-position logits.
   Tensor decode_step(DecodeState& state) override;
   /// n_position (the decoder reads BOS plus at most n_position - 1 tokens).
   int64_t max_decode_len() const override { return options.n_position; }
@@ -218,6 +228,9 @@ class Transformer : public SequenceModel {
   std::string extra_repr() const override;
 
  private:
+  // Logits (A, V) of the active rows' last positions from the caches, feeding only their new positions.
+  Tensor cached_logits(DecodeState& state);
+
   ModelSpec spec_;
 };
 

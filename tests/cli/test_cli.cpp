@@ -230,6 +230,12 @@ TEST_F(Cli, EvalReproducesTheTrainingRunsAccuracy) {
   const json o = last_line_json(attograd("eval --weights " + quote(weights()) + " --json --seed 9 --eval-size 20").out);
   EXPECT_EQ(o["n"], 20);
   EXPECT_EQ(o["seed"], 9);
+  // Without the key/value cache: the same decoded sequences, so the same accuracies (the loss does not decode).
+  const json u = last_line_json(
+      attograd("eval --weights " + quote(weights()) + " --json --seed 9 --eval-size 20 --no-kv-cache").out);
+  EXPECT_EQ(u["token_accuracy"].get<double>(), o["token_accuracy"].get<double>());
+  EXPECT_EQ(u["sequence_accuracy"].get<double>(), o["sequence_accuracy"].get<double>());
+  EXPECT_EQ(u["loss"].get<double>(), o["loss"].get<double>());
   // Human-readable form.
   const CliRun h = attograd("eval --weights " + quote(weights()));
   EXPECT_EQ(h.status, 0);
@@ -247,6 +253,10 @@ TEST_F(Cli, GenerateReproducesTheSamplePredictions) {
     const CliRun r = attograd("generate --weights " + quote(weights()) + " --input " + quote(input));
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(r.out, pred + "\n") << "input " << input;
+    // The key/value cache (the default) and --no-kv-cache (recomputing every step) decode the same.
+    const CliRun u = attograd("generate --no-kv-cache --weights " + quote(weights()) + " --input " + quote(input));
+    ASSERT_EQ(u.status, 0) << u.err;
+    EXPECT_EQ(u.out, r.out) << "input " << input;
     ++checked;
   }
   EXPECT_EQ(checked, 4);

@@ -149,6 +149,29 @@ TEST(GreedyDecode, BatchedEqualsOneAtATime) {
   }
 }
 
+TEST(GreedyDecode, KeyValueCacheGivesTheSameTokensAsRecomputing) {
+  // Trained models (rows stop at EOS at different steps, mixed source lengths 1..4) and one trained for a single step
+  // kind (rows rarely stop: the whole budget): the cached decode (the default) and DecodeOptions{.use_cache = false}
+  // give the same rows; so do evaluate's results. The encoder-only model has no cache (it decodes in one pass).
+  for (const std::string& model : kModels) {
+    SCOPED_TRACE(model);
+    for (int64_t steps : {int64_t{300}, int64_t{1}}) {
+      Trainer& t = trained(model, steps);
+      const std::vector<Example> ex = t.heldout_examples(60);
+      const TokenRows cached = greedy_decode(t.model(), sources_of(ex), 5);
+      const TokenRows full = greedy_decode(t.model(), sources_of(ex), 5, {.use_cache = false});
+      EXPECT_EQ(cached, full);
+      const EvalResult a = evaluate(t.model(), ex, 7), b = evaluate(t.model(), ex, 7, {.use_cache = false});
+      EXPECT_EQ(a.token_accuracy, b.token_accuracy);
+      EXPECT_EQ(a.sequence_accuracy, b.sequence_accuracy);
+      EXPECT_EQ(a.loss, b.loss);  // the teacher-forced loss does not decode: bitwise
+      EXPECT_EQ(t.predict(ex[0].src), t.predict(ex[0].src, {.use_cache = false}));
+      const EvalResult c = t.evaluate(50), d = t.evaluate(50, {.use_cache = false});
+      EXPECT_EQ(c.token_accuracy, d.token_accuracy);
+    }
+  }
+}
+
 TEST(GreedyDecode, LeavesModeAndGradientsAlone) {
   for (const std::string& model : kModels) {
     SCOPED_TRACE(model);

@@ -1,6 +1,7 @@
 #include "train/tools/bench.h"
 
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,12 +10,11 @@
 #include <memory>
 
 #include "autograd/autograd.h"
-#include "nn/models.h"
-#include "train/optim/optimizers.h"
-#include "train/data/tasks.h"
-
 #include "autograd/memory.h"
 #include "autograd/parallel.h"
+#include "nn/models.h"
+#include "train/data/tasks.h"
+#include "train/optim/optimizers.h"
 
 namespace attograd::bench {
 
@@ -225,6 +225,137 @@ std::string to_json(const BenchResult& r) {
   s += ", \"peak_tensor_mb\": " + json_num(r.peak_tensor_mb, "%.1f");
   s += ", \"peak_reserved_mb\": " + json_num(r.peak_reserved_mb, "%.1f");
   s += str_cat(", \"timed_allocs\": ", r.timed_allocs, ", \"timed_system_allocs\": ", r.timed_system_allocs, "}");
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generation
+
+void validate(const GenerateConfig& c) {
+  const std::pair<const char*, int64_t> sizes[] = {{"V", c.V},           {"D", c.D},           {"H", c.H}, {"F", c.F},
+                                                   {"prompt", c.prompt}, {"tokens", c.tokens}, {"B", c.B}};
+  for (const auto& [name, v] : sizes) ATTO_CHECK(v > 0, kMe, name, " must be positive, got ", v);
+  ATTO_CHECK(c.N >= 0, kMe, "N must be non-negative, got ", c.N);
+  ATTO_CHECK(c.D % c.H == 0, kMe, "H must divide D, got D=", c.D, ", H=", c.H);
+  ATTO_CHECK(c.V > data::kFirstSymbol + 1, kMe, "V must be at least ", data::kFirstSymbol + 2, ", got ", c.V);
+  ATTO_CHECK(c.rounds >= 1, kMe, "rounds must be >= 1, got ", c.rounds);
+  ATTO_CHECK(c.threads >= 1, kMe, "threads must be >= 1, got ", c.threads);
+}
+
+namespace {
+
+// Continues every prompt by exactly `tokens` greedy tokens; returns the generated rows.
+nn::TokenRows generate(nn::CausalLM& model, const nn::TokenRows& prompts, int64_t tokens, bool use_cache) {
+  NoGradGuard no_grad;
+  nn::DecodeState st = model.begin_decode(prompts);
+  st.use_cache = use_cache;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const Tensor logits = model.decode_step(st);  // (B, V)
+    const int64_t V = logits.size(1);
+    const float* p = logits.data<float>();
+    for (size_t b = 0; b < st.decoded.size(); ++b) {
+      const float* row = p + static_cast<int64_t>(b) * V;
+      st.decoded[b].push_back(std::max_element(row, row + V) - row);
+    }
+  }
+  return std::move(st.decoded);
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+GenerateResult run_generate_bench(const GenerateConfig& config) {
+  validate(config);
+  GenerateResult r;
+  r.config = config;
+  set_num_threads(config.threads);
+  Generator init_gen(config.seed), data_gen(config.seed + 2);
+  nn::CausalLM model(nn::CausalLMOptions{.vocab = config.V,
+                                         .d_model = config.D,
+                                         .n_head = config.H,
+                                         .d_ff = config.F,
+                                         .n_layers = config.N,
+                                         .dropout = 0.1,
+                                         .max_len = config.prompt + 1 + config.tokens,
+                                         .pad_idx = data::kPad},
+                     init_gen);
+  model.eval();
+  r.params = model.num_parameters();
+  const auto payload = static_cast<uint64_t>(config.V - data::kFirstSymbol);
+  nn::TokenRows prompts(static_cast<size_t>(config.B));
+  for (auto& p : prompts)
+    for (int64_t i = 0; i < config.prompt; ++i)
+      p.push_back(data::kFirstSymbol + static_cast<int64_t>(data_gen.randint(payload)));
+
+  using Clock = std::chrono::steady_clock;
+  auto cpu_ms = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+  };
+  double cpu = 0;  // CPU ms of the last timed() call
+  auto timed = [&](bool use_cache, nn::TokenRows* out) {
+    const double c0 = cpu_ms();
+    const auto t0 = Clock::now();
+    *out = generate(model, prompts, config.tokens, use_cache);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    cpu = cpu_ms() - c0;
+    return ms;
+  };
+  nn::TokenRows cached, full;
+  timed(true, &cached);  // warm-up
+  for (int i = 0; i < config.rounds; ++i) {
+    // Alternate which path goes first, so that a slow spell of the machine hits both.
+    for (int side = 0; side < 2; ++side) {
+      const bool cache_side = (side == 0) == (i % 2 == 0);
+      if (cache_side) {
+        const AllocatorStats before = allocator_stats();
+        r.cached_ms.push_back(timed(true, &cached));
+        r.cached_cpu_ms.push_back(cpu);
+        r.cached_allocs_per_token =
+            static_cast<double>(allocator_stats().num_allocs - before.num_allocs) / static_cast<double>(config.tokens);
+      } else if (config.uncached) {
+        r.uncached_ms.push_back(timed(false, &full));
+        r.uncached_cpu_ms.push_back(cpu);
+        r.same_tokens = r.same_tokens && full == cached;
+      }
+    }
+  }
+  const double n = static_cast<double>(config.B * config.tokens);
+  r.cached_tokens_per_s = n / (median_of(r.cached_ms) / 1e3);
+  r.cached_cpu_tokens_per_s = n / (median_of(r.cached_cpu_ms) / 1e3);
+  if (config.uncached) {
+    r.uncached_tokens_per_s = n / (median_of(r.uncached_ms) / 1e3);
+    r.uncached_cpu_tokens_per_s = n / (median_of(r.uncached_cpu_ms) / 1e3);
+    r.speedup = r.cached_tokens_per_s / r.uncached_tokens_per_s;
+  }
+  return r;
+}
+
+std::string to_json(const GenerateResult& r) {
+  const GenerateConfig& c = r.config;
+  std::string s = str_cat("{\"impl\": \"attograd\", \"mode\": \"generate\", \"V\": ", c.V, ", \"D\": ", c.D,
+                          ", \"H\": ", c.H, ", \"F\": ", c.F, ", \"N\": ", c.N, ", \"prompt\": ", c.prompt,
+                          ", \"tokens\": ", c.tokens, ", \"B\": ", c.B, ", \"rounds\": ", c.rounds,
+                          ", \"threads\": ", c.threads, ", \"seed\": ", c.seed, ", \"params\": ", r.params);
+  auto num = [](double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.4f", v);
+    return std::string(buf);
+  };
+  s += str_cat(", \"cached_ms\": ", num(median_of(r.cached_ms)),
+               ", \"uncached_ms\": ", r.uncached_ms.empty() ? std::string("null") : num(median_of(r.uncached_ms)),
+               ", \"cached_tokens_per_s\": ", num(r.cached_tokens_per_s),
+               ", \"uncached_tokens_per_s\": ", num(r.uncached_tokens_per_s), ", \"speedup\": ", num(r.speedup),
+               ", \"cached_cpu_tokens_per_s\": ", num(r.cached_cpu_tokens_per_s),
+               ", \"uncached_cpu_tokens_per_s\": ", num(r.uncached_cpu_tokens_per_s),
+               ", \"same_tokens\": ", r.same_tokens ? "true" : "false",
+               ", \"cached_allocs_per_token\": ", num(r.cached_allocs_per_token), "}");
   return s;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// The training-step benchmark of issue 7: a decoder-only causal LM (nn::CausalLM) trained with Adam on the
-// "src SEP reversed-src" task, one configuration at a time. bench/torch_reference.py does exactly the same work
-// in PyTorch and prints the same JSON, so that bench/compare can set the two side by side.
+// The training-step benchmark of issue 7 (and, at the end, the generation benchmark of issue 15): a decoder-only causal
+// LM (nn::CausalLM) trained with Adam on the "src SEP reversed-src" task, one configuration at a time.
+// bench/torch_reference.py does exactly the same work in PyTorch and prints the same JSON, so that bench/compare can
+// set the two side by side.
 //
 // A step is zero_grad + forward + cross_entropy + backward + Adam step + reading loss.item(). Batches are
 // generated before timing; `warmup` untimed steps run first, then `steps` timed ones.
@@ -76,5 +77,58 @@ std::string to_json(const BenchResult& result);
 
 /// Peak resident set size of this process so far (getrusage ru_maxrss), MB.
 double peak_rss_mb();
+
+// ---------------------------------------------------------------------------------------------
+// The generation benchmark of issue 15 (`attograd bench --generate`): greedy continuation of a random prompt by
+// an untrained nn::CausalLM in eval mode, through the model's begin_decode / decode_step (every row generates
+// exactly `tokens` tokens; EOS does not stop it), once from the key/value cache and once recomputing the whole
+// sequence every step. bench/torch_reference.py --generate does the same in PyTorch with keys and values cached by
+// hand.
+
+/// One generation benchmark configuration.
+struct GenerateConfig {
+  int64_t V = 256;       ///< vocabulary size
+  int64_t D = 256;       ///< model width
+  int64_t H = 4;         ///< attention heads
+  int64_t F = 1024;      ///< feed-forward hidden size
+  int64_t N = 4;         ///< blocks
+  int64_t prompt = 16;   ///< prompt tokens per row (the model appends its SEP)
+  int64_t tokens = 256;  ///< tokens generated per row
+  int64_t B = 1;         ///< rows decoded together
+  int rounds = 3;        ///< timed rounds of each path (the two paths alternate), after one untimed cached round
+  bool uncached = true;  ///< also time the recomputing path
+  int threads = 1;       ///< threads of the engine's pool
+  uint64_t seed = 0;     ///< seeds the weights and the prompts
+};
+
+/// Checks every field (Error naming the field and its value).
+void validate(const GenerateConfig& config);
+
+/// What run_generate_bench measured.
+struct GenerateResult {
+  GenerateConfig config;                 ///< the configuration it ran
+  int64_t params = 0;                    ///< model parameters
+  std::vector<double> cached_ms;         ///< per round: the whole continuation from the cache (ms)
+  std::vector<double> uncached_ms;       ///< per round: the same recomputing every step (ms); empty without uncached
+  std::vector<double> cached_cpu_ms;     ///< per cached round: the process's CPU time (ms; on a shared host, the
+                                         ///< time the scheduler actually gave it)
+  std::vector<double> uncached_cpu_ms;   ///< per uncached round: the process's CPU time (ms)
+  double cached_tokens_per_s = 0;        ///< B * tokens / median cached seconds
+  double uncached_tokens_per_s = 0;      ///< B * tokens / median uncached seconds (0 without uncached)
+  double speedup = 0;                    ///< cached_tokens_per_s / uncached_tokens_per_s (0 without uncached)
+  double cached_cpu_tokens_per_s = 0;    ///< B * tokens / median cached CPU seconds
+  double uncached_cpu_tokens_per_s = 0;  ///< B * tokens / median uncached CPU seconds (0 without uncached)
+  bool same_tokens = true;               ///< both paths generated the same tokens
+  double cached_allocs_per_token = 0;    ///< tensor storages allocated per generated token in a cached round
+};
+
+/// Builds the model (max_len = prompt + 1 + tokens), draws B prompts, runs one untimed cached round, then
+/// `rounds` rounds of each path alternately.
+GenerateResult run_generate_bench(const GenerateConfig& config);
+
+/// The result as one line of JSON (no newline): impl, mode "generate", sizes, prompt, tokens, B, rounds, threads,
+/// seed, params, cached_ms, uncached_ms (medians), cached_tokens_per_s, uncached_tokens_per_s, speedup,
+/// cached_cpu_tokens_per_s, uncached_cpu_tokens_per_s, same_tokens, cached_allocs_per_token.
+std::string to_json(const GenerateResult& result);
 
 }  // namespace attograd::bench

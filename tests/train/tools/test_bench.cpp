@@ -139,3 +139,43 @@ TEST(Bench, LossGoesDownOverTwentyFiveSteps) {
   EXPECT_GT(r.first_loss, std::log(12.0));
   EXPECT_LT(r.final_loss, r.first_loss - 0.5) << "first " << r.first_loss << ", final " << r.final_loss;
 }
+
+TEST(GenerateBench, DefaultsAreTheIssueSizes) {
+  const GenerateConfig c;
+  EXPECT_EQ(std::vector<int64_t>({c.V, c.D, c.H, c.F, c.N, c.tokens, c.B}),
+            std::vector<int64_t>({256, 256, 4, 1024, 4, 256, 1}));
+  EXPECT_EQ(c.threads, 1);
+}
+
+TEST(GenerateBench, ValidateNamesTheBadField) {
+  GenerateConfig c;
+  c.tokens = 0;
+  try {
+    validate(c);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokens must be positive, got 0"), std::string::npos) << e.what();
+  }
+  c = GenerateConfig{};
+  c.H = 3;
+  EXPECT_THROW(validate(c), Error);
+}
+
+TEST(GenerateBench, TinyRunBothPathsSameTokensOneJsonLine) {
+  GenerateConfig c;
+  c.V = 16, c.D = 16, c.H = 2, c.F = 32, c.N = 2, c.prompt = 3, c.tokens = 12, c.B = 2, c.rounds = 2;
+  const GenerateResult r = run_generate_bench(c);
+  EXPECT_TRUE(r.same_tokens);
+  ASSERT_EQ(r.cached_ms.size(), 2u);
+  ASSERT_EQ(r.uncached_ms.size(), 2u);
+  for (double ms : r.cached_ms) EXPECT_GT(ms, 0);
+  EXPECT_GT(r.cached_tokens_per_s, 0);
+  EXPECT_GT(r.uncached_tokens_per_s, 0);
+  EXPECT_NEAR(r.speedup, r.cached_tokens_per_s / r.uncached_tokens_per_s, 1e-9);
+  const std::string line = to_json(r);
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["mode"], "generate");
+  EXPECT_EQ(j["tokens"], 12);
+  EXPECT_EQ(j["same_tokens"], true);
+}
