@@ -138,7 +138,7 @@ TokenRows greedy_decode(nn::SequenceModel& model, const TokenRows& sources, int6
       const auto ub = static_cast<size_t>(st.active[i]);
       const int64_t token = argmax_row(logits, static_cast<int64_t>(i));
       st.decoded[ub].push_back(token);
-      if (token != eos) still.push_back(st.active[i]);
+      if (token != eos || spec.stream) still.push_back(st.active[i]);  // a text stream has no end
     }
     st.active = std::move(still);
   }
