@@ -98,8 +98,11 @@ int run_eval(const EvalArgs& a) {
     std::printf("time               %.2f s\n", seconds);
     return kExitOk;
   }
-  std::printf("held-out sequences %lld (seed %llu)\n", static_cast<long long>(r.n),
-              static_cast<unsigned long long>(cfg.seed));
+  if (!t->dataset().describe().empty())  // a data file's held-out lines are fixed; the seed plays no part
+    std::printf("%s %lld\n", a.pairs.empty() ? "held-out sequences" : "sequences         ", static_cast<long long>(r.n));
+  else
+    std::printf("held-out sequences %lld (seed %llu)\n", static_cast<long long>(r.n),
+                static_cast<unsigned long long>(cfg.seed));
   std::printf("token accuracy     %.2f%%\n", 100 * r.token_accuracy);
   std::printf("sequence accuracy  %.2f%%\n", 100 * r.sequence_accuracy);
   std::printf("loss               %.4f\n", r.loss);
