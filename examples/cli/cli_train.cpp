@@ -205,8 +205,10 @@ int run(TrainArgs& a) {
   trainer.write_metrics_csv(metrics);
   report::write_text_file(config, cfg.to_json() + "\n");
   report::write_text_file(
-      curves, report::curves_svg(trainer.history(), strf("%s, %s model: %lld steps", run_name.c_str(),
-                                                         cfg.model.c_str(), static_cast<long long>(cfg.steps))));
+      curves, report::curves_svg(trainer.history(),
+                                strf("%s, %s model: %lld steps", run_name.c_str(), cfg.model.c_str(),
+                                     static_cast<long long>(cfg.steps)),
+                                stream));
   {
     const data::Example e = attention_sample(trainer);
     std::vector<int64_t> pred = trainer.predict(e.src);

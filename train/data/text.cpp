@@ -365,12 +365,18 @@ TextDataset::TextDataset(const DataSpec& spec, bool read_file) : spec_(spec) {
   } else {
     vocab_ = Vocabulary(spec_.vocabulary, Tokenize::Char);
   }
+  std::unordered_map<char32_t, int32_t> ids;  // code point -> id, without a string per character
+  for (size_t i = 0; i < vocab_.tokens().size(); ++i) {
+    const std::vector<char32_t> cp = decode_utf8(vocab_.tokens()[i], "the vocabulary");
+    ATTO_CHECK(cp.size() == 1, me, "vocabulary token ", i, " is not one character");
+    ids.emplace(cp[0], static_cast<int32_t>(Vocabulary::kReserved + static_cast<int64_t>(i)));
+  }
   tokens_.reserve(cps.size());
   for (size_t i = 0; i < cps.size(); ++i) {
-    const std::optional<int64_t> id = vocab_.find(encode_utf8(cps[i]));
-    ATTO_CHECK(id.has_value(), me, "'", spec_.path, "': character ", code_point_name(cps[i]), " at character ", i,
+    const auto it = ids.find(cps[i]);
+    ATTO_CHECK(it != ids.end(), me, "'", spec_.path, "': character ", code_point_name(cps[i]), " at character ", i,
                " is not in the model's vocabulary");
-    tokens_.push_back(*id);
+    tokens_.push_back(it->second);
   }
   const auto n = static_cast<int64_t>(tokens_.size());
   const auto n_val = static_cast<int64_t>(static_cast<double>(n) * spec_.val_fraction);
@@ -403,7 +409,8 @@ std::vector<Example> TextDataset::heldout(int64_t n, uint64_t) const {
   const auto total = static_cast<int64_t>(tokens_.size());
   for (int64_t s = n_train_; s + 1 < total && static_cast<int64_t>(out.size()) < n; s += spec_.context) {
     const int64_t e = std::min(total, s + spec_.context + 1);
-    out.push_back({.src = std::vector<int64_t>(tokens_.begin() + s, tokens_.begin() + e - 1), .tgt = {tokens_[e - 1]}});
+    out.push_back({.src = std::vector<int64_t>(tokens_.begin() + s, tokens_.begin() + e - 1),
+                   .tgt = {tokens_[static_cast<size_t>(e - 1)]}});
   }
   return out;
 }

@@ -166,7 +166,7 @@ class TextDataset : public Dataset {
  private:
   DataSpec spec_;
   Vocabulary vocab_;
-  std::vector<int64_t> tokens_;  // the whole file as ids
+  std::vector<int32_t> tokens_;  // the whole file as ids (at most kMaxVocabulary: 4 bytes per character)
   int64_t n_train_ = 0;
   Generator gen_;
   int64_t offset_ = 0;
