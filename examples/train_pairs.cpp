@@ -17,8 +17,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    auto pairs = std::make_shared<data::PairsDataset>(
-        data::DataSpec{.format = "pairs", .path = argv[1], .tokenize = "word"});
+    auto pairs =
+        std::make_shared<data::PairsDataset>(data::DataSpec{.format = "pairs", .path = argv[1], .tokenize = "word"});
     train::TrainConfig cfg;
     cfg.task = "pairs";
     cfg.model = "seq2seq";  // or "lm"; "encoder" when every target has its source's length

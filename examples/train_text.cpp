@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
                                                  std::printf("%s", text->to_text({token}).c_str());
                                                  std::fflush(stdout);
                                                });
-    const train::TokenRows again = train::sample(reloaded.model(), {prompt}, 120, {.temperature = 0.8, .top_k = 20}, same);
+    const train::TokenRows again =
+        train::sample(reloaded.model(), {prompt}, 120, {.temperature = 0.8, .top_k = 20}, same);
     std::printf("\n\n");
     const bool ok = val_loss < 1.6 && out == again;
     std::printf("val loss %.4f (%.3f bits per character); %s\n", val_loss, val_loss / std::log(2.0),

@@ -179,14 +179,16 @@ std::string CausalLM::extra_repr() const {
 // The sequence-model interface
 
 std::shared_ptr<SequenceModel> CausalLM::build(const ModelSpec& s, Generator& gen) {
+  // A stream reads (src tgt)[:-1]; otherwise src SEP tgt.
+  const int64_t total = s.max_source_len + s.max_target_len;
+  const int64_t max_len = s.stream ? std::max<int64_t>(1, total - 1) : total + 1;
   auto m = std::make_shared<CausalLM>(CausalLMOptions{.vocab = s.vocab,
                                                       .d_model = s.d_model,
                                                       .n_head = s.heads,
                                                       .d_ff = s.d_ff,
                                                       .n_layers = s.layers,
                                                       .dropout = s.dropout,
-                                                      .max_len = s.stream ? std::max<int64_t>(1, s.max_source_len + s.max_target_len - 1)
-                                                                          : s.max_source_len + s.max_target_len + 1,
+                                                      .max_len = max_len,
                                                       .pad_idx = s.specials.pad},
                                       gen);
   m->spec_ = s;
@@ -296,7 +298,8 @@ std::vector<AttentionMap> CausalLM::attention_maps(const std::vector<int64_t>& s
                                                    const std::vector<int64_t>& output) {
   std::vector<int64_t> tokens = prompt_tokens(src);
   tokens.insert(tokens.end(), output.begin(), output.end());
-  if (static_cast<int64_t>(tokens.size()) > options.max_len) tokens.erase(tokens.begin(), tokens.end() - options.max_len);
+  if (static_cast<int64_t>(tokens.size()) > options.max_len)
+    tokens.erase(tokens.begin(), tokens.end() - options.max_len);
   std::vector<Tensor> weights;
   {
     NoGradGuard no_grad;

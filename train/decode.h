@@ -5,8 +5,9 @@
 // decodes a whole batch together through the model's incremental interface: begin_decode(sources), then
 // decode_step(state) for the rows still running, taking the argmax of each row's next-token logits (the first
 // maximum on ties, as torch.argmax). A row stops after it has emitted the model's EOS (a stream model's rows never
-// stop: a text stream has no end); the loop stops when every row has stopped or the budget is spent. Each returned row holds the generated tokens and ENDS WITH EOS when the
-// model emitted it within the budget (strip_eos removes it).
+// stop: a text stream has no end); the loop stops when every row has stopped or the budget is spent. Each returned
+// row holds the generated tokens and ENDS WITH EOS when the model emitted it within the budget (strip_eos removes
+// it).
 //
 // Evaluation decodes greedily and compares the result with the reference position by position:
 //   token accuracy    = (positions p < |tgt| + 1 where decoded[p] == (tgt + [EOS])[p]) / sum(|tgt| + 1)

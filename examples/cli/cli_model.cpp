@@ -99,7 +99,8 @@ int run_eval(const EvalArgs& a) {
     return kExitOk;
   }
   if (!t->dataset().describe().empty())  // a data file's held-out lines are fixed; the seed plays no part
-    std::printf("%s %lld\n", a.pairs.empty() ? "held-out sequences" : "sequences         ", static_cast<long long>(r.n));
+    std::printf("%s %lld\n", a.pairs.empty() ? "held-out sequences" : "sequences         ",
+                static_cast<long long>(r.n));
   else
     std::printf("held-out sequences %lld (seed %llu)\n", static_cast<long long>(r.n),
                 static_cast<unsigned long long>(cfg.seed));

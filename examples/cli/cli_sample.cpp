@@ -40,8 +40,7 @@ int run_sample(const SampleArgs& a) {
   const int64_t eos = model.special_tokens().eos;
   if (a.prompt_opt->count() > 0) std::printf("%s", a.prompt.c_str());
   Generator gen(a.seed);
-  train::sample(model, {prompt}, budget,
-                {.temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p}, gen,
+  train::sample(model, {prompt}, budget, {.temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p}, gen,
                 [&](int64_t, int64_t token) {
                   if (!model.spec().stream && token == eos) return;
                   std::string piece = data.to_text({token});
@@ -63,7 +62,9 @@ Command add_sample(CLI::App& app) {
       ->check(CLI::ExistingFile);
   a->prompt_opt = sub->add_option("-p,--prompt", a->prompt,
                                   "text to continue (default: a newline, or the first token of the vocabulary)");
-  sub->add_option("-n,--tokens", a->tokens, "tokens to generate")->check(integer_in(1, 1'000'000))->capture_default_str();
+  sub->add_option("-n,--tokens", a->tokens, "tokens to generate")
+      ->check(integer_in(1, 1'000'000))
+      ->capture_default_str();
   sub->add_option("-t,--temperature", a->temperature, "divides the logits; 0: greedy (always the most likely token)")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {

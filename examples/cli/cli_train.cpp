@@ -86,7 +86,8 @@ std::shared_ptr<data::Dataset> file_dataset(const TrainArgs& a, const std::optio
   ATTO_CHECK(!text || cfg.model == "lm", "train", "--text trains the decoder-only model (--model lm); --model ",
              cfg.model, " cannot model a text stream");
   data::DataSpec spec{.format = text ? "text" : "pairs",
-                      .path = fs::absolute(text ? a.text : a.pairs).lexically_normal().string(),  // usable from anywhere
+                      // absolute: eval and --resume find it from any directory
+                      .path = fs::absolute(text ? a.text : a.pairs).lexically_normal().string(),
                       .tokenize = text ? "char" : a.tokenize,
                       .context = a.context,
                       .val_fraction = a.val_fraction};
@@ -143,11 +144,13 @@ int run(TrainArgs& a) {
     data_line = strf("text file %s (%s characters: %s training, %s held-out; vocabulary %lld, context %lld)",
                      text_data->spec().path.c_str(), thousands(text_data->train_size() + text_data->val_size()).c_str(),
                      thousands(text_data->train_size()).c_str(), thousands(text_data->val_size()).c_str(),
-                     static_cast<long long>(text_data->vocab_size()), static_cast<long long>(text_data->spec().context));
+                     static_cast<long long>(text_data->vocab_size()),
+                     static_cast<long long>(text_data->spec().context));
   else if (pairs_data)
     data_line = strf("pairs file %s (%s lines: %s training, %s held-out; %s tokens, vocabulary %lld, sources up to "
                      "%lld, targets up to %lld)",
-                     pairs_data->spec().path.c_str(), thousands(pairs_data->train_size() + pairs_data->val_size()).c_str(),
+                     pairs_data->spec().path.c_str(),
+                     thousands(pairs_data->train_size() + pairs_data->val_size()).c_str(),
                      thousands(pairs_data->train_size()).c_str(), thousands(pairs_data->val_size()).c_str(),
                      pairs_data->spec().tokenize.c_str(), static_cast<long long>(pairs_data->vocab_size()),
                      static_cast<long long>(pairs_data->max_source_len()),

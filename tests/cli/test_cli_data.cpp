@@ -11,11 +11,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "testing.h"
 #include "train/data/text.h"
@@ -101,7 +100,6 @@ void expect_one_line_error(const CliRun& r, const std::string& substring, const 
   EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
 }
 
-
 constexpr const char* kSmall = "--steps 40 --d-model 32 --layers 1 --heads 2 --d-ff 64 --batch 16 --eval-every 20";
 
 std::string write(const std::string& name, const std::string& bytes) {
@@ -119,8 +117,9 @@ class CliData : public ::testing::Test {
     if (!kCli) return;
     text_ = new CliRun(attograd(std::string("train --text ") + quote(poems()) + " --context 16 " + kSmall +
                                 " --json --out " + quote((scratch() / "text").string())));
-    pairs_ = new CliRun(attograd(std::string("train --pairs ") + quote(numbers()) + " --tokenize word --model seq2seq " +
-                                 kSmall + " --json --out " + quote((scratch() / "pairs").string())));
+    pairs_ =
+        new CliRun(attograd(std::string("train --pairs ") + quote(numbers()) + " --tokenize word --model seq2seq " +
+                            kSmall + " --json --out " + quote((scratch() / "pairs").string())));
   }
   static void TearDownTestSuite() {
     std::error_code ec;
@@ -166,7 +165,8 @@ TEST_F(CliData, SampleStreamsTheSameTextForASeed) {
   const std::string w = quote(text_weights());
   const CliRun a = attograd("sample -w " + w + " --prompt 'Shall I' --tokens 60 --seed 5");
   const CliRun b = attograd("sample -w " + w + " --prompt 'Shall I' --tokens 60 --seed 5");
-  const CliRun c = attograd("sample -w " + w + " --prompt '床前' --tokens 60 --seed 6 --temperature 0.7 --top-k 5 --top-p 0.9");
+  const CliRun c =
+      attograd("sample -w " + w + " --prompt '床前' --tokens 60 --seed 6 --temperature 0.7 --top-k 5 --top-p 0.9");
   ASSERT_EQ(a.status, 0) << a.err;
   ASSERT_EQ(c.status, 0) << c.err;
   EXPECT_EQ(a.out, b.out);
@@ -202,11 +202,12 @@ TEST_F(CliData, PairsGenerateEvalAndOtherFiles) {
   const CliRun o = attograd("eval --json -w " + w + " --pairs " + quote(other));
   ASSERT_EQ(o.status, 0) << o.err;
   EXPECT_EQ(last_line_json(o.out)["n"], 2);
-  expect_one_line_error(attograd("eval -w " + w + " --pairs " + quote(write("unk.tsv", "one\tuno\nsix\tseis\nten\tzehn\n"))),
-                        "line 3: word 'zehn' is not in the model's vocabulary", "unknown target word");
-  expect_one_line_error(attograd("eval -w " + w + " --pairs " +
-                                 quote(write("long.tsv", "one two three four five six\tuno\n"))),
-                        "line 1: a source of 6 and a target of 1 tokens do not fit", "too long for the model");
+  expect_one_line_error(
+      attograd("eval -w " + w + " --pairs " + quote(write("unk.tsv", "one\tuno\nsix\tseis\nten\tzehn\n"))),
+      "line 3: word 'zehn' is not in the model's vocabulary", "unknown target word");
+  expect_one_line_error(
+      attograd("eval -w " + w + " --pairs " + quote(write("long.tsv", "one two three four five six\tuno\n"))),
+      "line 1: a source of 6 and a target of 1 tokens do not fit", "too long for the model");
 }
 
 TEST_F(CliData, ExportImportResumeKeepTheData) {
@@ -226,8 +227,10 @@ TEST_F(CliData, ExportImportResumeKeepTheData) {
 TEST_F(CliData, ChangedDataFileIsRefused) {
   const std::string copy = write("poems-copy.txt", slurp(poems()));
   const std::string out = (scratch() / "copy").string();
-  ASSERT_EQ(attograd("train -q --text " + quote(copy) + " --steps 2 --d-model 16 --layers 1 --heads 2 --d-ff 16 --out " +
-                     quote(out)).status, 0);
+  ASSERT_EQ(attograd("train -q --text " + quote(copy) +
+                     " --steps 2 --d-model 16 --layers 1 --heads 2 --d-ff 16 --out " + quote(out))
+                .status,
+            0);
   write("poems-copy.txt", slurp(poems()) + "more text\n");
   expect_one_line_error(attograd("eval -w " + quote(out + "/model.attograd")), "changed since the model was trained",
                         "changed file, eval");
@@ -247,7 +250,10 @@ TEST_F(CliData, BadDataIsOneLineExitTwo) {
   expect_one_line_error(train("--pairs", write("blank.tsv", "\n \n\r\n")), "has no usable lines", "blank lines");
   expect_one_line_error(train("--text", write("bad.txt", std::string(40, 'a') + "\xC3\x28" + std::string(100, 'b'))),
                         "invalid UTF-8 at byte offset 40", "invalid UTF-8");
-  expect_one_line_error(train("--text", write("bin.txt", std::string("\x7f" "ELF\0\1", 6) + std::string(100, 'x'))),
+  expect_one_line_error(train("--text", write("bin.txt", std::string("\x7f"
+                                                                     "ELF\0\1",
+                                                                     6) +
+                                                             std::string(100, 'x'))),
                         "NUL byte at byte offset 4 (binary data", "binary");
   expect_one_line_error(train("--pairs", write("notab.tsv", "a\tb\nc\td\njust words\n")), "line 3 has no tab",
                         "no tab");
@@ -255,8 +261,8 @@ TEST_F(CliData, BadDataIsOneLineExitTwo) {
                         "line 2: its source has 300 tokens, more than the limit of 256", "line too long");
   std::string many;
   for (int i = 0; i < 66000; ++i) many += "w" + std::to_string(i) + "\tx\n";
-  expect_one_line_error(train("--pairs", write("vocab.tsv", many), "--tokenize word"),
-                        "more than the limit of 65536", "vocabulary too large");
+  expect_one_line_error(train("--pairs", write("vocab.tsv", many), "--tokenize word"), "more than the limit of 65536",
+                        "vocabulary too large");
   expect_one_line_error(train("--text", poems(), "--model seq2seq"), "--text trains the decoder-only model",
                         "text with seq2seq");
   expect_one_line_error(train("--text", poems(), "--tokenize word"), "--tokenize is for --pairs", "tokenize on text");

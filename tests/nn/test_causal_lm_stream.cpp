@@ -16,7 +16,13 @@ using namespace attograd::testing;
 namespace {
 
 ModelSpec stream_spec() {
-  return {.vocab = 9, .layers = 1, .d_model = 8, .heads = 2, .d_ff = 16, .max_source_len = 4, .max_target_len = 1,
+  return {.vocab = 9,
+          .layers = 1,
+          .d_model = 8,
+          .heads = 2,
+          .d_ff = 16,
+          .max_source_len = 4,
+          .max_target_len = 1,
           .stream = true};
 }
 
@@ -61,7 +67,7 @@ TEST(CausalLMStream, DecodingCropsToTheLastMaxLenTokens) {
   // A prompt of 3 tokens and 4 decoded: 7 > max_len 4, so the model sees the last 4 (no SEP anywhere).
   DecodeState st = m->begin_decode({{4, 5, 6}});
   st.decoded[0] = {7, 8, 4, 5};
-  const Tensor step = m->decode_step(st);  // (1, V)
+  const Tensor step = m->decode_step(st);                                                 // (1, V)
   const Tensor want = lm.forward(from_vector(std::vector<int64_t>{7, 8, 4, 5}, {1, 4}));  // the last 4 tokens
   EXPECT_TRUE(bitwise_equal(step, reshape(select(want, 1, 3), {1, 9})));
   // A short row needs no crop: its logits are those of the whole prompt.

@@ -36,8 +36,15 @@ void expect_probs(const std::vector<double>& got, const std::vector<double>& wan
 
 std::shared_ptr<nn::SequenceModel> stream_model() {
   Generator g(11);
-  return nn::make_model("lm", {.vocab = 7, .layers = 1, .d_model = 8, .heads = 2, .d_ff = 16, .max_source_len = 3,
-                               .max_target_len = 1, .stream = true},
+  return nn::make_model("lm",
+                        {.vocab = 7,
+                         .layers = 1,
+                         .d_model = 8,
+                         .heads = 2,
+                         .d_ff = 16,
+                         .max_source_len = 3,
+                         .max_target_len = 1,
+                         .stream = true},
                         g);
 }
 
@@ -77,7 +84,7 @@ TEST(Sampling, TopPKeepsTheSmallestSetReachingP) {
   std::vector<double> sq = {std::sqrt(0.15), std::sqrt(0.5), std::sqrt(0.05), std::sqrt(0.3)};
   double total = 0;
   for (double x : sq) total += x;
-  for (double& x : sq) x /= total;  // 0.2075, 0.3789, 0.1198, 0.2935
+  for (double& x : sq) x /= total;            // 0.2075, 0.3789, 0.1198, 0.2935
   const double kept = sq[1] + sq[3] + sq[0];  // 0.6725 < 0.7 after two tokens, 0.88 after three
   expect_probs(sampling_distribution(row(logits), {.temperature = 2, .top_p = 0.7}),
                {sq[0] / kept, sq[1] / kept, 0, sq[3] / kept});
@@ -117,8 +124,8 @@ TEST(Sampling, SampleIsReproducibleAndGreedyAtTemperatureZero) {
   ASSERT_EQ(x.size(), 2u);
   EXPECT_EQ(x[0].size(), 12u);  // a stream model never stops early, and goes past its window of 3 tokens
   EXPECT_EQ(x[1].size(), 12u);
-  EXPECT_EQ(x, y);              // same seed, same tokens
-  EXPECT_NE(x, z);              // another seed, other tokens (24 draws from 7 tokens)
+  EXPECT_EQ(x, y);  // same seed, same tokens
+  EXPECT_NE(x, z);  // another seed, other tokens (24 draws from 7 tokens)
   ASSERT_EQ(streamed.size(), 24u);
   for (size_t i = 0; i < streamed.size(); ++i) {  // per step: row 0, then row 1
     EXPECT_EQ(streamed[i].first, static_cast<int64_t>(i % 2));
@@ -149,7 +156,8 @@ TEST(Sampling, FirstTokenFrequenciesFollowTheModel) {
   Generator g(99);
   constexpr int kDraws = 3000;
   std::vector<int> count(7, 0);
-  for (int i = 0; i < kDraws; ++i) ++count[static_cast<size_t>(sample(*m, {{4, 5, 6}}, 1, {.temperature = 0.5, .top_k = 4}, g)[0][0])];
+  for (int i = 0; i < kDraws; ++i)
+    ++count[static_cast<size_t>(sample(*m, {{4, 5, 6}}, 1, {.temperature = 0.5, .top_k = 4}, g)[0][0])];
   for (size_t v = 0; v < 7; ++v) {
     const double sigma = std::sqrt(want[v] * (1 - want[v]) / kDraws);
     EXPECT_NEAR(static_cast<double>(count[v]) / kDraws, want[v], 5 * sigma + 1e-12) << "token " << v;

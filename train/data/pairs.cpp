@@ -9,7 +9,7 @@
 namespace attograd::data {
 
 namespace detail {
-std::string read_spec_file(DataSpec& spec);                      // text.cpp
+std::string read_spec_file(DataSpec& spec);                        // text.cpp
 void check_vocab_size(const Vocabulary& v, const DataSpec& spec);  // text.cpp
 }  // namespace detail
 
@@ -32,7 +32,7 @@ std::vector<PairLine> parse_pairs(const std::string& text, const std::string& or
     std::string line = text.substr(pos, end - pos);
     pos = end + 1;
     ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF
+    if (!line.empty() && line.back() == '\r') line.pop_back();               // CRLF
     if (line.find_first_not_of(" \t\r\v\f") == std::string::npos) continue;  // blank
     const size_t tabs = static_cast<size_t>(std::count(line.begin(), line.end(), '\t'));
     ATTO_CHECK(tabs == 1, me, origin, " line ", line_no,
@@ -72,8 +72,9 @@ std::vector<PairLine> parse_pairs(const std::string& text, const std::string& or
     for (const auto& [pieces, ids] : {std::pair{&r.src, &p.example.src}, std::pair{&r.tgt, &p.example.tgt}})
       for (const std::string& piece : *pieces) {
         const std::optional<int64_t> id = vocab->find(piece);
-        ATTO_CHECK(id.has_value(), me, origin, " line ", r.line, ": ", tokenize == Tokenize::Char ? "character" : "word",
-                   " '", piece.substr(0, 60), "' is not in the model's vocabulary");
+        ATTO_CHECK(id.has_value(), me, origin, " line ", r.line, ": ",
+                   tokenize == Tokenize::Char ? "character" : "word", " '", piece.substr(0, 60),
+                   "' is not in the model's vocabulary");
         ids->push_back(*id);
       }
     out.push_back(std::move(p));
@@ -112,9 +113,9 @@ PairsDataset::PairsDataset(const DataSpec& spec, bool read_file) : spec_(spec) {
   }
   // Lengths saved with a model fix its shapes: the file must fit them.
   if (spec.max_source_len > 0 || spec.max_target_len > 0) {
-    ATTO_CHECK(src_len <= spec.max_source_len && tgt_len <= spec.max_target_len, me, origin,
-               " has a source of ", src_len, " or a target of ", tgt_len, " tokens, longer than the model's ",
-               spec.max_source_len, " and ", spec.max_target_len);
+    ATTO_CHECK(src_len <= spec.max_source_len && tgt_len <= spec.max_target_len, me, origin, " has a source of ",
+               src_len, " or a target of ", tgt_len, " tokens, longer than the model's ", spec.max_source_len, " and ",
+               spec.max_target_len);
   } else {
     spec_.max_source_len = src_len;
     spec_.max_target_len = tgt_len;

@@ -17,8 +17,8 @@ namespace attograd::data {
 
 /// One parsed line of a pairs file.
 struct PairLine {
-  int64_t line = 0;   ///< 1-based line number in the file
-  Example example;    ///< its tokens
+  int64_t line = 0;  ///< 1-based line number in the file
+  Example example;   ///< its tokens
 };
 
 /// Parses pairs text (see the file comment) with `vocab`, or, when `vocab` is null, with a vocabulary built from

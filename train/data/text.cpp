@@ -2,12 +2,11 @@
 
 #include "train/data/text.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <type_traits>
 
@@ -55,17 +54,20 @@ std::vector<char32_t> decode_utf8(std::string_view text, const std::string& orig
     }
     int len = 0;
     char32_t c = 0, min = 0;
-    if ((b & 0xE0) == 0xC0) len = 2, c = b & 0x1F, min = 0x80;
-    else if ((b & 0xF0) == 0xE0) len = 3, c = b & 0x0F, min = 0x800;
-    else if ((b & 0xF8) == 0xF0) len = 4, c = b & 0x07, min = 0x10000;
-    ATTO_CHECK(len > 0, me, origin, ": invalid UTF-8 at byte offset ", i, " (byte ", hex_byte(b), " cannot start a character)");
+    if ((b & 0xE0) == 0xC0)
+      len = 2, c = b & 0x1F, min = 0x80;
+    else if ((b & 0xF0) == 0xE0)
+      len = 3, c = b & 0x0F, min = 0x800;
+    else if ((b & 0xF8) == 0xF0)
+      len = 4, c = b & 0x07, min = 0x10000;
+    ATTO_CHECK(len > 0, me, origin, ": invalid UTF-8 at byte offset ", i, " (byte ", hex_byte(b),
+               " cannot start a character)");
     ATTO_CHECK(i + static_cast<size_t>(len) <= n, me, origin, ": invalid UTF-8 at byte offset ", i,
                " (a character cut off by the end of the text)");
     for (int k = 1; k < len; ++k) {
       const unsigned char cb = p[i + static_cast<size_t>(k)];
-      ATTO_CHECK((cb & 0xC0) == 0x80, me, origin, ": invalid UTF-8 at byte offset ", i,
-                 " (byte ", hex_byte(cb), " at offset ", i + static_cast<size_t>(k),
-                 " is not a continuation byte)");
+      ATTO_CHECK((cb & 0xC0) == 0x80, me, origin, ": invalid UTF-8 at byte offset ", i, " (byte ", hex_byte(cb),
+                 " at offset ", i + static_cast<size_t>(k), " is not a continuation byte)");
       c = (c << 6) | (cb & 0x3F);
     }
     ATTO_CHECK(c >= min && c <= 0x10FFFF && !(c >= 0xD800 && c <= 0xDFFF), me, origin,
@@ -244,10 +246,10 @@ void read_field(const json& v, const std::string& name, T& out) {
     ATTO_CHECK(v.is_number_unsigned(), kDataSpec, "field \"", name, "\" must be a non-negative integer");
     out = v.get<uint64_t>();
   } else if constexpr (std::is_same_v<T, int64_t>) {
-    ATTO_CHECK(v.is_number_integer() &&
-                   (!v.is_number_unsigned() ||
-                    v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())),
-               kDataSpec, "field \"", name, "\" must be an integer");
+    ATTO_CHECK(
+        v.is_number_integer() && (!v.is_number_unsigned() ||
+                                  v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())),
+        kDataSpec, "field \"", name, "\" must be an integer");
     out = v.get<int64_t>();
   } else {
     static_assert(std::is_same_v<T, std::vector<std::string>>);
@@ -298,8 +300,8 @@ void DataSpec::validate() const {
              Vocabulary::kReserved + 1, ", ", kMaxVocabulary, "], got ", max_vocab);
   ATTO_CHECK(max_bytes >= 1 && max_bytes <= io::kMaxFileBytes, kDataSpec, "max_bytes must be in [1, ",
              io::kMaxFileBytes, "], got ", max_bytes);
-  ATTO_CHECK(static_cast<int64_t>(vocabulary.size()) + Vocabulary::kReserved <= max_vocab, kDataSpec, "a vocabulary of ",
-             vocabulary.size() + Vocabulary::kReserved, " tokens exceeds max_vocab ", max_vocab);
+  ATTO_CHECK(static_cast<int64_t>(vocabulary.size()) + Vocabulary::kReserved <= max_vocab, kDataSpec,
+             "a vocabulary of ", vocabulary.size() + Vocabulary::kReserved, " tokens exceeds max_vocab ", max_vocab);
 }
 
 std::string read_data_file(const std::string& path, uint64_t max_bytes) {

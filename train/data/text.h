@@ -92,18 +92,18 @@ class Vocabulary {
 
 /// A data file's settings, and what a model trained on it needs to be rebuilt (saved beside its weights).
 struct DataSpec {
-  std::string format = "text";           ///< "text" (TextDataset) or "pairs" (PairsDataset)
-  std::string path = {};                 ///< the file
-  std::string tokenize = "char";         ///< "char" or "word" (pairs; text is always char)
-  int64_t context = 64;                  ///< text: characters a model sees, in [1, kMaxContext]
-  double val_fraction = 0.1;             ///< held-out share, in (0, 1)
+  std::string format = "text";             ///< "text" (TextDataset) or "pairs" (PairsDataset)
+  std::string path = {};                   ///< the file
+  std::string tokenize = "char";           ///< "char" or "word" (pairs; text is always char)
+  int64_t context = 64;                    ///< text: characters a model sees, in [1, kMaxContext]
+  double val_fraction = 0.1;               ///< held-out share, in (0, 1)
   uint64_t max_bytes = kMaxDataFileBytes;  ///< largest file read
-  int64_t max_vocab = kMaxVocabulary;    ///< largest vocabulary (reserved ids included)
+  int64_t max_vocab = kMaxVocabulary;      ///< largest vocabulary (reserved ids included)
   // Learned from the file when it is first read; given, they are checked against it.
   std::vector<std::string> vocabulary = {};  ///< the file's tokens (empty: build from the file)
-  int64_t max_source_len = 0;            ///< longest source (pairs) / context (text)
-  int64_t max_target_len = 0;            ///< longest target (pairs) / 1 (text)
-  uint64_t file_hash = 0;                ///< XXH64 of the file's bytes (0: not yet read)
+  int64_t max_source_len = 0;                ///< longest source (pairs) / context (text)
+  int64_t max_target_len = 0;                ///< longest target (pairs) / 1 (text)
+  uint64_t file_hash = 0;                    ///< XXH64 of the file's bytes (0: not yet read)
   /// Every field as one JSON object.
   std::string to_json() const;
   /// Parses to_json()'s output (Error naming an unknown field or a wrong type).

@@ -69,9 +69,11 @@ TEST(Pairs, BadLinesNameTheLine) {
   EXPECT_NE(longer.find("line 2: its source has 257 tokens, more than the limit of 256"), std::string::npos) << longer;
   EXPECT_NE(parse_error("a\tb\nc\t\xFF\n").find("invalid UTF-8 at byte offset 6"), std::string::npos);
   EXPECT_NE(parse_error(std::string("a\tb\0\n", 5)).find("NUL byte at byte offset 3"), std::string::npos);
-  const std::string vocab = error_of([] { parse_pairs("abcdef\tghij\n", "'f'", Tokenize::Char, nullptr, nullptr, 10); });
+  const std::string vocab =
+      error_of([] { parse_pairs("abcdef\tghij\n", "'f'", Tokenize::Char, nullptr, nullptr, 10); });
   EXPECT_NE(vocab.find("10 distinct tokens; with the 4 reserved ids that is 14, more than the limit of 10"),
-            std::string::npos) << vocab;
+            std::string::npos)
+      << vocab;
   const Vocabulary known({"a", "b"});
   const std::string unknown = error_of([&] { parse_pairs("ab\tba\nab\tbz\n", "'g'", Tokenize::Char, &known); });
   EXPECT_NE(unknown.find("'g' line 2: character 'z' is not in the model's vocabulary"), std::string::npos) << unknown;
@@ -113,12 +115,14 @@ TEST(PairsDataset, SplitDrawsAndPositions) {
 }
 
 TEST(PairsDataset, AlignedWordsAndFileErrors) {
-  PairsDataset w({.format = "pairs", .path = scratch_file("w.tsv", "one two\tuno dos\nthree\ttres\nfour\tcuatro\n"),
+  PairsDataset w({.format = "pairs",
+                  .path = scratch_file("w.tsv", "one two\tuno dos\nthree\ttres\nfour\tcuatro\n"),
                   .tokenize = "word"});
   EXPECT_TRUE(w.aligned());
   EXPECT_EQ(w.to_text(w.parse_source("two  one")), "two one");
-  EXPECT_NE(error_of([] { open_data({.format = "pairs", .path = scratch_file("one.tsv", "a\tb\n")}); })
-                .find("has 1 usable line; a held-out split needs at least 2"),
+  EXPECT_NE(error_of([] {
+              open_data({.format = "pairs", .path = scratch_file("one.tsv", "a\tb\n")});
+            }).find("has 1 usable line; a held-out split needs at least 2"),
             std::string::npos);
   EXPECT_NE(error_of([] { open_data({.format = "pairs", .path = scratch_file("e.tsv", "")}); }).find("is empty"),
             std::string::npos);

@@ -57,7 +57,13 @@ TEST(Utf8, DecodesChineseAndRoundTrips) {
 }
 
 TEST(Utf8, ErrorsNameTheByteOffset) {
-  EXPECT_NE(error_of([] { decode_utf8("ab\xFF" "c", "f"); }).find("invalid UTF-8 at byte offset 2"), std::string::npos);
+  EXPECT_NE(error_of([] {
+              decode_utf8(
+                  "ab\xFF"
+                  "c",
+                  "f");
+            }).find("invalid UTF-8 at byte offset 2"),
+            std::string::npos);
   EXPECT_NE(error_of([] { decode_utf8("abc\xE4\xB8", "f"); }).find("byte offset 3"), std::string::npos);  // cut off
   EXPECT_NE(error_of([] { decode_utf8("x\xC0\xAF", "f"); }).find("overlong"), std::string::npos);
   EXPECT_NE(error_of([] { decode_utf8("\xED\xA0\x80", "f"); }).find("not a Unicode scalar value"), std::string::npos);
@@ -75,7 +81,8 @@ TEST(Vocabulary, CharactersWordsAndJson) {
   EXPECT_EQ(chars.token(0), "<pad>");
   const std::string err = error_of([&] { chars.encode("abz", "the prompt"); });
   EXPECT_NE(err.find("the prompt: character 'z' (U+007A) is not in the model's vocabulary of 7 tokens"),
-            std::string::npos) << err;
+            std::string::npos)
+      << err;
   EXPECT_EQ(Vocabulary::from_json(chars.to_json()), chars);
 
   const Vocabulary words = Vocabulary::build({"uno", "dos", "uno"}, Tokenize::Word);
@@ -90,16 +97,18 @@ TEST(DataSpec, JsonRoundTripAndValidation) {
   s.vocabulary = {"a", "b"};
   s.file_hash = 12345678901234567890ull;
   EXPECT_EQ(DataSpec::from_json(s.to_json()), s);
-  EXPECT_NE(error_of([] { DataSpec::from_json(R"({"bogus": 1})"); }).find("unknown field \"bogus\""), std::string::npos);
-  EXPECT_NE(error_of([] { DataSpec{.context = 257}.validate(); }).find("context must be in [1, 256]"), std::string::npos);
+  EXPECT_NE(error_of([] { DataSpec::from_json(R"({"bogus": 1})"); }).find("unknown field \"bogus\""),
+            std::string::npos);
+  EXPECT_NE(error_of([] { DataSpec{.context = 257}.validate(); }).find("context must be in [1, 256]"),
+            std::string::npos);
   EXPECT_NE(error_of([] { DataSpec{.val_fraction = 0}.validate(); }).find("val_fraction"), std::string::npos);
   EXPECT_NE(error_of([] { DataSpec{.tokenize = "word"}.validate(); }).find("modelled by character"), std::string::npos);
 }
 
 TEST(TextDataset, ChineseTokensSplitAndWindows) {
   // 100 characters: "床前明月光，" repeated, then ASCII; the last 10% (10 characters) are held out.
-  const std::string text = repeat("\xE5\xBA\x8A\xE5\x89\x8D\xE6\x98\x8E\xE6\x9C\x88\xE5\x85\x89\xEF\xBC\x8C", 15) +
-                           "abcdefghij";
+  const std::string text =
+      repeat("\xE5\xBA\x8A\xE5\x89\x8D\xE6\x98\x8E\xE6\x9C\x88\xE5\x85\x89\xEF\xBC\x8C", 15) + "abcdefghij";
   TextDataset d({.format = "text", .path = scratch_file("poem.txt", text), .context = 4, .val_fraction = 0.1});
   EXPECT_EQ(d.vocab_size(), Vocabulary::kReserved + 6 + 10);
   EXPECT_EQ(d.train_size(), 90);
@@ -136,8 +145,8 @@ TEST(TextDataset, ChineseTokensSplitAndWindows) {
 }
 
 TEST(TextDataset, PositionsResumeTheStream) {
-  TextDataset d({.path = scratch_file("abc.txt", repeat("the quick brown fox jumps over the lazy dog. ", 5)),
-                 .context = 8});
+  TextDataset d(
+      {.path = scratch_file("abc.txt", repeat("the quick brown fox jumps over the lazy dog. ", 5)), .context = 8});
   d.seed(3);
   for (int i = 0; i < 5; ++i) d.next();
   const DataPosition p = d.position();
@@ -151,7 +160,8 @@ TEST(TextDataset, PositionsResumeTheStream) {
 
 TEST(TextDataset, CrlfIsReadAsLf) {
   const std::string lf = repeat("line one\nline two\n", 4), crlf = repeat("line one\r\nline two\r\n", 4);
-  TextDataset a({.path = scratch_file("lf.txt", lf), .context = 8}), b({.path = scratch_file("crlf.txt", crlf), .context = 8});
+  TextDataset a({.path = scratch_file("lf.txt", lf), .context = 8}),
+      b({.path = scratch_file("crlf.txt", crlf), .context = 8});
   EXPECT_EQ(a.vocabulary(), b.vocabulary());
   EXPECT_FALSE(b.vocabulary().find("\r").has_value());
   EXPECT_EQ(a.heldout(100, 0), b.heldout(100, 0));
@@ -163,14 +173,20 @@ TEST(TextDataset, BadFilesAreOneLineErrors) {
     return error_of([&] { open_data(spec); });
   };
   EXPECT_NE(open("empty.txt", "").find("is empty"), std::string::npos);
-  EXPECT_NE(open("bad.txt", repeat("ok ", 50) + "\xC3\x28").find("invalid UTF-8 at byte offset 150"), std::string::npos);
-  EXPECT_NE(open("bin.txt", std::string("\x7f" "ELF\0\0\0", 7) + repeat("x", 100)).find("NUL byte at byte offset 4"),
+  EXPECT_NE(open("bad.txt", repeat("ok ", 50) + "\xC3\x28").find("invalid UTF-8 at byte offset 150"),
+            std::string::npos);
+  EXPECT_NE(open("bin.txt", std::string("\x7f"
+                                        "ELF\0\0\0",
+                                        7) +
+                                repeat("x", 100))
+                .find("NUL byte at byte offset 4"),
             std::string::npos);
   const std::string small = open("small.txt", "hello world", {.context = 64});
   EXPECT_NE(small.find("has 11 characters: too few for context 64"), std::string::npos) << small;
   const std::string vocab = open("vocab.txt", repeat("abcdefghijklmnopqrstuvwxyz", 4), {.max_vocab = 20});
   EXPECT_NE(vocab.find("26 distinct tokens; with the 4 reserved ids that is 30, more than the limit of 20"),
-            std::string::npos) << vocab;
+            std::string::npos)
+      << vocab;
   const std::string huge = open("huge.txt", repeat("0123456789", 200), {.max_bytes = 1000});
   EXPECT_NE(huge.find("file is 2000 bytes, more than the cap of 1000 bytes"), std::string::npos) << huge;
   EXPECT_NE(error_of([] { open_data({.path = "/nonexistent/x.txt"}); }).find("cannot open"), std::string::npos);
