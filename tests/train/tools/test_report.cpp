@@ -354,7 +354,6 @@ TEST(Progress, State) {
 }
 
 }  // namespace
-}  // namespace attograd
 
 TEST(Report, StreamCurvesShowValLossBitsPerCharacterAndNextCharacterAccuracy) {
   const std::vector<train::StepMetrics> h = history(37, 10);
@@ -368,3 +367,5 @@ TEST(Report, StreamCurvesShowValLossBitsPerCharacterAndNextCharacterAccuracy) {
   EXPECT_NE(svg.find("teacher-forced"), std::string::npos);
   EXPECT_EQ(count(svg, "<circle"), 3u * 3 + 3);
 }
+
+}  // namespace attograd
