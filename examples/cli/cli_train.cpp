@@ -314,7 +314,8 @@ int run(TrainArgs& a) {
 }  // namespace
 
 Command add_train(CLI::App& app) {
-  CLI::App* sub = app.add_subcommand("train", "Train a transformer on a toy sequence task or on your own text or pairs file");
+  CLI::App* sub =
+      app.add_subcommand("train", "Train a transformer on a toy sequence task or on your own text or pairs file");
   auto a = std::make_shared<TrainArgs>();
   sub->option_defaults()->always_capture_default();
   field(sub, a, "--task", &TrainConfig::task, "copy, reverse, sort or add")
