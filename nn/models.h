@@ -93,7 +93,8 @@ class CausalLM : public SequenceModel {
   /// Builds the model, drawing every initial weight from `gen`.
   explicit CausalLM(const CausalLMOptions& options, Generator& gen = default_generator());
   /// Kind "lm" from a spec: n_head = heads, n_layers = layers, max_len = max_source_len + max_target_len + 1
-  /// (src SEP tgt), pad_idx = specials.pad.
+  /// (src SEP tgt; a stream spec: max(1, max_source_len + max_target_len - 1), the input (src tgt)[:-1]),
+  /// pad_idx = specials.pad.
   static std::shared_ptr<SequenceModel> build(const ModelSpec& spec, Generator& gen);
   /// "CausalLM".
   std::string type_name() const override { return "CausalLM"; }
@@ -113,12 +114,15 @@ class CausalLM : public SequenceModel {
   /// The spec (from build(), or derived from the options: max_source_len = max_target_len = max_len - 1).
   const ModelSpec& spec() const override { return spec_; }
   /// inputs {src SEP tgt (B, L)}, target (B, L): the next token where it is a target token or the final EOS.
+  /// A stream model (spec().stream): inputs {(src tgt)[:-1]}, target (src tgt)[1:] at every position.
   SequenceBatch make_batch(const std::vector<Example>& examples) const override;
   /// forward(inputs[0]) -> (B, L, vocab).
   Tensor forward_batch(const SequenceBatch& batch) override;
-  /// Prompts src SEP, one per row; allocates one key/value cache per block for every row and
-  /// min(max_len, longest prompt + max_decode_len()) positions.
+  /// Prompts src SEP (a stream model: src alone), one per row; allocates one key/value cache per block for every
+  /// row and min(max_len, longest prompt + max_decode_len()) positions.
   DecodeState begin_decode(const TokenRows& sources) override;
+  /// The spec's max_target_len + 1; unbounded for a stream model (sampling asks for any number of tokens).
+  int64_t max_decode_len() const override;
   /// The active rows' next-token logits (A, vocab). A row's sequence is its prompt + decoded; the model sees its
   /// last max_len tokens (nanoGPT's crop: beyond max_len the window slides and positions restart at 0 for it).
   /// With state.use_cache, a row whose sequence fits the cache runs only its new positions against the cached
@@ -142,7 +146,7 @@ class CausalLM : public SequenceModel {
   std::string extra_repr() const override;
 
  private:
-  // The prompt row of a source: src SEP (the one place that frames a prompt for decoding).
+  // The prompt row of a source: src SEP, or src alone for a stream model (the one place that frames a prompt).
   std::vector<int64_t> prompt_tokens(const std::vector<int64_t>& src) const;
   // Row b's whole sequence so far: prompt_tokens(source) + decoded.
   std::vector<int64_t> sequence(const DecodeState& state, int64_t b) const;
@@ -153,6 +157,8 @@ class CausalLM : public SequenceModel {
   Tensor recompute_logits(const DecodeState& state, const std::vector<int64_t>& rows);
   // Logits (A, V) of the listed rows' last positions from the cache, feeding only their new positions.
   Tensor cached_logits(DecodeState& state, const std::vector<int64_t>& rows);
+  // make_batch for a stream model.
+  SequenceBatch make_stream_batch(const std::vector<Example>& examples) const;
 
   ModelSpec spec_;
 };
