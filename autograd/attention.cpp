@@ -247,8 +247,8 @@ AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
   Shape out_shape = three_d ? Shape{p.B, p.Lq, p.dv} : Shape{p.B, p.H, p.Lq, p.dv};
   Shape w_shape = three_d ? Shape{p.B, p.Lq, p.Lk} : Shape{p.B, p.H, p.Lq, p.Lk};
   const int64_t Hkv = three_d ? 1 : p.Hkv;
-  return run_attention(p, {q, k, v}, 0, 1, 2, bhld(H, p.Lq, p.dk), bhld(Hkv, p.Lk, p.dk), bhld(Hkv, p.Lk, p.dv), out_shape,
-                       bhld(H, p.Lq, p.dv), w_shape, opts);
+  return run_attention(p, {q, k, v}, 0, 1, 2, bhld(H, p.Lq, p.dk), bhld(Hkv, p.Lk, p.dk), bhld(Hkv, p.Lk, p.dv),
+                       out_shape, bhld(H, p.Lq, p.dv), w_shape, opts);
 }
 
 AttentionResult multi_head_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,

@@ -48,8 +48,9 @@ struct AttentionResult {
 /// q (B, H, Lq, d_k), k (B, H_kv, Lk, d_k), v (B, H_kv, Lk, d_v); 3-D inputs (N, L, d) are treated as H = 1 and
 /// give 3-D results. H_kv dividing H is grouped-query attention: query head h reads key/value head h / (H / H_kv),
 /// in place (PyTorch: k.repeat_interleave(H / H_kv, dim=-3), the same for v; no copy here), and the gradient of a
-/// shared head sums over its query heads in a fixed order (the same bits for any thread count). Blocked scores are -inf. A query row whose keys are ALL blocked gives a zero output row
-/// and zero gradients (never NaN; PyTorch 1.13 gives NaN there). Saves q, k, v, the output and per-row
+/// shared head sums over its query heads in a fixed order (the same bits for any thread count). window and
+/// block_layout skip the blocks of scores no query can see (docs/ATTENTION.md). Blocked scores are -inf. A query
+/// row whose keys are ALL blocked gives a zero output row and zero gradients (never NaN; PyTorch 1.13 gives NaN there). Saves q, k, v, the output and per-row
 /// softmax statistics (memory linear in L); the backward recomputes the probabilities in blocks of query
 /// rows, except for short sequences (Lq * Lk <= detail::attention_saved_probs_limit(), 64 * 64 by default), whose
 /// probabilities the forward keeps (4 Lq Lk bytes per head in float32) so that the backward reads them. The

@@ -302,10 +302,9 @@ TEST(SparseAttentionOp, Gradcheck) {
   Tensor fmask = randn({11, 9}, gen, {.dtype = kFloat64});
   auto block = [&]() {
     Generator g(7);
-    return scaled_dot_product_attention(
-               q, k, v,
-               {.attn_mask = fmask, .dropout_p = 0.3, .generator = &g, .window = 4, .block_size = 4, .block_layout = lay})
-        .output;
+    AttentionOptions o{.attn_mask = fmask, .dropout_p = 0.3, .generator = &g, .window = 4, .block_size = 4};
+    o.block_layout = lay;
+    return scaled_dot_product_attention(q, k, v, o).output;
   };
   EXPECT_GRADCHECK(block, {q, k, v});
 }
