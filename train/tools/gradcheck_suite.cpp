@@ -675,6 +675,31 @@ std::vector<Check> build_registry() {
                  return module_run("MultiheadAttention", module_conf(c), m, {x},
                                    [&] { return m.forward(x, x, x, fo).output; }, c, o, gen, &drop);
                }});
+  // MultiheadAttention with the attention variants (docs/ATTENTION.md): grouped-query heads, a window and a BigBird
+  // block layout at once.
+  r.push_back({"MultiheadAttention.variants", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 43), drop(0);
+                 const int64_t kv = c.heads % 2 == 0 ? c.heads / 2 : 1, w = std::max<int64_t>(1, c.len / 3);
+                 nn::MultiheadAttention m({.embed_dim = c.d_model,
+                                           .num_heads = c.heads,
+                                           .dropout = c.dropout,
+                                           .num_kv_heads = kv,
+                                           .window = w,
+                                           .block_size = 2,
+                                           .block_local = 1,
+                                           .block_global = 1,
+                                           .block_random = 1,
+                                           .block_seed = c.seed},
+                                          gen);
+                 m.set_generator(drop);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 nn::MhaForwardOptions fo{.need_weights = false, .is_causal = c.mask == "causal"};
+                 if (c.mask == "padding") fo.key_padding_mask = key_padding(c);
+                 return module_run("MultiheadAttention.variants",
+                                   str_cat(module_conf(c), " num_kv_heads=", kv, " window=", w,
+                                           " block_size=2 BigBird (local 1, global 1, random 1)"),
+                                   m, {x}, [&] { return m.forward(x, x, x, fo).output; }, c, o, gen, &drop);
+               }});
   r.push_back({"seed::AttentionSublayer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 37), drop(0);
                  const int64_t dk = c.d_model / c.heads;

@@ -73,6 +73,7 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                             "Dropout",
                                             "PositionwiseFeedForward",
                                             "MultiheadAttention",
+                                            "MultiheadAttention.variants",
                                             "seed::AttentionSublayer",
                                             "TransformerEncoderLayer",
                                             "TransformerDecoderLayer",
