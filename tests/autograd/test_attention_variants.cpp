@@ -124,6 +124,9 @@ const std::vector<Case>& cases() {
       {"block_big", 1, 2, 2, 200, 200, 4, 4, false, 0, 70, 1, 0.0, false, false},  // blocks taller than 64 rows
       {"block_window_gqa_dropout", 2, 4, 2, 130, 130, 8, 8, true, 20, 16, 1, 0.25, true, true},
       {"block_mqa", 1, 4, 1, 96, 96, 8, 8, false, 0, 8, 0, 0.0, false, false},
+      // Grouped-query attention on the dense path (no window, no layout).
+      {"gqa_dense_causal_dropout", 2, 4, 2, 100, 100, 8, 8, true, 0, 0, 0, 0.1, false, true},
+      {"mqa_dense_mask", 1, 4, 1, 90, 120, 8, 6, false, 0, 0, 0, 0.0, true, false},
   };
   return all;
 }
