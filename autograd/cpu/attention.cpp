@@ -1,7 +1,9 @@
 // Attention kernels (autograd/attention.cpp has the op): the forward and the backward of scaled dot-product
 // attention over blocks of query rows, FlashAttention-style (scores, softmax and the products one block at a time,
 // scratch of kBlockRows x Lk per thread), with the dropout mask replayed from a hash instead of stored. The
-// products run on the GEMM kernels (in the avx512 set, with K^T, V, V^T and K packed once per head).
+// products run on the GEMM kernels (in the avx512 set, with K^T, V, V^T and K packed once per head). Grouped-query
+// attention reads key/value head h / (H / H_kv) in place. A sliding window or a block layout takes the sparse path
+// (sparse_forward, sparse_backward): each block of query rows computes only the keys some row of it can see.
 
 #include <algorithm>
 #include <cmath>
