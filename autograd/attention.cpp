@@ -45,6 +45,21 @@ void finish_plan(Plan& p, const Tensor& q, const Tensor& k, const Shape& target,
   ATTO_CHECK(std::isfinite(opts.scale), kOp, "scale must be finite (0 = 1/sqrt(d_k)), got ", opts.scale);
   p.scale = opts.scale != 0.0 ? opts.scale : (p.dk > 0 ? 1.0 / std::sqrt(static_cast<double>(p.dk)) : 1.0);
   p.causal = opts.is_causal;
+  ATTO_CHECK(opts.window >= 0, kOp, "window must be >= 0 (0 = off), got ", opts.window);
+  p.window = opts.window;
+  ATTO_CHECK(opts.block_size >= 0, kOp, "block_size must be >= 0 (0 = off), got ", opts.block_size);
+  ATTO_CHECK((opts.block_size > 0) == opts.block_layout.defined(), kOp, "block_size (", opts.block_size,
+             ") and block_layout (", opts.block_layout.defined() ? "given" : "undefined", ") go together");
+  if (opts.block_size > 0) {
+    const Tensor& lay = opts.block_layout;
+    const int64_t b = opts.block_size, nbq = (p.Lq + b - 1) / b, nbk = (p.Lk + b - 1) / b;
+    ATTO_CHECK(lay.dtype() == kBool && lay.shape() == Shape({nbq, nbk}), kOp,
+               "block_layout must be bool (ceil(Lq / block_size), ceil(Lk / block_size)) = ", Shape{nbq, nbk},
+               " for Lq = ", p.Lq, ", Lk = ", p.Lk, ", block_size = ", b, ", got ", dtype_name(lay.dtype()), " ",
+               lay.shape());
+    p.block = b, p.nbq = nbq, p.nbk = nbk;
+    p.layout = static_cast<const bool*>(lay.const_raw_data());
+  }
 
   const Tensor& mask = opts.attn_mask;
   if (mask.defined()) {
@@ -102,9 +117,13 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   const Shape& qs = q.shape();
   const Shape& ks = k.shape();
   const Shape& vs = v.shape();
-  for (int64_t d = 0; d < rank - 2; ++d)
-    ATTO_CHECK(qs[d] == ks[d] && qs[d] == vs[d], kOp, "batch/head dimensions differ: q ", qs, ", k ", ks, ", v ", vs,
-               " (dimension ", d, ": ", qs[d], ", ", ks[d], ", ", vs[d], ")");
+  for (int64_t d = 0; d < rank - 2; ++d) {
+    // Dimension 1 of 4-D inputs: k and v may have H_kv heads dividing q's H (grouped-query attention).
+    const bool heads = rank == 4 && d == 1;
+    ATTO_CHECK(ks[d] == vs[d] && (qs[d] == ks[d] || (heads && ks[d] > 0 && qs[d] % ks[d] == 0)), kOp,
+               "batch/head dimensions differ: q ", qs, ", k ", ks, ", v ", vs, " (dimension ", d, ": ", qs[d], ", ",
+               ks[d], ", ", vs[d], ")", heads ? "; k and v may have H_kv heads dividing q's H" : "");
+  }
   ATTO_CHECK(qs[rank - 1] == ks[rank - 1], kOp, "d_k mismatch: q ", qs, " has d_k = ", qs[rank - 1], " but k ", ks,
              " has d_k = ", ks[rank - 1]);
   ATTO_CHECK(ks[rank - 2] == vs[rank - 2], kOp, "Lk mismatch: k ", ks, " has ", ks[rank - 2], " keys but v ", vs,
@@ -112,6 +131,9 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   Plan p;
   p.B = qs[0];
   p.H = rank == 4 ? qs[1] : 1;
+  p.Hkv = rank == 4 ? ks[1] : 1;
+  ATTO_CHECK(opts.num_kv_heads == 0 || opts.num_kv_heads == p.Hkv, kOp, "num_kv_heads = ", opts.num_kv_heads,
+             " differs from the heads of k ", ks, " (scaled_dot_product_attention reads H_kv from k)");
   p.Lq = qs[rank - 2];
   p.Lk = ks[rank - 2];
   p.dk = qs[rank - 1];
@@ -128,6 +150,7 @@ AttentionResult run_attention(const Plan& plan, const std::vector<Tensor>& input
                               const AttentionOptions& opts) {
   const Tensor& mask = opts.attn_mask;
   const void* mask_data = mask.defined() ? mask.raw_data() : nullptr;
+  Tensor layout = opts.block_layout.defined() ? opts.block_layout.detach() : Tensor();  // kept alive for the backward
   const Dtype dt = inputs[0].dtype();
   Tensor out = empty(out_shape, {.dtype = dt});
   bool save = false;
@@ -161,7 +184,7 @@ AttentionResult run_attention(const Plan& plan, const std::vector<Tensor>& input
   Tensor od = out.detach();
   result.output = record(
       kOp, out, inputs,
-      [plan, saved, md, od, stats, probs, qi, ki, vi, lq, lk, lv, lo](const Tensor& g, GradInputs& gi) {
+      [plan, saved, md, layout, od, stats, probs, qi, ki, vi, lq, lk, lv, lo](const Tensor& g, GradInputs& gi) {
         ATTO_CHECK(g.dtype() == od.dtype(), kOp, "gradient dtype ", dtype_name(g.dtype()),
                    " differs from the output's ", dtype_name(od.dtype()));
         std::vector<Tensor> grads(saved.size());
@@ -185,6 +208,32 @@ AttentionResult run_attention(const Plan& plan, const std::vector<Tensor>& input
 
 }  // namespace
 
+Tensor bigbird_block_layout(const BigBirdLayoutOptions& o) {
+  ATTO_CHECK(o.q_blocks >= 0 && o.k_blocks >= 0 && o.local_blocks >= 0 && o.global_blocks >= 0 && o.random_blocks >= 0,
+             "bigbird_block_layout", "block counts must be >= 0, got q_blocks = ", o.q_blocks, ", k_blocks = ",
+             o.k_blocks, ", local_blocks = ", o.local_blocks, ", global_blocks = ", o.global_blocks,
+             ", random_blocks = ", o.random_blocks);
+  Tensor layout = zeros({o.q_blocks, o.k_blocks}, {.dtype = kBool});
+  bool* m = layout.data<bool>();
+  Generator gen(o.seed);
+  std::vector<int64_t> rest;
+  for (int64_t r = 0; r < o.q_blocks; ++r) {
+    bool* row = m + r * o.k_blocks;
+    for (int64_t c = 0; c < o.k_blocks; ++c)
+      row[c] = r < o.global_blocks || c < o.global_blocks || (c >= r - o.local_blocks && c <= r + o.local_blocks);
+    rest.clear();  // random blocks: a partial Fisher-Yates shuffle of the blocks not yet seen, in column order
+    for (int64_t c = 0; c < o.k_blocks; ++c)
+      if (!row[c]) rest.push_back(c);
+    const int64_t take = std::min<int64_t>(o.random_blocks, static_cast<int64_t>(rest.size()));
+    for (int64_t t = 0; t < take; ++t) {
+      const int64_t u = t + static_cast<int64_t>(gen.randint(static_cast<uint64_t>(rest.size()) - t));
+      std::swap(rest[t], rest[u]);
+      row[rest[t]] = true;
+    }
+  }
+  return layout;
+}
+
 int64_t& detail::attention_saved_probs_limit() {
   static int64_t limit = 64 * 64;
   return limit;
@@ -197,8 +246,9 @@ AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
   const int64_t H = three_d ? 1 : p.H;
   Shape out_shape = three_d ? Shape{p.B, p.Lq, p.dv} : Shape{p.B, p.H, p.Lq, p.dv};
   Shape w_shape = three_d ? Shape{p.B, p.Lq, p.Lk} : Shape{p.B, p.H, p.Lq, p.Lk};
-  return run_attention(p, {q, k, v}, 0, 1, 2, bhld(H, p.Lq, p.dk), bhld(H, p.Lk, p.dk), bhld(H, p.Lk, p.dv), out_shape,
-                       bhld(H, p.Lq, p.dv), w_shape, opts);
+  const int64_t Hkv = three_d ? 1 : p.Hkv;
+  return run_attention(p, {q, k, v}, 0, 1, 2, bhld(H, p.Lq, p.dk), bhld(Hkv, p.Lk, p.dk), bhld(Hkv, p.Lk, p.dv),
+                       out_shape, bhld(H, p.Lq, p.dv), w_shape, opts);
 }
 
 AttentionResult multi_head_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
@@ -212,42 +262,63 @@ AttentionResult multi_head_attention(const Tensor& q, const Tensor& k, const Ten
   const Shape& ks = k.shape();
   const Shape& vs = v.shape();
   ATTO_CHECK(num_heads > 0, kOp, "num_heads must be positive, got ", num_heads);
-  ATTO_CHECK(qs[2] % num_heads == 0 && vs[2] % num_heads == 0, kOp, "num_heads = ", num_heads,
-             " must divide the features of q ", qs, " and v ", vs);
+  const int64_t Hkv = opts.num_kv_heads == 0 ? num_heads : opts.num_kv_heads;
+  ATTO_CHECK(Hkv > 0 && num_heads % Hkv == 0, kOp, "num_kv_heads = ", opts.num_kv_heads,
+             " must be positive and divide num_heads = ", num_heads);
+  ATTO_CHECK(qs[2] % num_heads == 0 && vs[2] % Hkv == 0, kOp, "num_heads = ", num_heads,
+             Hkv == num_heads ? "" : str_cat(" (num_kv_heads = ", Hkv, ")"), " must divide the features of q ", qs,
+             " and v ", vs);
   ATTO_CHECK(qs[0] == ks[0] && qs[0] == vs[0], kOp, "batch sizes differ: q ", qs, ", k ", ks, ", v ", vs);
-  ATTO_CHECK(qs[2] == ks[2], kOp, "d_k mismatch: q ", qs, " and k ", ks, " must have the same features");
+  ATTO_CHECK(qs[2] / num_heads * Hkv == ks[2], kOp, "d_k mismatch: q ", qs, " and k ", ks,
+             Hkv == num_heads ? " must have the same features"
+                              : str_cat(" must have d_k = ", qs[2] / num_heads, " features per head (k has ", Hkv,
+                                        " heads)"));
   ATTO_CHECK(ks[1] == vs[1], kOp, "Lk mismatch: k ", ks, " has ", ks[1], " keys but v ", vs, " has ", vs[1], " values");
   Plan p;
   p.B = qs[0];
   p.H = num_heads;
+  p.Hkv = Hkv;
   p.Lq = qs[1];
   p.Lk = ks[1];
   p.dk = qs[2] / num_heads;
-  p.dv = vs[2] / num_heads;
+  p.dv = vs[2] / Hkv;
   finish_plan(p, q, k, {p.B, p.H, p.Lq, p.Lk}, opts);
   return run_attention(p, {q, k, v}, 0, 1, 2, blhd(p.Lq, p.dk, qs[2], 0), blhd(p.Lk, p.dk, ks[2], 0),
-                       blhd(p.Lk, p.dv, vs[2], 0), {p.B, p.Lq, vs[2]}, blhd(p.Lq, p.dv, vs[2], 0),
+                       blhd(p.Lk, p.dv, vs[2], 0), {p.B, p.Lq, p.H * p.dv}, blhd(p.Lq, p.dv, p.H * p.dv, 0),
                        {p.B, p.H, p.Lq, p.Lk}, opts);
 }
 
 AttentionResult packed_self_attention(const Tensor& qkv, int64_t num_heads, const AttentionOptions& opts) {
   ATTO_CHECK(qkv.defined(), kOp, "qkv must be a defined tensor");
-  ATTO_CHECK(qkv.dim() == 3 && qkv.shape()[2] % 3 == 0, kOp,
-             "qkv must be 3-D (B, L, 3 * E) holding [q | k | v] in its last dimension, got ", qkv.shape());
-  ATTO_CHECK(is_floating(qkv.dtype()), kOp, "qkv must be float32 or float64, got ", dtype_name(qkv.dtype()), " qkv ",
-             qkv.shape());
-  const int64_t E = qkv.shape()[2] / 3;
-  ATTO_CHECK(num_heads > 0 && E % num_heads == 0, kOp, "num_heads = ", num_heads,
-             " must be positive and divide E = ", E, " of qkv ", qkv.shape());
+  const int64_t Hkv = opts.num_kv_heads == 0 ? num_heads : opts.num_kv_heads;
+  if (Hkv == num_heads) {  // plain multi-head attention: qkv is (B, L, 3 E)
+    ATTO_CHECK(qkv.dim() == 3 && qkv.shape()[2] % 3 == 0, kOp,
+               "qkv must be 3-D (B, L, 3 * E) holding [q | k | v] in its last dimension, got ", qkv.shape());
+    ATTO_CHECK(is_floating(qkv.dtype()), kOp, "qkv must be float32 or float64, got ", dtype_name(qkv.dtype()),
+               " qkv ", qkv.shape());
+    const int64_t E = qkv.shape()[2] / 3;
+    ATTO_CHECK(num_heads > 0 && E % num_heads == 0, kOp, "num_heads = ", num_heads,
+               " must be positive and divide E = ", E, " of qkv ", qkv.shape());
+  } else {  // grouped-query: qkv is (B, L, (H + 2 H_kv) d)
+    ATTO_CHECK(num_heads > 0 && Hkv > 0 && num_heads % Hkv == 0, kOp, "num_kv_heads = ", opts.num_kv_heads,
+               " must be positive and divide num_heads = ", num_heads);
+    ATTO_CHECK(qkv.dim() == 3 && qkv.shape()[2] % (num_heads + 2 * Hkv) == 0, kOp,
+               "qkv must be 3-D (B, L, (H + 2 H_kv) d) holding [q | k | v] in its last dimension, got ", qkv.shape(),
+               " for H = ", num_heads, ", H_kv = ", Hkv);
+    ATTO_CHECK(is_floating(qkv.dtype()), kOp, "qkv must be float32 or float64, got ", dtype_name(qkv.dtype()),
+               " qkv ", qkv.shape());
+  }
+  const int64_t d = qkv.shape()[2] / (num_heads + 2 * Hkv), E = num_heads * d, Ekv = Hkv * d;
   Plan p;
   p.B = qkv.shape()[0];
   p.H = num_heads;
+  p.Hkv = Hkv;
   p.Lq = p.Lk = qkv.shape()[1];
-  p.dk = p.dv = E / num_heads;
+  p.dk = p.dv = d;
   finish_plan(p, qkv, qkv, {p.B, p.H, p.Lq, p.Lk}, opts);
-  const int64_t row = 3 * E;
+  const int64_t row = E + 2 * Ekv;
   return run_attention(p, {qkv}, 0, 0, 0, blhd(p.Lq, p.dk, row, 0), blhd(p.Lk, p.dk, row, E),
-                       blhd(p.Lk, p.dv, row, 2 * E), {p.B, p.Lq, E}, blhd(p.Lq, p.dv, E, 0), {p.B, p.H, p.Lq, p.Lk},
+                       blhd(p.Lk, p.dv, row, E + Ekv), {p.B, p.Lq, E}, blhd(p.Lq, p.dv, E, 0), {p.B, p.H, p.Lq, p.Lk},
                        opts);
 }
 

@@ -24,6 +24,18 @@ struct AttentionOptions {
   Generator* generator = nullptr;
   /// Also return the (B, H, Lq, Lk) probabilities, after dropout (like PyTorch 1.13's MHA), without history.
   bool need_weights = false;
+  /// Sliding window (0 = off; Longformer, Mistral): with is_causal query i sees keys i - window < j <= i, without it
+  /// keys |i - j| <= window. Key blocks outside every row's window are skipped (time and memory O(L * window)).
+  int64_t window = 0;
+  /// Block-sparse attention (0 = off): the side b of the square blocks of block_layout.
+  int64_t block_size = 0;
+  /// Bool (ceil(Lq / b), ceil(Lk / b)) with TRUE = the block of scores IS COMPUTED (the convention of block-sparse
+  /// layouts, the opposite of attn_mask): query i sees key j only when block (i / b, j / b) is true. False blocks are
+  /// skipped; the last blocks may be ragged. bigbird_block_layout() builds one. Combines with everything above.
+  Tensor block_layout = {};
+  /// Key/value heads H_kv of multi_head_attention and packed_self_attention (0 = num_heads); must divide num_heads
+  /// (grouped-query attention; 1 = multi-query). scaled_dot_product_attention reads H_kv from k's shape instead.
+  int64_t num_kv_heads = 0;
 };
 
 /// What scaled_dot_product_attention returns.
@@ -33,9 +45,12 @@ struct AttentionResult {
 };
 
 /// out = softmax(q k^T * scale + mask) v over the last two dims, optionally with causal masking and dropout.
-/// q (B, H, Lq, d_k), k (B, H, Lk, d_k), v (B, H, Lk, d_v); 3-D inputs (N, L, d) are treated as H = 1 and
-/// give 3-D results. Blocked scores are -inf. A query row whose keys are ALL blocked gives a zero output row
-/// and zero gradients (never NaN; PyTorch 1.13 gives NaN there). Saves q, k, v, the output and per-row
+/// q (B, H, Lq, d_k), k (B, H_kv, Lk, d_k), v (B, H_kv, Lk, d_v); 3-D inputs (N, L, d) are treated as H = 1 and
+/// give 3-D results. H_kv dividing H is grouped-query attention: query head h reads key/value head h / (H / H_kv),
+/// in place (PyTorch: k.repeat_interleave(H / H_kv, dim=-3), the same for v; no copy here), and the gradient of a
+/// shared head sums over its query heads in a fixed order (the same bits for any thread count). window and
+/// block_layout skip the blocks of scores no query can see (docs/ATTENTION.md). Blocked scores are -inf. A query
+/// row whose keys are ALL blocked gives a zero output row and zero gradients (never NaN; PyTorch 1.13 gives NaN there). Saves q, k, v, the output and per-row
 /// softmax statistics (memory linear in L); the backward recomputes the probabilities in blocks of query
 /// rows, except for short sequences (Lq * Lk <= detail::attention_saved_probs_limit(), 64 * 64 by default), whose
 /// probabilities the forward keeps (4 Lq Lk bytes per head in float32) so that the backward reads them. The
@@ -45,7 +60,8 @@ AttentionResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
                                              const AttentionOptions& opts = {});
 
 /// Multi-head attention on head-interleaved tensors, as linear projections produce them: q (B, Lq, H * d_k),
-/// k (B, Lk, H * d_k), v (B, Lk, H * d_v) -> output (B, Lq, H * d_v), head h reading and writing features
+/// k (B, Lk, H_kv * d_k), v (B, Lk, H_kv * d_v) -> output (B, Lq, H * d_v) (H_kv = opts.num_kv_heads, default H;
+/// query head h reads key/value head h / (H / H_kv)), head h reading and writing features
 /// [h d, (h + 1) d). The same result (bit for bit, dropout mask included) as splitting the heads
 /// (reshape to (B, L, H, d), transpose(1, 2)), scaled_dot_product_attention, and merging them back, without the
 /// transposes' copies. attn_mask broadcasts to (B, H, Lq, Lk); weights are (B, H, Lq, Lk).
@@ -53,9 +69,26 @@ AttentionResult multi_head_attention(const Tensor& q, const Tensor& k, const Ten
                                      const AttentionOptions& opts = {});
 
 /// Self-attention from one packed projection qkv (B, L, 3 * E) holding [q | k | v] along its last dimension
-/// (x in_proj_weight^T + in_proj_bias, E = H * d) -> output (B, L, E). The same result as multi_head_attention on
+/// (x in_proj_weight^T + in_proj_bias, E = H * d) -> output (B, L, E). With opts.num_kv_heads = H_kv < H, qkv is
+/// (B, L, (H + 2 H_kv) d) holding [q (H d) | k (H_kv d) | v (H_kv d)]. The same result as multi_head_attention on
 /// the three slices; the gradient reaches qkv as one (B, L, 3 * E) tensor, so no slice or concatenation is copied.
 AttentionResult packed_self_attention(const Tensor& qkv, int64_t num_heads, const AttentionOptions& opts = {});
+
+/// Options of bigbird_block_layout (BigBird, Zaheer et al. 2020, in blocks).
+struct BigBirdLayoutOptions {
+  int64_t q_blocks = 0;       ///< rows of the layout: ceil(Lq / block_size)
+  int64_t k_blocks = 0;       ///< columns of the layout: ceil(Lk / block_size)
+  int64_t local_blocks = 1;   ///< query block r sees key blocks r - local_blocks ... r + local_blocks (a band)
+  int64_t global_blocks = 0;  ///< the first global_blocks key blocks are seen by every query block, and the first
+                              ///< global_blocks query blocks see every key block
+  int64_t random_blocks = 0;  ///< further key blocks per query block, drawn without replacement from the rest
+  uint64_t seed = 0;          ///< seed of the random blocks (the same seed gives the same layout)
+};
+
+/// A Bool block layout (q_blocks, k_blocks) for AttentionOptions::block_layout, TRUE = computed: local band + global
+/// rows and columns + random blocks. Combine with is_causal for a causal pattern (blocks past the diagonal are then
+/// skipped, not computed).
+Tensor bigbird_block_layout(const BigBirdLayoutOptions& opts);
 
 namespace detail {
 /// Largest Lq * Lk whose probabilities attention keeps for its backward instead of recomputing them (default

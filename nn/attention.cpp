@@ -90,22 +90,35 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options,
   if (opts_.kdim == 0) opts_.kdim = E;
   if (opts_.vdim == 0) opts_.vdim = E;
   same_embed_ = opts_.kdim == E && opts_.vdim == E;
+  ATTO_CHECK(opts_.num_kv_heads >= 0 && (opts_.num_kv_heads == 0 || H % opts_.num_kv_heads == 0), kMha,
+             "num_kv_heads must divide num_heads (0 means num_heads), got num_kv_heads=", opts_.num_kv_heads,
+             ", num_heads=", H);
+  if (opts_.num_kv_heads == 0) opts_.num_kv_heads = H;
+  ATTO_CHECK(opts_.window >= 0 && opts_.block_size >= 0 && opts_.block_local >= 0 && opts_.block_global >= 0 &&
+                 opts_.block_random >= 0,
+             kMha, "window and the block options must be >= 0, got window=", opts_.window,
+             ", block_size=", opts_.block_size, ", block_local=", opts_.block_local, ", block_global=",
+             opts_.block_global, ", block_random=", opts_.block_random);
+  ATTO_CHECK((opts_.window == 0 && opts_.block_size == 0) || (!opts_.add_bias_kv && !opts_.add_zero_attn), kMha,
+             "window and block_size do not combine with add_bias_kv / add_zero_attn (their extra keys sit outside "
+             "every window), got window=", opts_.window, ", block_size=", opts_.block_size);
+  const int64_t Ekv = opts_.num_kv_heads * (E / H);  // E unless grouped-query
 
   NoGradGuard no_grad;
   // PyTorch builds out_proj (a Linear: weight, then bias from the generator) before _reset_parameters.
   auto proj = std::make_shared<Linear>(E, E, opts_.bias, gen);
   // Registration order = PyTorch's named_parameters() order (own parameters come before out_proj's).
   if (same_embed_) {
-    in_proj_weight = register_parameter("in_proj_weight", empty({3 * E, E}));
+    in_proj_weight = register_parameter("in_proj_weight", empty({E + 2 * Ekv, E}));
   } else {
     q_proj_weight = register_parameter("q_proj_weight", empty({E, E}));
-    k_proj_weight = register_parameter("k_proj_weight", empty({E, opts_.kdim}));
-    v_proj_weight = register_parameter("v_proj_weight", empty({E, opts_.vdim}));
+    k_proj_weight = register_parameter("k_proj_weight", empty({Ekv, opts_.kdim}));
+    v_proj_weight = register_parameter("v_proj_weight", empty({Ekv, opts_.vdim}));
   }
-  if (opts_.bias) in_proj_bias = register_parameter("in_proj_bias", zeros({3 * E}));
+  if (opts_.bias) in_proj_bias = register_parameter("in_proj_bias", zeros({E + 2 * Ekv}));
   if (opts_.add_bias_kv) {
-    bias_k = register_parameter("bias_k", empty({1, 1, E}));
-    bias_v = register_parameter("bias_v", empty({1, 1, E}));
+    bias_k = register_parameter("bias_k", empty({1, 1, Ekv}));
+    bias_v = register_parameter("bias_v", empty({1, 1, Ekv}));
   }
   out_proj = register_module("out_proj", proj);
 
@@ -143,6 +156,7 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
              dtype_name(dt), ", query ", dtype_name(query.dtype()), ", key ", dtype_name(key.dtype()), ", value ",
              dtype_name(value.dtype()));
   const int64_t B = qs[0], Lq = qs[1], Lk = ks[1];
+  const int64_t Hkv = opts_.num_kv_heads, Ekv = Hkv * (E / H);
 
   // Masks: validated here so that errors name this module and its shapes.
   const Tensor& kpm = opts.key_padding_mask;
@@ -184,31 +198,42 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
   ao.dropout_p = is_training() ? opts_.dropout : 0.0;
   ao.generator = dropout_gen_;
   ao.need_weights = opts.need_weights;
+  ao.num_kv_heads = Hkv;
+  ao.window = opts_.window;
+  if (opts_.block_size > 0) {
+    ao.block_size = opts_.block_size;
+    ao.block_layout = bigbird_block_layout({.q_blocks = (Lq + opts_.block_size - 1) / opts_.block_size,
+                                            .k_blocks = (Lk2 + opts_.block_size - 1) / opts_.block_size,
+                                            .local_blocks = opts_.block_local,
+                                            .global_blocks = opts_.block_global,
+                                            .random_blocks = opts_.block_random,
+                                            .seed = opts_.block_seed});
+  }
 
   AttentionResult r;  // output (B, Lq, E), heads side by side
   if (packed) {
-    r = packed_self_attention(linear(query, in_proj_weight, in_proj_bias), H, ao);  // qkv (B, L, 3E)
+    r = packed_self_attention(linear(query, in_proj_weight, in_proj_bias), H, ao);  // qkv (B, L, E + 2 Ekv)
   } else {
     // In-projections: (B, L, features) -> (B, L, E).
     Tensor wq = q_proj_weight, wk = k_proj_weight, wv = v_proj_weight, bq, bk, bv;
     if (same_embed_) {
-      std::vector<Tensor> w = split(in_proj_weight, E, 0);
+      std::vector<Tensor> w = Ekv == E ? split(in_proj_weight, E, 0) : split(in_proj_weight, {E, Ekv, Ekv}, 0);
       wq = w[0], wk = w[1], wv = w[2];
     }
     if (opts_.bias) {
-      std::vector<Tensor> b = split(in_proj_bias, E, 0);
+      std::vector<Tensor> b = Ekv == E ? split(in_proj_bias, E, 0) : split(in_proj_bias, {E, Ekv, Ekv}, 0);
       bq = b[0], bk = b[1], bv = b[2];
     }
     Tensor q = linear(query, wq, bq);  // (B, Lq, E)
-    Tensor k = linear(key, wk, bk);    // (B, Lk, E)
-    Tensor v = linear(value, wv, bv);  // (B, Lk, E)
+    Tensor k = linear(key, wk, bk);    // (B, Lk, Ekv)
+    Tensor v = linear(value, wv, bv);  // (B, Lk, Ekv)
     // Extra keys, in PyTorch's order: bias_k / bias_v, then a zero key / value.
     if (opts_.add_bias_kv) {
-      k = cat({k, broadcast_to(bias_k, {B, 1, E})}, 1);
-      v = cat({v, broadcast_to(bias_v, {B, 1, E})}, 1);
+      k = cat({k, broadcast_to(bias_k, {B, 1, Ekv})}, 1);
+      v = cat({v, broadcast_to(bias_v, {B, 1, Ekv})}, 1);
     }
     if (opts_.add_zero_attn) {
-      Tensor z = zeros({B, 1, E}, {.dtype = dt});
+      Tensor z = zeros({B, 1, Ekv}, {.dtype = dt});
       k = cat({k, z}, 1);
       v = cat({v, z}, 1);
     }

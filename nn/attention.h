@@ -35,6 +35,14 @@ struct MultiheadAttentionOptions {
   int64_t kdim = 0;            ///< key features; 0 means embed_dim
   int64_t vdim = 0;            ///< value features; 0 means embed_dim
   Dtype dtype = kFloat32;      ///< parameter dtype (initialised in float32, then converted: see nn/layers.h)
+  // Attention variants (docs/ATTENTION.md); PyTorch's nn.MultiheadAttention has none of them.
+  int64_t num_kv_heads = 0;  ///< H_kv key/value heads (0 = num_heads; must divide it): grouped-query attention
+  int64_t window = 0;        ///< sliding window (0 = off): causal i - window < j <= i, else |i - j| <= window
+  int64_t block_size = 0;    ///< block-sparse attention with a BigBird layout of blocks of this size (0 = off)
+  int64_t block_local = 1;   ///< BigBird layout: key blocks on each side of a query block's own
+  int64_t block_global = 0;  ///< BigBird layout: global blocks (the first ones, seen by and seeing every block)
+  int64_t block_random = 0;  ///< BigBird layout: random key blocks per query block
+  uint64_t block_seed = 0;   ///< BigBird layout: seed of the random blocks (fixed: the same layout every call)
 };
 
 /// Per-call options of MultiheadAttention::forward (PyTorch's forward keyword arguments).
@@ -66,6 +74,14 @@ struct MhaResult {
 /// bias_k (1, 1, E), bias_v (1, 1, E), out_proj.weight (E, E), out_proj.bias (E). Init as PyTorch: xavier_uniform_
 /// on the in-projections, zeros on in_proj_bias and out_proj.bias, xavier_normal_ on bias_k/bias_v, out_proj.weight
 /// as Linear's default. out = out_proj(concat_h softmax(q_h k_h^T / sqrt(E / H) + mask) v_h).
+/// Deviations from PyTorch, all off by default (then parameters and results are exactly as above):
+/// - num_kv_heads = H_kv < H (grouped-query; 1 = multi-query): the key and value projections have H_kv * head_dim
+///   outputs, so in_proj_weight is ((H + 2 H_kv) head_dim, E) rows [W_q; W_k; W_v] (k_proj_weight, v_proj_weight
+///   (H_kv head_dim, kdim / vdim)), in_proj_bias ((H + 2 H_kv) head_dim), bias_k / bias_v (1, 1, H_kv head_dim);
+///   query head h reads key/value head h / (H / H_kv). Init as above: xavier_uniform_ on the whole in_proj_weight
+///   (fan_in E, fan_out (H + 2 H_kv) head_dim) or on each of q/k/v_proj_weight.
+/// - window, block_size (BigBird layout from block_local, block_global, block_random, block_seed): the fused op's
+///   sliding-window and block-sparse attention (see autograd/attention.h); not with add_bias_kv / add_zero_attn.
 class MultiheadAttention : public Module {
  public:
   /// Creates the parameters, drawing their initial values from `gen`.
@@ -81,14 +97,17 @@ class MultiheadAttention : public Module {
   }
   using Module::forward;
 
-  /// The constructor options with kdim/vdim resolved (never 0).
+  /// The constructor options with kdim/vdim and num_kv_heads resolved (never 0).
   const MultiheadAttentionOptions& options() const { return opts_; }
   /// E / H.
   int64_t head_dim() const { return opts_.embed_dim / opts_.num_heads; }
+  /// H_kv (num_heads unless the options ask for grouped-query attention).
+  int64_t num_kv_heads() const { return opts_.num_kv_heads; }
   /// "MultiheadAttention".
   std::string type_name() const override { return "MultiheadAttention"; }
 
-  Tensor in_proj_weight;             ///< (3E, E) rows [W_q; W_k; W_v], or undefined when kdim/vdim differ from E
+  Tensor in_proj_weight;             ///< (3E, E) rows [W_q; W_k; W_v] ((H + 2 H_kv) head_dim, E) with grouped-query
+                                     ///< attention), or undefined when kdim/vdim differ from E
   Tensor q_proj_weight;              ///< (E, E) when kdim/vdim differ from E, else undefined
   Tensor k_proj_weight;              ///< (E, kdim) when kdim/vdim differ from E, else undefined
   Tensor v_proj_weight;              ///< (E, vdim) when kdim/vdim differ from E, else undefined

@@ -1,7 +1,9 @@
 // Attention kernels (autograd/attention.cpp has the op): the forward and the backward of scaled dot-product
 // attention over blocks of query rows, FlashAttention-style (scores, softmax and the products one block at a time,
 // scratch of kBlockRows x Lk per thread), with the dropout mask replayed from a hash instead of stored. The
-// products run on the GEMM kernels (in the avx512 set, with K^T, V, V^T and K packed once per head).
+// products run on the GEMM kernels (in the avx512 set, with K^T, V, V^T and K packed once per head). Grouped-query
+// attention reads key/value head h / (H / H_kv) in place. A sliding window or a block layout takes the sparse path
+// (sparse_forward, sparse_backward): each block of query rows computes only the keys some row of it can see.
 
 #include <algorithm>
 #include <cmath>
@@ -231,6 +233,338 @@ int64_t head_grain(const Plan& p) {
   return std::max<int64_t>(1, static_cast<int64_t>(2e6 / std::max(per_head, 1.0)));
 }
 
+// ---- the sparse path (window and/or block layout): per block of query rows, only the keys some row can see.
+
+// Query rows [i0, i0 + n) of the sparse path: at most kBlockRows (kCausalBlockRows when causal) and never across a
+// row of the block layout, so that every row of a block has the same key blocks.
+inline int64_t sparse_rows(const Plan& p, int64_t i0) {
+  int64_t n = std::min(block_rows(p.Lq, p.causal), p.Lq - i0);
+  if (p.block > 0) n = std::min(n, p.block - i0 % p.block);
+  return n;
+}
+
+// The keys some row of [i0, i0 + n) may see under causality, the window and the block layout, in increasing order
+// into idx (when non-null); returns how many. Key blocks no row can see are left out, never computed. *contiguous
+// tells whether they form one run idx[0] ... idx[0] + count - 1 (always so without a block layout).
+inline int64_t key_set(const Plan& p, int64_t i0, int64_t n, int64_t* idx, bool* contiguous) {
+  int64_t lo = 0, hi = p.Lk;
+  const int64_t last = i0 + n - 1;
+  if (p.causal) hi = std::min(hi, last + 1);
+  if (p.window > 0) {
+    if (p.causal) {
+      lo = std::max<int64_t>(0, i0 - p.window + 1);
+    } else {
+      lo = std::max<int64_t>(0, i0 - p.window);
+      hi = std::min(hi, last + p.window + 1);
+    }
+  }
+  *contiguous = true;
+  if (lo >= hi) return 0;
+  if (p.block <= 0) {
+    if (idx)
+      for (int64_t j = lo; j < hi; ++j) idx[j - lo] = j;
+    return hi - lo;
+  }
+  const bool* row = p.layout + (i0 / p.block) * p.nbk;
+  int64_t count = 0, prev_end = -1, runs = 0;
+  for (int64_t c = lo / p.block; c <= (hi - 1) / p.block; ++c) {
+    if (!row[c]) continue;
+    const int64_t a = std::max(lo, c * p.block), e = std::min(hi, (c + 1) * p.block);
+    if (a != prev_end) ++runs;
+    if (idx)
+      for (int64_t j = a; j < e; ++j) idx[count + j - a] = j;
+    count += e - a;
+    prev_end = e;
+  }
+  *contiguous = runs <= 1;
+  return count;
+}
+
+// The most keys any block of query rows sees (the size of the sparse path's per-block scratch).
+inline int64_t max_key_set(const Plan& p) {
+  int64_t most = 0;
+  bool contiguous = true;
+  for (int64_t i0 = 0; i0 < p.Lq;) {
+    const int64_t n = sparse_rows(p, i0);
+    most = std::max(most, key_set(p, i0, n, nullptr, &contiguous));
+    i0 += n;
+  }
+  return most;
+}
+
+// Dropout multipliers of row i at the keys idx[0 .. len): the same hash of (seed, b, h, i, j) as dropout_row.
+template <class T>
+void dropout_at(const Plan& p, int64_t b, int64_t h, int64_t i, const int64_t* idx, int64_t len, T* mult) {
+  constexpr uint64_t kGamma64 = 0x9e3779b97f4a7c15ULL;
+  constexpr uint32_t kGamma32 = 0x9e3779b9u;
+  const uint64_t row = static_cast<uint64_t>((b * p.H + h) * p.Lq + i);
+  const auto key = static_cast<uint32_t>(mix64(p.seed + (row + 1) * kGamma64) >> 32);
+  const T keep = static_cast<T>(p.keep_scale);
+  const uint32_t below = static_cast<uint32_t>(std::min<uint64_t>(p.drop_below, 0xffffffffu));
+  const bool all_dropped = p.drop_below > 0xffffffffu;
+  for (int64_t t = 0; t < len; ++t) {
+    uint32_t z = key + static_cast<uint32_t>(idx[t]) * kGamma32;
+    z ^= z >> 16;
+    z *= 0x85ebca6bu;
+    z ^= z >> 13;
+    z *= 0xc2b2ae35u;
+    z ^= z >> 16;
+    mult[t] = z >= below && !all_dropped ? keep : T(0);
+  }
+}
+
+// s (n x m) = scale * Q[i0:i0+n] Kg^T + mask over the keys idx[0 .. m) (Kg row t = key idx[t]), with -inf where the
+// mask, causality or the window blocks (i, j): the sparse path's block_scores.
+template <class T>
+void sparse_scores(const Plan& p, const T* q_bh, int64_t q_sl, const T* kg, int64_t kg_sl, const int64_t* idx,
+                   const void* mask, int64_t b, int64_t h, int64_t i0, int64_t n, int64_t m, T* s) {
+  detail::gemm(n, m, p.dk, operand(q_bh + i0 * q_sl, q_sl), operand(kg, kg_sl, true), s, m, false,
+               static_cast<T>(p.scale), false);
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t i = i0 + r;
+    T* row = s + r * m;
+    const int64_t moff = b * p.mb + h * p.mh + i * p.mi;
+    if (p.mask_kind == MaskKind::Bool) {
+      const bool* mrow = static_cast<const bool*>(mask) + moff;
+      for (int64_t t = 0; t < m; ++t)
+        if (mrow[idx[t] * p.mj]) row[t] = kNegInf;
+    } else if (p.mask_kind == MaskKind::Float) {
+      const T* mrow = static_cast<const T*>(mask) + moff;
+      for (int64_t t = 0; t < m; ++t) row[t] += mrow[idx[t] * p.mj];
+    }
+    if (p.causal || p.window > 0)
+      for (int64_t t = 0; t < m; ++t) {
+        const int64_t j = idx[t];
+        bool blocked = p.causal && j > i;
+        if (p.window > 0) blocked = blocked || (p.causal ? j <= i - p.window : (j < i - p.window || j > i + p.window));
+        if (blocked) row[t] = kNegInf;
+      }
+  }
+}
+
+// Rows idx[0 .. m) of a head (row stride sl, d features) into dst (m, d), or dst's rows added back to them.
+template <class T>
+void gather_rows(const T* src, int64_t sl, int64_t d, const int64_t* idx, int64_t m, T* dst) {
+  for (int64_t t = 0; t < m; ++t) std::copy(src + idx[t] * sl, src + idx[t] * sl + d, dst + t * d);
+}
+template <class T>
+void scatter_add_rows(const T* src, int64_t d, const int64_t* idx, int64_t m, T* dst, int64_t sl) {
+  for (int64_t t = 0; t < m; ++t) {
+    T* row = dst + idx[t] * sl;
+    for (int64_t x = 0; x < d; ++x) row[x] += src[t * d + x];
+  }
+}
+
+template <class T>
+void sparse_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, const void* mask,
+                    HeadView<T> out, T* stats, T* weights, T* probs) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const int64_t M = max_key_set(p), nb = block_rows(p.Lq, p.causal), G = p.group();
+  const bool gathers = p.block > 0;
+  parallel_for(0, p.B * p.H, head_grain(p), [&](int64_t bh0, int64_t bh1) {
+    const size_t blk = static_cast<size_t>(nb * M), mm = static_cast<size_t>(M);
+    const size_t nk = gathers ? mm * p.dk : 0, nv = gathers ? mm * p.dv : 0, n_mult = p.dropout ? mm : 0;
+    Scratch& sc = scratch();
+    sc.reserve({blk * sizeof(T), n_mult * sizeof(T), mm * sizeof(int64_t), nk * sizeof(T), nv * sizeof(T)});
+    T* s = sc.take<T>(blk);
+    T* mult = sc.take<T>(n_mult);
+    int64_t* idx = sc.take<int64_t>(mm);
+    T* kbuf = sc.take<T>(nk);
+    T* vbuf = sc.take<T>(nv);
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / p.H, h = bh % p.H;
+      T* probs_bh = probs ? probs + bh * p.Lq * p.Lk : nullptr;
+      const T* q_bh = q.head(b, h);
+      const T* k_bh = k.head(b, h / G);
+      const T* v_bh = v.head(b, h / G);
+      T* out_bh = out.head(b, h);
+      for (int64_t i0 = 0, n = 0; i0 < p.Lq; i0 += n) {
+        n = sparse_rows(p, i0);
+        bool contiguous = true;
+        const int64_t m = key_set(p, i0, n, idx, &contiguous);
+        T* w_blk = weights ? weights + (bh * p.Lq + i0) * p.Lk : nullptr;  // (n, Lk)
+        if (w_blk) std::fill(w_blk, w_blk + n * p.Lk, T(0));
+        if (m == 0) {  // no key in reach: every row is blocked
+          for (int64_t r = 0; r < n; ++r) {
+            std::fill(out_bh + (i0 + r) * out.sl, out_bh + (i0 + r) * out.sl + p.dv, T(0));
+            if (stats) {
+              stats[2 * (bh * p.Lq + i0 + r)] = kNegInf;
+              stats[2 * (bh * p.Lq + i0 + r) + 1] = 0;
+            }
+          }
+          continue;
+        }
+        const T *kg = k_bh + idx[0] * k.sl, *vg = v_bh + idx[0] * v.sl;
+        int64_t kg_sl = k.sl, vg_sl = v.sl;
+        if (!contiguous) {
+          gather_rows(k_bh, k.sl, p.dk, idx, m, kbuf);
+          gather_rows(v_bh, v.sl, p.dv, idx, m, vbuf);
+          kg = kbuf, vg = vbuf, kg_sl = p.dk, vg_sl = p.dv;
+        }
+        sparse_scores(p, q_bh, q.sl, kg, kg_sl, idx, mask, b, h, i0, n, m, s);
+        T row_m[kBlockRows];
+        for (int64_t r = 0; r < n; ++r) {
+          T* row = s + r * m;
+          const T mx = max_in_row(row, m);
+          row_m[r] = mx;
+          T inv_sum = 0;
+          if (mx == kNegInf) {
+            std::fill(row, row + m, T(0));
+          } else {
+            inv_sum = T(1) / exp_shifted(row, m, mx);
+            for (int64_t t = 0; t < m; ++t) row[t] *= inv_sum;
+          }
+          if (stats) {
+            stats[2 * (bh * p.Lq + i0 + r)] = mx;
+            stats[2 * (bh * p.Lq + i0 + r) + 1] = inv_sum;
+          }
+        }
+        if (probs_bh) {  // P (n, m) before dropout, as the backward reads it
+          std::copy(s, s + n * m, probs_bh);
+          probs_bh += n * m;
+        }
+        if (p.dropout)
+          for (int64_t r = 0; r < n; ++r) {
+            if (row_m[r] == kNegInf) continue;
+            T* row = s + r * m;
+            dropout_at(p, b, h, i0 + r, idx, m, mult);
+            for (int64_t t = 0; t < m; ++t) row[t] *= mult[t];
+          }
+        detail::gemm(n, p.dv, m, operand<T>(s, m), operand(vg, vg_sl), out_bh + i0 * out.sl, out.sl, false, T(1),
+                     false);
+        if (w_blk)
+          for (int64_t r = 0; r < n; ++r)
+            for (int64_t t = 0; t < m; ++t) w_blk[r * p.Lk + idx[t]] = s[r * m + t];
+      }
+    }
+  });
+}
+
+template <class T>
+void sparse_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, const void* mask,
+                     HeadView<const T> out, const T* stats, const T* probs, HeadView<const T> dout, HeadView<T> dq,
+                     HeadView<T> dk, HeadView<T> dv) {
+  const int64_t M = max_key_set(p), nb = block_rows(p.Lq, p.causal), G = p.group();
+  const bool need_ds = dq || dk, gathers = p.block > 0;
+  const T scale = static_cast<T>(p.scale);
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  // Threads split the key/value heads: the query heads sharing one run in order on one thread, so that a shared
+  // head's dK, dV sum their contributions in the same order for any thread count.
+  parallel_for(0, p.B * (p.H / G), std::max<int64_t>(1, head_grain(p) / G), [&](int64_t g0, int64_t g1) {
+    const size_t blk = static_cast<size_t>(nb * M), mm = static_cast<size_t>(M);
+    const size_t n_ds = need_ds ? blk : 0, n_pd = p.dropout && dv ? blk : 0, n_mult = p.dropout ? blk : 0;
+    const size_t nk = gathers ? mm * p.dk : 0, nv = gathers ? mm * p.dv : 0;
+    Scratch& sc = scratch();
+    sc.reserve({blk * sizeof(T), n_ds * sizeof(T), n_pd * sizeof(T), n_mult * sizeof(T), mm * sizeof(int64_t),
+                nk * sizeof(T), nv * sizeof(T), nk * sizeof(T), nv * sizeof(T)});
+    T* prob = sc.take<T>(blk);
+    T* ds = sc.take<T>(n_ds);
+    T* pd = n_pd ? sc.take<T>(n_pd) : nullptr;
+    T* mult = sc.take<T>(n_mult);
+    int64_t* idx = sc.take<int64_t>(mm);
+    T* kbuf = sc.take<T>(nk);
+    T* vbuf = sc.take<T>(nv);
+    T* dkbuf = sc.take<T>(nk);
+    T* dvbuf = sc.take<T>(nv);
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t b = g / (p.H / G), hk = g % (p.H / G);
+      const T* k_bh = k.head(b, hk);
+      const T* v_bh = v.head(b, hk);
+      for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+        const int64_t bh = b * p.H + h;
+        const T* probs_bh = probs ? probs + bh * p.Lq * p.Lk : nullptr;
+        const T* q_bh = q.head(b, h);
+        const T* o_bh = out.head(b, h);
+        const T* do_bh = dout.head(b, h);
+        for (int64_t i0 = 0, n = 0; i0 < p.Lq; i0 += n) {
+          n = sparse_rows(p, i0);
+          bool contiguous = true;
+          const int64_t m = key_set(p, i0, n, idx, &contiguous);
+          if (m == 0) {
+            if (dq) {
+              T* dq_bh = dq.head(b, h);
+              for (int64_t r = 0; r < n; ++r)
+                std::fill(dq_bh + (i0 + r) * dq.sl, dq_bh + (i0 + r) * dq.sl + p.dk, T(0));
+            }
+            continue;
+          }
+          const T *kg = k_bh + idx[0] * k.sl, *vg = v_bh + idx[0] * v.sl;
+          int64_t kg_sl = k.sl, vg_sl = v.sl;
+          if (!contiguous) {
+            gather_rows(k_bh, k.sl, p.dk, idx, m, kbuf);
+            gather_rows(v_bh, v.sl, p.dv, idx, m, vbuf);
+            kg = kbuf, vg = vbuf, kg_sl = p.dk, vg_sl = p.dv;
+          }
+          const T* dob = do_bh + i0 * dout.sl;  // (n, d_v)
+          const T* pr = prob;                   // (n, m)
+          if (probs_bh) {
+            pr = probs_bh;
+            probs_bh += n * m;
+          } else {
+            sparse_scores(p, q_bh, q.sl, kg, kg_sl, idx, mask, b, h, i0, n, m, prob);
+          }
+          for (int64_t r = 0; r < n; ++r) {
+            T* row = prob + r * m;
+            const T mx = stats[2 * (bh * p.Lq + i0 + r)];
+            const T inv_sum = stats[2 * (bh * p.Lq + i0 + r) + 1];
+            T* mrow = p.dropout ? mult + r * m : nullptr;
+            if (mx == kNegInf) {
+              if (!probs) std::fill(row, row + m, T(0));
+              if (mrow) std::fill(mrow, mrow + m, T(0));
+              if (pd) std::fill(pd + r * m, pd + (r + 1) * m, T(0));
+              continue;
+            }
+            if (!probs) exp_shifted(row, m, mx, inv_sum);
+            if (mrow) {
+              dropout_at(p, b, h, i0 + r, idx, m, mrow);
+              if (pd)
+                for (int64_t t = 0; t < m; ++t) pd[r * m + t] = pr[r * m + t] * mrow[t];
+            }
+          }
+          // dV += Pd^T dO, straight into the shared head when the keys are one run, else through dvbuf.
+          if (dv) {
+            const GemmOperand<T> pa = operand<T>(p.dropout ? pd : pr, m, true);
+            if (contiguous)
+              detail::gemm(m, p.dv, n, pa, operand(dob, dout.sl), dv.head(b, hk) + idx[0] * dv.sl, dv.sl, true, T(1),
+                           false);
+            else {
+              detail::gemm(m, p.dv, n, pa, operand(dob, dout.sl), dvbuf, p.dv, false, T(1), false);
+              scatter_add_rows(dvbuf, p.dv, idx, m, dv.head(b, hk), dv.sl);
+            }
+          }
+          if (!need_ds) continue;
+          detail::gemm(n, m, p.dv, operand(dob, dout.sl), operand(vg, vg_sl, true), ds, m, false, T(1), false);
+          for (int64_t r = 0; r < n; ++r) {
+            const T d = dot(do_bh + (i0 + r) * dout.sl, o_bh + (i0 + r) * out.sl, p.dv);
+            const T* prow = pr + r * m;
+            T* drow = ds + r * m;
+            if (p.dropout) {
+              const T* f = mult + r * m;
+              for (int64_t t = 0; t < m; ++t) drow[t] = prow[t] * (drow[t] * f[t] - d) * scale;
+            } else {
+              for (int64_t t = 0; t < m; ++t) drow[t] = prow[t] * (drow[t] - d) * scale;
+            }
+          }
+          if (dq)
+            detail::gemm(n, p.dk, m, operand<T>(ds, m), operand(kg, kg_sl), dq.head(b, h) + i0 * dq.sl, dq.sl, false,
+                         T(1), false);
+          if (dk) {
+            const GemmOperand<T> da = operand<T>(ds, m, true);
+            if (contiguous)
+              detail::gemm(m, p.dk, n, da, operand(q_bh + i0 * q.sl, q.sl), dk.head(b, hk) + idx[0] * dk.sl, dk.sl,
+                           true, T(1), false);
+            else {
+              detail::gemm(m, p.dk, n, da, operand(q_bh + i0 * q.sl, q.sl), dkbuf, p.dk, false, T(1), false);
+              scatter_add_rows(dkbuf, p.dk, idx, m, dk.head(b, hk), dk.sl);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 // Forward over all heads (split between threads). stats (B, H, Lq, 2) receives per row {max score m,
@@ -242,7 +576,11 @@ int64_t head_grain(const Plan& p) {
 template <class T>
 void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, const void* mask,
                        HeadView<T> out, T* stats, T* weights, T* probs) {
-  const int64_t nb = block_rows(p.Lq, p.causal);
+  if (p.sparse()) {
+    sparse_forward(p, q, k, v, mask, out, stats, weights, probs);
+    return;
+  }
+  const int64_t nb = block_rows(p.Lq, p.causal), G = p.group();
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   parallel_for(0, p.B * p.H, head_grain(p), [&](int64_t bh0, int64_t bh1) {
     const size_t blk = static_cast<size_t>(nb * p.Lk), n_mult = p.dropout ? static_cast<size_t>(p.Lk) : 0;
@@ -257,8 +595,8 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
       const int64_t b = bh / p.H, h = bh % p.H;
       T* probs_bh = probs ? probs + bh * p.Lq * p.Lk : nullptr;  // the head's kept blocks, one after another
       const T* q_bh = q.head(b, h);                              // (Lq, d_k), row stride q.sl
-      const T* k_bh = k.head(b, h);                              // (Lk, d_k)
-      const T* v_bh = v.head(b, h);                              // (Lk, d_v)
+      const T* k_bh = k.head(b, h / G);                          // (Lk, d_k), shared by G query heads
+      const T* v_bh = v.head(b, h / G);                          // (Lk, d_v)
       T* out_bh = out.head(b, h);                                // (Lq, d_v)
       const HeadOperand<T> kt(p.dk, p.Lk, operand(k_bh, k.sl, true), kt_buf);  // K^T (d_k, Lk)
       const HeadOperand<T> vv(p.Lk, p.dv, operand(v_bh, v.sl), v_buf);         // V (Lk, d_v)
@@ -335,11 +673,17 @@ template <class T>
 void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, const void* mask,
                         HeadView<const T> out, const T* stats, const T* probs, HeadView<const T> dout, HeadView<T> dq,
                         HeadView<T> dk, HeadView<T> dv) {
-  const int64_t nb = block_rows(p.Lq, p.causal);
+  if (p.sparse()) {
+    sparse_backward(p, q, k, v, mask, out, stats, probs, dout, dq, dk, dv);
+    return;
+  }
+  const int64_t nb = block_rows(p.Lq, p.causal), G = p.group();
   const bool need_ds = dq || dk;
   const T scale = static_cast<T>(p.scale);
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  parallel_for(0, p.B * p.H, head_grain(p), [&](int64_t bh0, int64_t bh1) {
+  // Threads split the key/value heads (each query head when G = 1): the G query heads sharing one run in order on
+  // one thread, so that a shared head's dK, dV sum their contributions in the same order for any thread count.
+  parallel_for(0, p.B * (p.H / G), std::max<int64_t>(1, head_grain(p) / G), [&](int64_t g0, int64_t g1) {
     // Per-block scratch, block rows x Lk each: P, dP (then dS * scale), the dropped-out P, the dropout multipliers.
     const size_t blk = static_cast<size_t>(nb * p.Lk);
     const size_t n_ds = need_ds ? blk : 0, n_pd = p.dropout && dv ? blk : 0, n_mult = p.dropout ? blk : 0;
@@ -357,12 +701,12 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
     float* kt_buf = sc.take<float>(n_kt);
     float* vt_buf = sc.take<float>(n_vt);
     float* k_buf = sc.take<float>(n_k);
-    for (int64_t bh = bh0; bh < bh1; ++bh) {
-      const int64_t b = bh / p.H, h = bh % p.H;
+    for (int64_t bh = g0 * G; bh < g1 * G; ++bh) {
+      const int64_t b = bh / p.H, h = bh % p.H, hk = h / G;
       const T* probs_bh = probs ? probs + bh * p.Lq * p.Lk : nullptr;  // the forward's blocks of P, in order
       const T* q_bh = q.head(b, h);                                    // (Lq, d_k)
-      const T* k_bh = k.head(b, h);                                    // (Lk, d_k)
-      const T* v_bh = v.head(b, h);                                    // (Lk, d_v)
+      const T* k_bh = k.head(b, hk);                                   // (Lk, d_k), shared by G query heads
+      const T* v_bh = v.head(b, hk);                                   // (Lk, d_v)
       const T* o_bh = out.head(b, h);                                  // (Lq, d_v)
       const T* do_bh = dout.head(b, h);                                // (Lq, d_v)
       const HeadOperand<T> kt(probs ? 0 : p.dk, p.Lk, operand(k_bh, k.sl, true), kt_buf);    // K^T (d_k, Lk)
@@ -411,7 +755,7 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
         }
         // dV += Pd^T dO  (O = Pd V).
         if (dv)
-          detail::gemm(lk, p.dv, n, operand<T>(p.dropout ? pd : pr, lk, true), operand(dob, dout.sl), dv.head(b, h),
+          detail::gemm(lk, p.dv, n, operand<T>(p.dropout ? pd : pr, lk, true), operand(dob, dout.sl), dv.head(b, hk),
                        dv.sl, true, T(1), false);
         if (!need_ds) continue;
         // dPd = dO V^T  (gradient of the dropped-out probabilities); dP = dPd * keep / (1 - p).
@@ -433,7 +777,7 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
         if (dq) kk.mul(n, p.dk, lk, operand<T>(ds, lk), dq.head(b, h) + i0 * dq.sl, dq.sl, false);
         // dK += dS^T Q * scale.
         if (dk)
-          detail::gemm(lk, p.dk, n, operand<T>(ds, lk, true), operand(q_bh + i0 * q.sl, q.sl), dk.head(b, h), dk.sl,
+          detail::gemm(lk, p.dk, n, operand<T>(ds, lk, true), operand(q_bh + i0 * q.sl, q.sl), dk.head(b, hk), dk.sl,
                        true, T(1), false);
       }
     }

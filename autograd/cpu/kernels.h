@@ -43,6 +43,15 @@ struct AttentionPlan {
   uint64_t seed = 0;        // drawn once per call from the generator
   uint64_t drop_below = 0;  // an element is dropped when its 32-bit hash is below this (= ceil(p * 2^32))
   double keep_scale = 1.0;  // 1 / (1 - p)
+  int64_t Hkv = 0;          // key/value heads (divides H; 0 = H): query head h reads key/value head h / (H / Hkv)
+  int64_t window = 0;       // sliding window (0 = off): causal i - window < j <= i, else |i - j| <= window
+  int64_t block = 0;        // block-sparse block size (0 = off) of layout (nbq, nbk), true = the block is computed
+  const bool* layout = nullptr;
+  int64_t nbq = 0, nbk = 0;
+  /// Query heads per key/value head.
+  int64_t group() const { return Hkv > 0 ? H / Hkv : 1; }
+  /// True when the pattern (window or block layout) lets the kernels skip blocks of keys.
+  bool sparse() const { return window > 0 || block > 0; }
 };
 
 /// The heads of a (B, H, L, d) operand: feature x of row l of head (b, h) at p + b * sb + h * sh + l * sl + x.

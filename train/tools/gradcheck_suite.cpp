@@ -560,6 +560,69 @@ std::vector<Check> build_registry() {
                      },
                      in, o);
                }});
+  // The attention variants (docs/ATTENTION.md): the op's name, then the option checked.
+  r.push_back({"scaled_dot_product_attention.gqa", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 19), drop(0);
+                 const int64_t dk = c.d_model / c.heads;
+                 const Shape sq{c.batch, 2 * c.heads, c.len, dk}, skv{c.batch, c.heads, c.len, dk};
+                 Inputs in{leaf(sq, gen, c.dtype), leaf(skv, gen, c.dtype), leaf(skv, gen, c.dtype)};
+                 AttentionOptions opts{.is_causal = c.mask == "causal", .dropout_p = c.dropout, .generator = &drop};
+                 if (c.mask == "padding") opts.attn_mask = reshape(key_padding(c), {c.batch, 1, 1, c.len});
+                 return run_check(
+                     "scaled_dot_product_attention.gqa", "op",
+                     str_cat("q ", sh(sq), ", k, v ", sh(skv), " (H_kv = H / 2) mask=", c.mask,
+                             " dropout=", double_str(c.dropout)),
+                     [&] {
+                       drop.manual_seed(c.seed + 7);
+                       return scaled_dot_product_attention(in[0], in[1], in[2], opts).output;
+                     },
+                     in, o);
+               }});
+  r.push_back({"scaled_dot_product_attention.window", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 23), drop(0);
+                 const int64_t dk = c.d_model / c.heads;
+                 const Shape s{c.batch, c.heads, c.len, dk};
+                 Inputs in{leaf(s, gen, c.dtype), leaf(s, gen, c.dtype), leaf(s, gen, c.dtype)};
+                 const int64_t w = std::max<int64_t>(1, c.len / 3);
+                 AttentionOptions opts{
+                     .is_causal = c.mask == "causal", .dropout_p = c.dropout, .generator = &drop, .window = w};
+                 if (c.mask == "padding") opts.attn_mask = reshape(key_padding(c), {c.batch, 1, 1, c.len});
+                 return run_check(
+                     "scaled_dot_product_attention.window", "op",
+                     str_cat("q, k, v ", sh(s), " window=", w, " mask=", c.mask, " dropout=", double_str(c.dropout)),
+                     [&] {
+                       drop.manual_seed(c.seed + 7);
+                       return scaled_dot_product_attention(in[0], in[1], in[2], opts).output;
+                     },
+                     in, o);
+               }});
+  r.push_back({"scaled_dot_product_attention.block_sparse", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 29), drop(0);
+                 const int64_t dk = c.d_model / c.heads;
+                 const Shape s{c.batch, c.heads, c.len, dk};
+                 Inputs in{leaf(s, gen, c.dtype), leaf(s, gen, c.dtype), leaf(s, gen, c.dtype)};
+                 const int64_t b = 2, nb = (c.len + b - 1) / b;  // ragged last block when len is odd
+                 AttentionOptions opts{.is_causal = c.mask == "causal",
+                                       .dropout_p = c.dropout,
+                                       .generator = &drop,
+                                       .block_size = b,
+                                       .block_layout = bigbird_block_layout({.q_blocks = nb,
+                                                                             .k_blocks = nb,
+                                                                             .local_blocks = 0,
+                                                                             .global_blocks = 1,
+                                                                             .random_blocks = 1,
+                                                                             .seed = c.seed})};
+                 if (c.mask == "padding") opts.attn_mask = reshape(key_padding(c), {c.batch, 1, 1, c.len});
+                 return run_check(
+                     "scaled_dot_product_attention.block_sparse", "op",
+                     str_cat("q, k, v ", sh(s), " block_size=", b, " BigBird layout ", nb, "x", nb,
+                             " (local 0, global 1, random 1) mask=", c.mask, " dropout=", double_str(c.dropout)),
+                     [&] {
+                       drop.manual_seed(c.seed + 7);
+                       return scaled_dot_product_attention(in[0], in[1], in[2], opts).output;
+                     },
+                     in, o);
+               }});
 
   // ---- modules ----
   r.push_back({"Linear", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
@@ -611,6 +674,31 @@ std::vector<Check> build_registry() {
                  if (c.mask == "padding") fo.key_padding_mask = key_padding(c);
                  return module_run("MultiheadAttention", module_conf(c), m, {x},
                                    [&] { return m.forward(x, x, x, fo).output; }, c, o, gen, &drop);
+               }});
+  // MultiheadAttention with the attention variants (docs/ATTENTION.md): grouped-query heads, a window and a BigBird
+  // block layout at once.
+  r.push_back({"MultiheadAttention.variants", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 43), drop(0);
+                 const int64_t kv = c.heads % 2 == 0 ? c.heads / 2 : 1, w = std::max<int64_t>(1, c.len / 3);
+                 nn::MultiheadAttention m({.embed_dim = c.d_model,
+                                           .num_heads = c.heads,
+                                           .dropout = c.dropout,
+                                           .num_kv_heads = kv,
+                                           .window = w,
+                                           .block_size = 2,
+                                           .block_local = 1,
+                                           .block_global = 1,
+                                           .block_random = 1,
+                                           .block_seed = c.seed},
+                                          gen);
+                 m.set_generator(drop);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 nn::MhaForwardOptions fo{.need_weights = false, .is_causal = c.mask == "causal"};
+                 if (c.mask == "padding") fo.key_padding_mask = key_padding(c);
+                 return module_run("MultiheadAttention.variants",
+                                   str_cat(module_conf(c), " num_kv_heads=", kv, " window=", w,
+                                           " block_size=2 BigBird (local 1, global 1, random 1)"),
+                                   m, {x}, [&] { return m.forward(x, x, x, fo).output; }, c, o, gen, &drop);
                }});
   r.push_back({"seed::AttentionSublayer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 37), drop(0);
@@ -751,6 +839,7 @@ const std::vector<UncheckedOp>& unchecked_ops() {
     for (const char* n : {"eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or", "argmax"})
       v.push_back({n, "boolean or index result: no gradient"});
     v.push_back({"record", "the engine's primitive that records an op's node, not an op"});
+    v.push_back({"bigbird_block_layout", "builds a Bool block layout from block counts: no tensor input"});
     for (const char* n : {"reuse_or_empty_like", "reuse_temporary_or_empty"})
       v.push_back({n, "the engine's buffer reuse for backward functions, not an op"});
     for (const char* n : {"map_float", "zip_float"}) v.push_back({n, "a kernel helper that records no node"});
