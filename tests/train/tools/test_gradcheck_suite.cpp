@@ -63,7 +63,10 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                         "mse_loss",
                                         "scaled_dot_product_attention",
                                         "multi_head_attention",
-                                        "packed_self_attention"};
+                                        "packed_self_attention",
+                                        "apply_rotary_emb",
+                                        "linear_attention",
+                                        "checkpoint"};
   const std::vector<std::string> modules = {"Linear",
                                             "Embedding",
                                             "LayerNorm",
@@ -75,7 +78,10 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                             "TransformerDecoderLayer",
                                             "CausalLM",
                                             "EncoderTagger",
-                                            "seed::Transformer"};
+                                            "seed::Transformer",
+                                            "RotaryEmbedding",
+                                            "LinearAttention",
+                                            "Checkpointed"};
   std::vector<std::string> names, kinds;
   for (const checks::Check& c : checks::registry()) names.push_back(c.name), kinds.push_back(c.kind);
   std::vector<std::string> expected = ops;
