@@ -83,15 +83,16 @@ void forward_slice(const T* q, const T* k, const T* v, T* out, T* S, T* z, const
 //   dphi(k_j) = R_j v_j + r_j,  dv_j = R_j^T phi(k_j),  R_j = sum_{i >= j (causal) or all i} phi(q_i) dnum_i^T,
 //                                                       r_j = the same sum of phi(q_i) dden_i
 //   dq = dphi(q) phi'(q),  dk = dphi(k) phi'(k)
+// `scratch` holds Lq * (d_v + 1) values: dnum_i and dden_i of every query row, kept for the reverse sweep.
 template <typename T>
 void backward_slice(const T* q, const T* k, const T* v, const T* g, const T* S_total, const T* z_total, T* dq, T* dk_out,
-                    T* dv_out, const Sizes& n) {
+                    T* dv_out, T* scratch, const Sizes& n) {
   const int64_t dk = n.dk, dv = n.dv;
   std::vector<T> S(static_cast<size_t>(dk * dv)), z(static_cast<size_t>(dk)), R(static_cast<size_t>(dk * dv), T(0)),
       r(static_cast<size_t>(dk), T(0)), pq(static_cast<size_t>(dk)), pk(static_cast<size_t>(dk)),
       dnum(static_cast<size_t>(dv)), out(static_cast<size_t>(dv));
-  // dnum_i and dden_i of every query row (kept for the reverse sweep): (Lq, dv) and (Lq).
-  std::vector<T> dnums(static_cast<size_t>(n.lq * dv)), ddens(static_cast<size_t>(n.lq));
+  T* dnums = scratch;              // (Lq, dv)
+  T* ddens = scratch + n.lq * dv;  // (Lq)
   if (!n.causal) {
     std::copy(S_total, S_total + dk * dv, S.begin());
     std::copy(z_total, z_total + dk, z.begin());
@@ -121,9 +122,9 @@ void backward_slice(const T* q, const T* k, const T* v, const T* g, const T* S_t
     T go = T(0);
     for (int64_t c = 0; c < dv; ++c) go += gi[c] * out[static_cast<size_t>(c)];
     const T dden = -go * inv * inv;  // -(g . num) / den^2 = -(g . out_i) / den
-    T* dn = dnums.data() + i * dv;
+    T* dn = dnums + i * dv;
     for (int64_t c = 0; c < dv; ++c) dn[c] = gi[c] * inv;
-    ddens[static_cast<size_t>(i)] = dden;
+    ddens[i] = dden;
     T* dqi = dq + i * dk;
     for (int64_t a = 0; a < dk; ++a) {
       T acc = T(0);
@@ -136,8 +137,8 @@ void backward_slice(const T* q, const T* k, const T* v, const T* g, const T* S_t
   // Reverse sweep over keys: R_j, r_j are the sums over the queries that see key j.
   auto add_query = [&](int64_t i) {
     phi_rows(q + i * dk, pq.data(), dk);
-    const T* dn = dnums.data() + i * dv;
-    const T dd = ddens[static_cast<size_t>(i)];
+    const T* dn = dnums + i * dv;
+    const T dd = ddens[i];
     for (int64_t a = 0; a < dk; ++a) {
       const T p = pq[static_cast<size_t>(a)];
       T* Ra = R.data() + a * dv;
@@ -213,16 +214,17 @@ Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool 
   return record(me, out, {q, k, v}, [qs, ks, vs, Ss, zs, n](const Tensor& g, GradInputs& grads) {
     Tensor dq = empty(qs.shape(), {.dtype = qs.dtype()}), dk = empty(ks.shape(), {.dtype = ks.dtype()}),
            dv = empty(vs.shape(), {.dtype = vs.dtype()});
+    Tensor scratch = empty({n.slices, n.lq * (n.dv + 1)}, {.dtype = g.dtype()});  // O(L d), from the allocator
     dispatch_float(g.dtype(), "linear_attention backward", [&]<typename T>() {
       const T *pq = qs.data<T>(), *pk = ks.data<T>(), *pv = vs.data<T>(), *pg = g.data<T>();
       const T* pS = n.causal ? nullptr : Ss.data<T>();
       const T* pz = n.causal ? nullptr : zs.data<T>();
-      T *pdq = dq.data<T>(), *pdk = dk.data<T>(), *pdv = dv.data<T>();
+      T *pdq = dq.data<T>(), *pdk = dk.data<T>(), *pdv = dv.data<T>(), *pscr = scratch.data<T>();
       parallel_for(0, n.slices, 1, [&](int64_t b, int64_t e) {
         for (int64_t s = b; s < e; ++s)
           backward_slice<T>(pq + s * n.lq * n.dk, pk + s * n.lk * n.dk, pv + s * n.lk * n.dv, pg + s * n.lq * n.dv,
                             pS ? pS + s * n.dk * n.dv : nullptr, pz ? pz + s * n.dk : nullptr, pdq + s * n.lq * n.dk,
-                            pdk + s * n.lk * n.dk, pdv + s * n.lk * n.dv, n);
+                            pdk + s * n.lk * n.dk, pdv + s * n.lk * n.dv, pscr + s * n.lq * (n.dv + 1), n);
       });
     });
     if (grads.needs(0)) grads[0] = dq;
