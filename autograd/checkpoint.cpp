@@ -85,8 +85,8 @@ Tensor checkpoint(const CheckpointFn& function, const std::vector<Tensor>& input
     out = function(inputs);
   }
   ATTO_CHECK(out.defined(), me, "the function returned an undefined tensor");
-  ATTO_CHECK(is_floating(out.dtype()), me, "the function returned a ", dtype_name(out.dtype()),
-             " tensor of shape ", out.shape(), ": only a float result can carry a gradient");
+  ATTO_CHECK(is_floating(out.dtype()), me, "the function returned a ", dtype_name(out.dtype()), " tensor of shape ",
+             out.shape(), ": only a float result can carry a gradient");
   out = out.detach();  // a fresh impl to record on (the function may return one of its inputs)
 
   struct Saved {
@@ -120,9 +120,9 @@ Tensor checkpoint(const CheckpointFn& function, const std::vector<Tensor>& input
       ReplayGenerators replay(s.gens, s.states);
       EnableGradGuard grad_on;
       recomputed = s.function(detached);
-      ATTO_CHECK(recomputed.defined() && recomputed.shape() == s.out_shape, "checkpoint",
-                 "the recomputation returned ", recomputed.defined() ? shape_str(recomputed.shape()) : "nothing",
-                 " where the forward returned ", s.out_shape, ": the function is not deterministic");
+      ATTO_CHECK(recomputed.defined() && recomputed.shape() == s.out_shape, "checkpoint", "the recomputation returned ",
+                 recomputed.defined() ? shape_str(recomputed.shape()) : "nothing", " where the forward returned ",
+                 s.out_shape, ": the function is not deterministic");
       ATTO_CHECK(recomputed.requires_grad(), "checkpoint", "the result (shape ", s.out_shape,
                  ") does not depend on any input that requires grad, nor on a parameter");
       // Its graph goes with this backward; the recomputed activations are freed as it runs (as in any backward).

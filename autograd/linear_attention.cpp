@@ -85,8 +85,8 @@ void forward_slice(const T* q, const T* k, const T* v, T* out, T* S, T* z, const
 //   dq = dphi(q) phi'(q),  dk = dphi(k) phi'(k)
 // `scratch` holds Lq * (d_v + 1) values: dnum_i and dden_i of every query row, kept for the reverse sweep.
 template <typename T>
-void backward_slice(const T* q, const T* k, const T* v, const T* g, const T* S_total, const T* z_total, T* dq, T* dk_out,
-                    T* dv_out, T* scratch, const Sizes& n) {
+void backward_slice(const T* q, const T* k, const T* v, const T* g, const T* S_total, const T* z_total, T* dq,
+                    T* dk_out, T* dv_out, T* scratch, const Sizes& n) {
   const int64_t dk = n.dk, dv = n.dv;
   std::vector<T> S(static_cast<size_t>(dk * dv)), z(static_cast<size_t>(dk)), R(static_cast<size_t>(dk * dv), T(0)),
       r(static_cast<size_t>(dk), T(0)), pq(static_cast<size_t>(dk)), pk(static_cast<size_t>(dk)),

@@ -27,9 +27,7 @@ using namespace attograd;
 
 namespace {
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -57,8 +55,8 @@ int checkpoint_mode(int argc, char** argv) {
   const int64_t B = arg(2, 16), L = arg(3, 512), D = arg(4, 256), H = arg(5, 8), F = arg(6, 1024), N = arg(7, 4),
                 reps = arg(8, 3);
   Generator gen(1);
-  const nn::CausalLMOptions o{.vocab = 256, .d_model = D, .n_head = H, .d_ff = F, .n_layers = N, .dropout = 0.1,
-                              .max_len = L};
+  const nn::CausalLMOptions o{
+      .vocab = 256, .d_model = D, .n_head = H, .d_ff = F, .n_layers = N, .dropout = 0.1, .max_len = L};
   std::vector<std::shared_ptr<nn::CausalLMBlock>> blocks;
   std::vector<std::shared_ptr<nn::Checkpointed<nn::CausalLMBlock>>> wrapped;
   for (int64_t i = 0; i < N; ++i) {
@@ -115,8 +113,8 @@ int linear_mode(int argc, char** argv) {
     Tensor q = rand({1, 1, L, d}, gen).requires_grad_(true), k = rand({1, 1, L, d}, gen).requires_grad_(true),
            v = rand({1, 1, L, d}, gen).requires_grad_(true), w = rand({1, 1, L, d}, gen);
     auto run = [&](bool linear) {
-      Tensor o = linear ? linear_attention(q, k, v, true)
-                        : scaled_dot_product_attention(q, k, v, {.is_causal = true}).output;
+      Tensor o =
+          linear ? linear_attention(q, k, v, true) : scaled_dot_product_attention(q, k, v, {.is_causal = true}).output;
       Tensor loss = sum(mul(o, w));
       o = Tensor();
       loss.backward();
@@ -132,10 +130,11 @@ int linear_mode(int argc, char** argv) {
         t.push_back(me.seconds);
         m.push_back(me.peak_mib);
       }
-      std::printf("{\"bench\":\"linear\",\"op\":\"%s\",\"L\":%lld,\"d\":%lld,\"threads\":1,\"reps\":%lld,"
-                  "\"median_s\":%.5f,\"peak_mib\":%.2f}\n",
-                  kind ? "linear_attention" : "sdpa_dense", static_cast<long long>(L), static_cast<long long>(d),
-                  static_cast<long long>(reps), median(t), median(m));
+      std::printf(
+          "{\"bench\":\"linear\",\"op\":\"%s\",\"L\":%lld,\"d\":%lld,\"threads\":1,\"reps\":%lld,"
+          "\"median_s\":%.5f,\"peak_mib\":%.2f}\n",
+          kind ? "linear_attention" : "sdpa_dense", static_cast<long long>(L), static_cast<long long>(d),
+          static_cast<long long>(reps), median(t), median(m));
       std::fflush(stdout);
     }
   }

@@ -48,8 +48,7 @@ class Checkpointed : public Module {
     std::shared_ptr<Block> b = block;
     CheckpointOptions options{.generators = generators_};
     if (gen_ != nullptr) options.generators.push_back(gen_);
-    return checkpoint([b, args...](const std::vector<Tensor>& in) { return b->forward(in[0], args...); }, {x},
-                      options);
+    return checkpoint([b, args...](const std::vector<Tensor>& in) { return b->forward(in[0], args...); }, {x}, options);
   }
 
   std::shared_ptr<Block> block;  ///< the wrapped block (not a child: its children are this module's)

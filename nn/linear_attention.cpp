@@ -29,8 +29,8 @@ Tensor LinearAttention::forward(const Tensor& query, const Tensor& key, const Te
   const char* me = "LinearAttention";
   const int64_t E = opts_.embed_dim, H = opts_.num_heads, d = E / H;
   for (const Tensor* t : {&query, &key, &value})
-    ATTO_CHECK(t->defined() && t->dim() == 3 && t->size(2) == E, me, "query, key and value must be (B, L, E=", E,
-               ")", t->defined() ? str_cat(", got shape ", t->shape()) : std::string());
+    ATTO_CHECK(t->defined() && t->dim() == 3 && t->size(2) == E, me, "query, key and value must be (B, L, E=", E, ")",
+               t->defined() ? str_cat(", got shape ", t->shape()) : std::string());
   ATTO_CHECK(key.size(0) == query.size(0) && value.size(0) == query.size(0) && key.size(1) == value.size(1), me,
              "batch or key length differ: query ", query.shape(), ", key ", key.shape(), ", value ", value.shape());
   const int64_t B = query.size(0), Lq = query.size(1), Lk = key.size(1);
@@ -45,8 +45,8 @@ Tensor LinearAttention::forward(const Tensor& query, const Tensor& key, const Te
 }
 
 std::string LinearAttention::extra_repr() const {
-  return str_cat("embed_dim=", opts_.embed_dim, ", num_heads=", opts_.num_heads, ", causal=",
-                 opts_.causal ? "true" : "false");
+  return str_cat("embed_dim=", opts_.embed_dim, ", num_heads=", opts_.num_heads,
+                 ", causal=", opts_.causal ? "true" : "false");
 }
 
 }  // namespace attograd::nn

@@ -139,8 +139,11 @@ TEST(Checkpoint, SeveralInputsDuplicatesAndUnusedInputs) {
   const Tensor ga = a.grad().clone(), gb = b.grad().clone();
   a.zero_grad(true);
   b.zero_grad(true);
-  Tensor ck = sum(exp(checkpoint([&](const std::vector<Tensor>& in) { return fn({in[0], in[1], in[2]}); },
-                                 {a, a, b, u})));
+  Tensor ck = sum(exp(checkpoint(
+      [&](const std::vector<Tensor>& in) {
+        return fn({in[0], in[1], in[2]});
+      },
+      {a, a, b, u})));
   EXPECT_TRUE(bitwise_equal(ck, plain));
   ck.backward();
   EXPECT_TRUE(testing::all_close(a.grad(), ga, 1e-15, 1e-14));  // a's two uses summed in another order
@@ -231,7 +234,10 @@ TEST(Checkpoint, Errors) {
   // A function that is not deterministic (its shape changes) is caught by the recomputation.
   int calls = 0;
   Tensor y = checkpoint(
-      [&](const std::vector<Tensor>& in) { return ++calls == 1 ? exp(in[0]) : exp(reshape(in[0], {1, 2})); }, {l});
+      [&](const std::vector<Tensor>& in) {
+        return ++calls == 1 ? exp(in[0]) : exp(reshape(in[0], {1, 2}));
+      },
+      {l});
   EXPECT_THROW(sum(y).backward(), Error);
 }
 

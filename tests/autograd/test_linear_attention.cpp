@@ -70,12 +70,11 @@ TEST_P(LinearAttentionVsReference, Gradcheck) {
   EXPECT_TRUE(testing::gradcheck_ok([&] { return linear_attention(q, k, v, c.causal); }, {q, k, v}));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, LinearAttentionVsReference,
-    ::testing::Values(Case{{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 3}, false},
-                      Case{{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 3}, true},
-                      Case{{2, 4, 3}, {2, 6, 3}, {2, 6, 5}, false},  // Lq != Lk, d_k != d_v
-                      Case{{1, 7, 2}, {1, 7, 2}, {1, 7, 2}, true}));
+INSTANTIATE_TEST_SUITE_P(Shapes, LinearAttentionVsReference,
+                         ::testing::Values(Case{{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 3}, false},
+                                           Case{{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 3}, true},
+                                           Case{{2, 4, 3}, {2, 6, 3}, {2, 6, 5}, false},  // Lq != Lk, d_k != d_v
+                                           Case{{1, 7, 2}, {1, 7, 2}, {1, 7, 2}, true}));
 
 TEST(LinearAttention, Float32AgreesWithFloat64) {
   Generator gen(19);
@@ -121,11 +120,11 @@ TEST(LinearAttention, Errors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("Lq == Lk"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(linear_attention(q, zeros({2, 5, 3}), v), Error);            // d_k differs
-  EXPECT_THROW(linear_attention(q, k, zeros({2, 4, 2})), Error);            // Lk differs
-  EXPECT_THROW(linear_attention(q, k, v.to(kFloat64)), Error);              // dtype
-  EXPECT_THROW(linear_attention(zeros({3, 3, 4}), k, v), Error);            // batch
-  EXPECT_THROW(linear_attention(q, k, v, false, 0.0), Error);               // eps
+  EXPECT_THROW(linear_attention(q, zeros({2, 5, 3}), v), Error);              // d_k differs
+  EXPECT_THROW(linear_attention(q, k, zeros({2, 4, 2})), Error);              // Lk differs
+  EXPECT_THROW(linear_attention(q, k, v.to(kFloat64)), Error);                // dtype
+  EXPECT_THROW(linear_attention(zeros({3, 3, 4}), k, v), Error);              // batch
+  EXPECT_THROW(linear_attention(q, k, v, false, 0.0), Error);                 // eps
   EXPECT_THROW(linear_attention(zeros({4}), zeros({4}), zeros({4})), Error);  // rank
 }
 

@@ -58,9 +58,7 @@ TEST(Rope, OffsetSliceEqualsSliceOfFullRotation) {
 TEST(Rope, PreservesNormsAndScoresDependOnRelativePosition) {
   Generator gen(4);
   Tensor q = rand({1, 16}, gen, {.dtype = kFloat64}), k = rand({1, 16}, gen, {.dtype = kFloat64});
-  auto score = [&](int64_t m, int64_t n) {
-    return sum(mul(apply_rotary_emb(q, m), apply_rotary_emb(k, n))).item();
-  };
+  auto score = [&](int64_t m, int64_t n) { return sum(mul(apply_rotary_emb(q, m), apply_rotary_emb(k, n))).item(); };
   EXPECT_NEAR(score(5, 2), score(13, 10), 1e-12);  // <R_m q, R_n k> depends on m - n only
   EXPECT_NEAR(score(0, 7), score(100, 107), 1e-12);
   EXPECT_NEAR(sum(mul(apply_rotary_emb(q, 9), apply_rotary_emb(q, 9))).item(), sum(mul(q, q)).item(), 1e-12);
@@ -80,7 +78,7 @@ TEST(Rope, Errors) {
   EXPECT_THROW(apply_rotary_emb(zeros({3, 4}), -1), Error);
   EXPECT_THROW(apply_rotary_emb(zeros({3, 4}), 0, 0.0), Error);
   auto [c, s] = rotary_cos_sin(3, 4);
-  EXPECT_THROW(apply_rotary_emb(zeros({4, 4}), c, s), Error);                    // L differs
+  EXPECT_THROW(apply_rotary_emb(zeros({4, 4}), c, s), Error);                       // L differs
   EXPECT_THROW(apply_rotary_emb(zeros({3, 4}, {.dtype = kFloat64}), c, s), Error);  // dtype
   EXPECT_THROW(apply_rotary_emb(zeros({3, 4}), c.detach().requires_grad_(true), s), Error);
   EXPECT_THROW(apply_rotary_emb(zeros({3, 4}, {.dtype = kInt64}), 0), Error);

@@ -19,8 +19,8 @@ using testing::bitwise_equal;
 // Runs loss = sum(stack(x) * w) forward and backward with the dropout generator seeded; returns x's gradient then
 // every parameter's (by name), and clears them.
 template <class Forward>
-std::vector<std::pair<std::string, Tensor>> grads_of(Module& params_of, Tensor x, const Tensor& w,
-                                                     Generator& drop, Forward forward) {
+std::vector<std::pair<std::string, Tensor>> grads_of(Module& params_of, Tensor x, const Tensor& w, Generator& drop,
+                                                     Forward forward) {
   manual_seed(99);
   drop.manual_seed(1234);
   Tensor loss = sum(mul(forward(mul(x, 1.0)), w));
@@ -67,8 +67,8 @@ TEST_P(CheckpointedStack, EncoderLayersGiveBitwiseEqualGradientsWithDropout) {
   ModuleList plain, wrapped;
   for (int i = 0; i < 3; ++i) {
     auto layer = std::make_shared<TransformerEncoderLayer>(
-        TransformerLayerOptions{.d_model = 16, .nhead = 4, .dim_feedforward = 32, .dropout = 0.2,
-                                .norm_first = norm_first},
+        TransformerLayerOptions{
+            .d_model = 16, .nhead = 4, .dim_feedforward = 32, .dropout = 0.2, .norm_first = norm_first},
         gen);
     plain.push_back(layer);
     wrapped.push_back(std::make_shared<Checkpointed<TransformerEncoderLayer>>(layer));
@@ -130,9 +130,8 @@ TEST(Checkpointed, CausalLMBlocksOnTheDefaultGeneratorGiveBitwiseEqualGradients)
 
 TEST(Checkpointed, AnInputWithoutGradFallsBackToAPlainForward) {
   Generator gen(6);
-  auto block = std::make_shared<CausalLMBlock>(CausalLMOptions{.vocab = 5, .d_model = 8, .n_head = 2, .d_ff = 16,
-                                                               .dropout = 0.0},
-                                               gen);
+  auto block = std::make_shared<CausalLMBlock>(
+      CausalLMOptions{.vocab = 5, .d_model = 8, .n_head = 2, .d_ff = 16, .dropout = 0.0}, gen);
   Checkpointed<CausalLMBlock> ck(block);
   Tensor x = rand({1, 3, 8}, gen);
   Tensor y = ck.forward(x);

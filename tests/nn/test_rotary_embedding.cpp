@@ -43,8 +43,8 @@ TEST(RotaryEmbedding, Errors) {
   EXPECT_THROW(RotaryEmbedding(5, 8), Error);
   EXPECT_THROW(RotaryEmbedding(4, 0), Error);
   RotaryEmbedding rope(4, 8);
-  EXPECT_THROW(rope.forward(zeros({2, 6})), Error);        // wrong head_dim
-  EXPECT_THROW(rope.forward(zeros({5, 4}), 4), Error);     // positions 4 .. 8 past max_len
+  EXPECT_THROW(rope.forward(zeros({2, 6})), Error);     // wrong head_dim
+  EXPECT_THROW(rope.forward(zeros({5, 4}), 4), Error);  // positions 4 .. 8 past max_len
   EXPECT_NO_THROW(rope.forward(zeros({5, 4}), 3));
 }
 
