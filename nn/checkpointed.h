@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,7 @@ class Checkpointed : public Module {
     // Nothing to recompute for (grad mode off), or only parameters need gradients: a plain forward (checkpoint()
     // needs an input that requires grad).
     if (!is_grad_enabled() || !x.requires_grad()) return block->forward(x, args...);
+    (check_no_grad(args), ...);
     std::shared_ptr<Block> b = block;
     CheckpointOptions options{.generators = generators_};
     if (gen_ != nullptr) options.generators.push_back(gen_);
@@ -61,6 +63,15 @@ class Checkpointed : public Module {
   }
 
  private:
+  // A tensor argument besides x would get no gradient through the checkpoint: refuse one that needs it.
+  template <class A>
+  static void check_no_grad(const A& a) {
+    if constexpr (std::is_same_v<A, Tensor>)
+      ATTO_CHECK(!a.defined() || !a.requires_grad(), "Checkpointed",
+                 "an argument besides x (shape ", a.shape(), ") requires grad: it would get no gradient; "
+                 "checkpoint() the function with it among the inputs instead");
+  }
+
   std::vector<Generator*> generators_;
   Generator* gen_ = nullptr;
 };

@@ -140,5 +140,15 @@ TEST(Checkpointed, AnInputWithoutGradFallsBackToAPlainForward) {
   EXPECT_TRUE(block->norm1->weight.grad().defined());
 }
 
+TEST(Checkpointed, RefusesAnotherArgumentThatRequiresGrad) {
+  Generator gen(7);
+  auto block = std::make_shared<CausalLMBlock>(
+      CausalLMOptions{.vocab = 5, .d_model = 8, .n_head = 2, .d_ff = 16, .dropout = 0.0}, gen);
+  Checkpointed<CausalLMBlock> ck(block);
+  Tensor x = rand({1, 3, 8}, gen).requires_grad_(true);
+  EXPECT_ATTO_ERROR(ck.forward_with(x, rand({1, 3}, gen).requires_grad_(true)), "would get no gradient");
+  EXPECT_NO_THROW(ck.forward_with(x, Tensor()));
+}
+
 }  // namespace
 }  // namespace attograd::nn
