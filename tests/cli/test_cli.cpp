@@ -291,12 +291,13 @@ TEST_F(Cli, GradcheckWithNoArgumentsChecksEveryOpAndModule) {
         "masked_fill", "where", "dropout", "embedding", "layer_norm", "cross_entropy", "mse_loss",
         "scaled_dot_product_attention", "Linear", "Embedding", "LayerNorm", "Dropout", "PositionwiseFeedForward",
         "MultiheadAttention", "seed::AttentionSublayer", "TransformerEncoderLayer", "TransformerDecoderLayer",
-        "CausalLM", "seed::Transformer"}) {
+        "CausalLM", "seed::Transformer", "apply_rotary_emb", "linear_attention", "checkpoint", "RotaryEmbedding",
+        "LinearAttention", "Checkpointed"}) {
     bool found = false;
     for (const std::string& l : lines(r.out)) found = found || l.rfind(std::string(name) + " ", 0) == 0;
     EXPECT_TRUE(found) << name;
   }
-  EXPECT_NE(r.out.find("62 of 62 checks passed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("68 of 68 checks passed"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos);
 }
 
