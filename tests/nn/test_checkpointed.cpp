@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "autograd/allocator.h"
 #include "autograd/elementwise.h"
 #include "autograd/reduce.h"
 #include "nn/checkpointed.h"
@@ -148,6 +149,37 @@ TEST(Checkpointed, RefusesAnotherArgumentThatRequiresGrad) {
   Tensor x = rand({1, 3, 8}, gen).requires_grad_(true);
   EXPECT_ATTO_ERROR(ck.forward_with(x, rand({1, 3}, gen).requires_grad_(true)), "would get no gradient");
   EXPECT_NO_THROW(ck.forward_with(x, Tensor()));
+}
+
+TEST(Checkpointed, AStackKeepsLessThanHalfTheActivations) {
+  // The allocator's peak above the step's start (parameters and gradient buffers exist before: a warm-up step).
+  Generator gen(8);
+  const CausalLMOptions o{.vocab = 5, .d_model = 32, .n_head = 4, .d_ff = 128, .dropout = 0.1};
+  std::vector<std::shared_ptr<CausalLMBlock>> blocks;
+  std::vector<std::shared_ptr<Checkpointed<CausalLMBlock>>> wrapped;
+  for (int i = 0; i < 6; ++i) {
+    blocks.push_back(std::make_shared<CausalLMBlock>(o, gen));
+    wrapped.push_back(std::make_shared<Checkpointed<CausalLMBlock>>(blocks.back()));
+  }
+  Tensor x = rand({4, 64, 32}, gen).requires_grad_(true);
+  auto peak = [&](bool ckpt) {
+    reset_peak_allocator_stats();
+    const size_t base = allocator_stats().allocated_bytes;
+    {
+      Tensor h = mul(x, 1.0);
+      for (size_t i = 0; i < blocks.size(); ++i) h = ckpt ? wrapped[i]->forward(h) : blocks[i]->forward(h);
+      Tensor loss = mean(mul(h, h));
+      h = Tensor();
+      loss.backward();
+    }
+    const size_t p = allocator_stats().peak_allocated_bytes - base;
+    x.zero_grad();
+    for (auto& b : blocks) b->zero_grad();
+    return static_cast<double>(p);
+  };
+  peak(false);  // warm-up: the gradient buffers
+  const double plain = peak(false), ck = peak(true);
+  EXPECT_GT(plain / ck, 2.0) << "plain " << plain << " bytes, checkpointed " << ck << " bytes";
 }
 
 }  // namespace
