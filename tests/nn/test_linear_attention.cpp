@@ -38,6 +38,18 @@ TEST(LinearAttentionModule, SameParametersAsMultiheadAttentionAndXavierInit) {
   EXPECT_EQ(sum(abs(la.out_proj->bias)).item(), 0.0);
 }
 
+TEST(LinearAttentionModule, LoadsAMultiheadAttentionStateDict) {
+  // A drop-in: the weights of a trained MultiheadAttention load strictly, and the forward reads them.
+  Generator g1(5), g2(6);
+  MultiheadAttention mha({.embed_dim = 8, .num_heads = 2}, g1);
+  LinearAttention la({.embed_dim = 8, .num_heads = 2}, g2);
+  Tensor x = rand({1, 3, 8}, g1);
+  const Tensor before = la.forward(x).detach();
+  la.load_state_dict(mha.state_dict());
+  for (auto& [n, p] : la.named_parameters()) EXPECT_TRUE(testing::bitwise_equal(p, mha.parameter(n))) << n;
+  EXPECT_FALSE(testing::bitwise_equal(la.forward(x).detach(), before));
+}
+
 TEST(LinearAttentionModule, EqualsTheProjectionsComposedByHand) {
   Generator gen(2);
   LinearAttention la({.embed_dim = 8, .num_heads = 2, .causal = true, .dtype = kFloat64}, gen);
