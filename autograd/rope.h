@@ -19,11 +19,13 @@ namespace attograd {
 std::pair<Tensor, Tensor> rotary_cos_sin(int64_t len, int64_t dim, int64_t offset = 0, double base = 10000.0,
                                          Dtype dtype = kFloat32);
 
-/// RoPE with precomputed tables: x (..., L, d) (e.g. (B, H, L, d)), cos and sin (L, d / 2) of x's dtype (from
-/// rotary_cos_sin; constants, they must not require grad) -> (..., L, d), pairs (2i, 2i+1) rotated.
+/// RoPE with precomputed tables: x (..., L, d) (e.g. (B, H, L, d)) or head-interleaved (..., L, n * d) (e.g.
+/// (B, L, H * d) as projections give, every group of d features rotated alike), cos and sin (L, d / 2) of x's dtype
+/// (from rotary_cos_sin; constants, they must not require grad) -> x's shape, pairs (2i, 2i+1) rotated.
 Tensor apply_rotary_emb(const Tensor& x, const Tensor& cos, const Tensor& sin);
 
-/// RoPE of x (..., L, d) at positions offset .. offset + L - 1 (a decode step at position t passes offset = t).
-Tensor apply_rotary_emb(const Tensor& x, int64_t offset = 0, double base = 10000.0);
+/// RoPE of x at positions offset .. offset + L - 1 (a decode step at position t passes offset = t): x (..., L, d)
+/// with head_dim 0 (d = the last dim), or (..., L, n * head_dim) head-interleaved.
+Tensor apply_rotary_emb(const Tensor& x, int64_t offset = 0, double base = 10000.0, int64_t head_dim = 0);
 
 }  // namespace attograd

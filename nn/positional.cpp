@@ -73,8 +73,9 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim_, int64_t max_len_, double bas
 
 Tensor RotaryEmbedding::forward(const Tensor& x, int64_t offset) {
   const char* me = "RotaryEmbedding";
-  ATTO_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) == head_dim, me, "x must be (..., L, head_dim=", head_dim,
-             ")", x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
+  ATTO_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) > 0 && x.size(-1) % head_dim == 0, me,
+             "x must be (..., L, head_dim=", head_dim, ") or (..., L, heads * head_dim)",
+             x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
   ATTO_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat64, me, "x must be float32 or float64, got ",
              dtype_name(x.dtype()));
   const int64_t len = x.size(-2);

@@ -53,7 +53,7 @@ class RotaryEmbedding : public Module {
   std::string type_name() const override { return "RotaryEmbedding"; }
   /// x (..., L, head_dim) (e.g. (B, H, L, d) queries or keys) rotated at positions 0 .. L-1.
   Tensor forward(const Tensor& x) override { return forward(x, 0); }
-  /// x (..., L, head_dim) rotated at positions offset .. offset+L-1 (an incremental decode step at position t passes
+  /// x (..., L, head_dim), or head-interleaved (..., L, heads * head_dim), rotated at positions offset .. offset+L-1 (an incremental decode step at position t passes
   /// offset = t); bit for bit the rows offset .. offset+L-1 of the rotation of a longer sequence. offset + L must
   /// not exceed max_len.
   Tensor forward(const Tensor& x, int64_t offset);

@@ -55,6 +55,20 @@ TEST(Rope, OffsetSliceEqualsSliceOfFullRotation) {
   }
 }
 
+TEST(Rope, HeadInterleavedLayoutEqualsTheSplitHeads) {
+  // (B, L, H * d) as projections give, rotated per head, equals (B, H, L, d) rotated, bit for bit; so does the
+  // gradient.
+  Generator gen(6);
+  Tensor x = testing::rand_leaf({2, 5, 3 * 4}, gen);
+  Tensor packed = apply_rotary_emb(x, 2, 10000.0, 4);
+  Tensor split = transpose(reshape(x, {2, 5, 3, 4}), 1, 2).clone();
+  Tensor expected = reshape(transpose(apply_rotary_emb(split, 2), 1, 2), {2, 5, 12});
+  EXPECT_TRUE(testing::bitwise_equal(packed, expected));
+  EXPECT_TRUE(testing::gradcheck_ok([&] { return apply_rotary_emb(x, 2, 10000.0, 4); }, {x}));
+  EXPECT_THROW(apply_rotary_emb(x, 0, 10000.0, 5), Error);  // 12 is not a multiple of 5
+  EXPECT_THROW(apply_rotary_emb(x, 0, 10000.0, -2), Error);
+}
+
 TEST(Rope, PreservesNormsAndScoresDependOnRelativePosition) {
   Generator gen(4);
   Tensor q = rand({1, 16}, gen, {.dtype = kFloat64}), k = rand({1, 16}, gen, {.dtype = kFloat64});

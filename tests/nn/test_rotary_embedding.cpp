@@ -43,7 +43,9 @@ TEST(RotaryEmbedding, Errors) {
   EXPECT_THROW(RotaryEmbedding(5, 8), Error);
   EXPECT_THROW(RotaryEmbedding(4, 0), Error);
   RotaryEmbedding rope(4, 8);
-  EXPECT_THROW(rope.forward(zeros({2, 6})), Error);     // wrong head_dim
+  EXPECT_THROW(rope.forward(zeros({2, 6})), Error);     // not a multiple of head_dim
+  EXPECT_TRUE(testing::bitwise_equal(rope.forward(full({2, 8}, 0.5), 3),
+                                     apply_rotary_emb(full({2, 8}, 0.5), 3, 10000.0, 4)));  // two heads
   EXPECT_THROW(rope.forward(zeros({5, 4}), 4), Error);  // positions 4 .. 8 past max_len
   EXPECT_NO_THROW(rope.forward(zeros({5, 4}), 3));
 }
