@@ -81,7 +81,6 @@ Tensor checkpoint(const CheckpointFn& function, const std::vector<Tensor>& input
   Tensor out;
   {
     NoGradGuard no_grad;
-    detail::ReadOnlyPassGuard reads_only;  // the forward reads its inputs and parameters: no version bumps
     out = function(inputs);
   }
   ATTO_CHECK(out.defined(), me, "the function returned an undefined tensor");

@@ -109,8 +109,6 @@ void SavedTensor::reset() {
 bool backward_frees_saved() { return g_backward_frees_saved; }
 
 bool detail::writes_bump_version() { return !g_grad_enabled && !g_in_backward; }
-detail::ReadOnlyPassGuard::ReadOnlyPassGuard() : prev_(g_in_backward) { g_in_backward = true; }
-detail::ReadOnlyPassGuard::~ReadOnlyPassGuard() { g_in_backward = prev_; }
 
 bool is_grad_enabled() { return g_grad_enabled; }
 void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }

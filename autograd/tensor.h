@@ -300,18 +300,6 @@ class SavedTensor {
 namespace detail {
 /// True when a write access counts in Storage::version: grad mode off, outside a backward pass.
 bool writes_bump_version();
-/// While alive, write accesses on this thread do not count in Storage::version, as in a backward pass: for a pass
-/// that only reads through writable pointers (checkpoint()'s forward without grad mode).
-class ReadOnlyPassGuard {
- public:
-  ReadOnlyPassGuard();
-  ~ReadOnlyPassGuard();
-  ReadOnlyPassGuard(const ReadOnlyPassGuard&) = delete;
-  ReadOnlyPassGuard& operator=(const ReadOnlyPassGuard&) = delete;
-
- private:
-  bool prev_;
-};
 }  // namespace detail
 
 /// True while a backward pass that frees the graph as it goes (retain_graph = false) runs a backward function on

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "autograd/activation.h"
+#include "autograd/attention.h"
 #include "autograd/checkpoint.h"
 #include "autograd/dropout.h"
 #include "autograd/elementwise.h"
@@ -204,14 +205,21 @@ TEST(Checkpoint, GradModeOffRunsTheFunction) {
   EXPECT_TRUE(bitwise_equal(y, exp(x)));
 }
 
-TEST(Checkpoint, AnInputUsedBeforeKeepsItsVersion) {
-  // The no-grad forward reads x through writable pointers: that must not count as an in-place change of x, which
-  // an earlier op saved.
+TEST(Checkpoint, TensorsUsedBeforeKeepTheirVersions) {
+  // The no-grad forward only reads: a leaf that an earlier recorded op noted (Node::leaf_versions) is not counted as
+  // changed in place, so the earlier op's backward still runs (the mask too is read by both).
   Generator gen(8);
-  Tensor x = testing::rand_leaf({3, 3}, gen);
-  Tensor a = mul(x, x);
-  Tensor y = checkpoint([](const std::vector<Tensor>& in) { return softmax(in[0], -1); }, {x});
+  Tensor x = testing::rand_leaf({1, 2, 4, 3}, gen);
+  Tensor mask = from_vector(std::vector<bool>{false, true, true, true, false, false, true, true,  //
+                                              false, false, false, true, false, false, false, false},
+                            {4, 4});
+  auto attend = [&mask](const Tensor& t) { return scaled_dot_product_attention(t, t, t, {.attn_mask = mask}).output; };
+  Tensor a = mul(attend(x), x);  // notes the versions of x and the mask
+  const uint32_t vx = x.impl()->storage->version;
+  Tensor y = checkpoint([&](const std::vector<Tensor>& in) { return attend(in[0]); }, {x});
+  EXPECT_EQ(x.impl()->storage->version, vx);
   EXPECT_NO_THROW(sum(add(a, y)).backward());
+  EXPECT_TRUE(x.grad().defined());
 }
 
 TEST(Checkpoint, Errors) {
