@@ -1,8 +1,9 @@
 // attnops_bench: measurements of docs/ATTENTION_OPS.md.
 //   attnops_bench checkpoint [B L D H F N reps]   a stack of N CausalLMBlocks (default: the large preset's sizes,
-//        D=256 H=8 F=1024 N=4 B=16, at L=512, dropout 0.1), forward + backward with and without nn::Checkpointed;
-//        prints per side the allocator peak above the step's starting point (activation memory: parameters,
-//        their gradient buffers and the input are allocated before) and the median step time, sides alternating.
+//        D=256 H=8 F=1024 N=4 B=16, at L=512, dropout 0.1), forward + backward without and with nn::Checkpointed on
+//        every block, and with nn::Checkpointed on every block but the last; prints per side the allocator peak above
+//        the step's starting point (activation memory: parameters, their gradient buffers and the input are allocated
+//        before) and the median step time, the order of the sides rotating.
 //   attnops_bench linear [d reps L...]   one thread, B=1 H=1, causal: linear_attention vs the fused dense
 //        scaled_dot_product_attention, forward + backward time (median) and allocator peak per L.
 // Prints one JSON line per measurement.
@@ -65,10 +66,15 @@ int checkpoint_mode(int argc, char** argv) {
   }
   Tensor x = rand({B, L, D}, gen).requires_grad_(true);
   Tensor w = rand({B, L, D}, gen);
-  auto step = [&](bool ckpt) {
+  // mode 0: plain blocks; 1: every block checkpointed; 2: every block but the last (whose recomputation would
+  // follow its forward at once: keeping its activations costs no more than recomputing one block).
+  auto step = [&](int mode) {
     manual_seed(7);
     Tensor h = mul(x, 1.0);  // a non-leaf input, as the embedding's output in a model
-    for (int64_t i = 0; i < N; ++i) h = ckpt ? wrapped[i]->forward(h) : blocks[i]->forward(h);
+    for (int64_t i = 0; i < N; ++i) {
+      const bool ckpt = mode == 1 || (mode == 2 && i + 1 < N);
+      h = ckpt ? wrapped[static_cast<size_t>(i)]->forward(h) : blocks[static_cast<size_t>(i)]->forward(h);
+    }
     Tensor loss = mean(mul(h, w));
     h = Tensor();
     loss.backward();
@@ -77,28 +83,29 @@ int checkpoint_mode(int argc, char** argv) {
     x.zero_grad();
     for (auto& b : blocks) b->zero_grad();  // keeps the gradient buffers: they are not activations
   };
-  step(false);  // warm-up: gradient buffers and the allocator's cache
-  zero();
-  step(true);
-  zero();
-  std::vector<double> t[2], m[2];
+  for (int mode : {0, 1, 2}) {  // warm-up: gradient buffers and the allocator's cache
+    step(mode);
+    zero();
+  }
+  std::vector<double> t[3], m[3];
   for (int64_t r = 0; r < reps; ++r)
-    for (int side : {0, 1}) {
-      const int s = r % 2 == 0 ? side : 1 - side;  // alternate which side goes first
-      const Measure me = measure([&] { step(s == 1); });
+    for (int k = 0; k < 3; ++k) {
+      const int mode = static_cast<int>((k + r) % 3);  // rotate which side goes first
+      const Measure me = measure([&] { step(mode); });
       zero();
-      t[s].push_back(me.seconds);
-      m[s].push_back(me.peak_mib);
+      t[mode].push_back(me.seconds);
+      m[mode].push_back(me.peak_mib);
     }
-  for (int s : {0, 1})
+  const char* names[3] = {"none", "all", "all_but_last"};
+  for (int s : {0, 1, 2})
     std::printf(
-        "{\"bench\":\"checkpoint\",\"checkpointed\":%s,\"B\":%lld,\"L\":%lld,\"D\":%lld,\"H\":%lld,\"F\":%lld,"
-        "\"N\":%lld,\"threads\":%d,\"reps\":%lld,\"median_step_s\":%.4f,\"activation_peak_mib\":%.1f}\n",
-        s ? "true" : "false", static_cast<long long>(B), static_cast<long long>(L), static_cast<long long>(D),
+        "{\"bench\":\"checkpoint\",\"checkpointed\":\"%s\",\"B\":%lld,\"L\":%lld,\"D\":%lld,\"H\":%lld,\"F\":%lld,"
+        "\"N\":%lld,\"threads\":%d,\"reps\":%lld,\"median_step_s\":%.4f,\"activation_peak_mib\":%.1f,"
+        "\"memory_ratio\":%.2f,\"time_ratio\":%.3f}\n",
+        names[s], static_cast<long long>(B), static_cast<long long>(L), static_cast<long long>(D),
         static_cast<long long>(H), static_cast<long long>(F), static_cast<long long>(N), get_num_threads(),
-        static_cast<long long>(reps), median(t[s]), median(m[s]));
-  std::printf("{\"bench\":\"checkpoint\",\"memory_ratio\":%.2f,\"time_ratio\":%.3f}\n", median(m[0]) / median(m[1]),
-              median(t[1]) / median(t[0]));
+        static_cast<long long>(reps), median(t[s]), median(m[s]), median(m[0]) / median(m[s]),
+        median(t[s]) / median(t[0]));
   return 0;
 }
 
