@@ -141,17 +141,18 @@ int linear_mode(int argc, char** argv) {
     };
     for (int kind : {1, 0}) {
       run(kind == 1);  // warm-up
-      std::vector<double> t, m;
+      std::vector<double> t, c, m;
       for (int64_t r = 0; r < reps; ++r) {
         const Measure me = measure([&] { run(kind == 1); });
         t.push_back(me.seconds);
+        c.push_back(me.cpu_seconds);
         m.push_back(me.peak_mib);
       }
       std::printf(
           "{\"bench\":\"linear\",\"op\":\"%s\",\"L\":%lld,\"d\":%lld,\"threads\":1,\"reps\":%lld,"
-          "\"median_s\":%.5f,\"peak_mib\":%.2f}\n",
+          "\"median_s\":%.5f,\"median_cpu_s\":%.5f,\"peak_mib\":%.2f}\n",
           kind ? "linear_attention" : "sdpa_dense", static_cast<long long>(L), static_cast<long long>(d),
-          static_cast<long long>(reps), median(t), median(m));
+          static_cast<long long>(reps), median(t), median(c), median(m));
       std::fflush(stdout);
     }
   }
