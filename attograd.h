@@ -37,6 +37,7 @@
 #include "nn/transformer.h"
 #include "train/data/dataset.h"
 #include "train/decode.h"
+#include "train/dist/communicator.h"
 #include "train/tools/gradcheck_suite.h"
 #include "train/optim/optimizers.h"
 #include "train/tools/progress.h"

@@ -14,6 +14,10 @@
 #include "train/tools/progress.h"
 #include "train/tools/report.h"
 #include "train/io/serialize.h"
+#include "train/dist/communicator.h"
+#if ATTOGRAD_HAS_MPI
+#include "train/dist/mpi.h"
+#endif
 
 namespace attograd::cli {
 
@@ -29,6 +33,10 @@ struct TrainArgs {
   std::string out, resume, config_file;
   int64_t samples = 8;
   bool json = false, quiet = false;
+  // Data-parallel training under mpirun (docs/DISTRIBUTED.md).
+  std::string allreduce = "fixed";
+  int64_t hash_every = 100;
+  double bucket_mb = 16;
 };
 
 // Binds --name to one TrainConfig field; when given on the command line it overrides the base config.
@@ -54,41 +62,64 @@ data::Example attention_sample(train::Trainer& t) {
   return ex.front();
 }
 
-int run(TrainArgs& a) {
+int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   const auto start = std::chrono::steady_clock::now();
-  // Base configuration: the --config file, else the checkpoint's when resuming, else the defaults.
+  const bool distributed = comm->size() > 1, rank0 = comm->rank() == 0;
+  // With several ranks, every rank reads its configuration and builds its Trainer; an error any rank has is raised
+  // on every rank (agree), so rank 0 reports it and nothing is written.
+  std::string setup_error;
+  std::unique_ptr<train::Trainer> trainer_ptr;
   TrainConfig cfg;
-  bool warmup_set = a.warmup->count() > 0;
-  if (!a.config_file.empty()) {
-    const std::string text = read_text(a.config_file, "train");
-    cfg = TrainConfig::from_json(text);
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    warmup_set = warmup_set || (j.is_object() && j.contains("warmup"));
-  }
-  std::optional<io::FileInfo> resume_info;
-  if (a.config_file.empty() && !a.resume.empty()) {
-    const io::FileInfo& info = resume_info.emplace(io::inspect(a.resume));
-    ATTO_CHECK(info.kind == "checkpoint", "train", "--resume needs a checkpoint, '", a.resume, "' is a ", info.kind,
-               " file");
-    ATTO_CHECK(info.checksum_ok, "train", "'", a.resume, "' is corrupt: checksum mismatch");
-    cfg = config_from_metadata(info.metadata, a.resume);
-    warmup_set = true;
-  }
-  for (auto& apply : a.overrides) apply(cfg);
-  // A short run without an explicit warm-up: scale the default warm-up down to a tenth of the steps.
-  if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cfg.steps) cfg.warmup = cfg.steps / 10;
-  cfg.validate();
-  if (resume_info) check_config_against_tensors(cfg, *resume_info, a.resume);  // before building the model
+  fs::path out;
+  try {
+    // Base configuration: the --config file, else the checkpoint's when resuming, else the defaults.
+    bool warmup_set = a.warmup->count() > 0;
+    if (!a.config_file.empty()) {
+      const std::string text = read_text(a.config_file, "train");
+      cfg = TrainConfig::from_json(text);
+      const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+      warmup_set = warmup_set || (j.is_object() && j.contains("warmup"));
+    }
+    std::optional<io::FileInfo> resume_info;
+    if (a.config_file.empty() && !a.resume.empty()) {
+      const io::FileInfo& info = resume_info.emplace(io::inspect(a.resume));
+      ATTO_CHECK(info.kind == "checkpoint", "train", "--resume needs a checkpoint, '", a.resume, "' is a ", info.kind,
+                 " file");
+      ATTO_CHECK(info.checksum_ok, "train", "'", a.resume, "' is corrupt: checksum mismatch");
+      cfg = config_from_metadata(info.metadata, a.resume);
+      warmup_set = true;
+    }
+    for (auto& apply : a.overrides) apply(cfg);
+    // A short run without an explicit warm-up: scale the default warm-up down to a tenth of the steps.
+    if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cfg.steps) cfg.warmup = cfg.steps / 10;
+    cfg.validate();
+    if (resume_info) check_config_against_tensors(cfg, *resume_info, a.resume);  // before building the model
 
-  const fs::path out = !a.out.empty()      ? fs::path(a.out)
-                       : !a.resume.empty() ? fs::path(a.resume).parent_path()
-                                           : fs::path("runs") / (cfg.task + "-" + cfg.model);
-  std::error_code ec;
-  fs::create_directories(out.empty() ? fs::path(".") : out, ec);
-  ATTO_CHECK(!ec, "train", "cannot create the output directory '", out.string(), "': ", ec.message());
+    out = !a.out.empty()      ? fs::path(a.out)
+          : !a.resume.empty() ? fs::path(a.resume).parent_path()
+                              : fs::path("runs") / (cfg.task + "-" + cfg.model);
+    if (!distributed) {
+      std::error_code ec;
+      fs::create_directories(out.empty() ? fs::path(".") : out, ec);
+      ATTO_CHECK(!ec, "train", "cannot create the output directory '", out.string(), "': ", ec.message());
+    }
 
-  train::Trainer trainer(cfg);
-  if (!a.resume.empty()) trainer.load_checkpoint(a.resume);
+    trainer_ptr = std::make_unique<train::Trainer>(cfg);
+    if (!a.resume.empty()) trainer_ptr->load_checkpoint(a.resume);
+  } catch (const Error& e) {
+    if (!distributed) throw;
+    setup_error = e.what();
+  }
+  if (distributed) {
+    comm->agree("train", setup_error);
+    trainer_ptr->set_communicator(comm, {.order = dist::parse_reduce_order(a.allreduce), .hash_every = a.hash_every});
+    if (rank0) {  // rank 0 alone writes
+      std::error_code ec;
+      fs::create_directories(out.empty() ? fs::path(".") : out, ec);
+      ATTO_CHECK(!ec, "train", "cannot create the output directory '", out.string(), "': ", ec.message());
+    }
+  }
+  train::Trainer& trainer = *trainer_ptr;
   const int64_t first_step = trainer.step_count();
   const int64_t params = trainer.model().num_parameters();
   std::printf("attograd train: %s task (lengths %lld-%lld, %lld symbols)\n", cfg.task.c_str(),
@@ -103,6 +134,10 @@ int run(TrainArgs& a) {
               cfg.schedule.c_str(), static_cast<long long>(cfg.warmup), static_cast<unsigned long long>(cfg.seed),
               first_step > 0 ? strf(", resumed at step %lld", static_cast<long long>(first_step)).c_str() : "",
               out.string().c_str());
+  if (distributed || cfg.grad_accum > 1)
+    std::printf("  data-parallel: %d process%s (%s), grad-accum %lld, %s-order all-reduce\n", comm->size(),
+                comm->size() > 1 ? "es" : "", comm->name().c_str(), static_cast<long long>(cfg.grad_accum),
+                a.allreduce.c_str());
   std::fflush(stdout);
 
   // Train.
@@ -125,6 +160,10 @@ int run(TrainArgs& a) {
     if (m.step == cfg.steps) final_eval = m.eval;
   });
   bar.finish();
+  if (!rank0) {  // the others only take part in the checkpoint's replica check
+    trainer.save_checkpoint((out / "checkpoint.attograd").string());
+    return kExitOk;
+  }
   if (!final_eval) final_eval = trainer.evaluate();  // nothing left to train (resumed at the end)
   const double final_loss = trainer.history().empty() ? 0.0 : trainer.history().back().loss;
 
@@ -185,6 +224,12 @@ int run(TrainArgs& a) {
     j["train_seconds"] = train_seconds;
     j["tokens_per_second"] = tps;
     j["peak_rss_mb"] = rss;
+    if (distributed || cfg.grad_accum > 1) {
+      j["ranks"] = comm->size();
+      j["grad_accum"] = cfg.grad_accum;
+      j["allreduce"] = a.allreduce;
+      j["allreduce_seconds"] = comm->reduce_seconds();
+    }
     j["paths"] = {{"dir", out.string()},         {"weights", weights}, {"checkpoint", checkpoint},
                   {"metrics", metrics},          {"config", config},   {"curves", curves},
                   {"attention", attention},      {"samples", samples}};
@@ -203,11 +248,46 @@ int run(TrainArgs& a) {
               static_cast<long long>(final_eval->n), static_cast<unsigned long long>(cfg.seed));
   std::printf("  time          %.1f s wall, %.1f s in training steps, %s tokens/s\n", wall, train_seconds,
               train::format_si(tps).c_str());
-  std::printf("  peak memory   %.1f MB\n", rss);
+  std::printf("  peak memory   %.1f MB%s\n", rss, distributed ? " (rank 0)" : "");
+  if (distributed)
+    std::printf("  all-reduce    %.2f s of %.1f s in training steps (%s floats summed per rank)\n",
+                comm->reduce_seconds(), train_seconds, thousands(comm->reduced_floats()).c_str());
   std::printf("  outputs       %s/\n", out.string().c_str());
   std::printf("                model.attograd (weights + config)  checkpoint.attograd (--resume)  metrics.csv\n");
   std::printf("                config.json  curves.svg  attention.svg  samples.txt\n");
   return kExitOk;
+}
+
+// Runs `attograd train` alone, or as one rank of the processes an MPI launcher started: errors every rank raised
+// alike end every rank normally (rank 0 reports, exit 2); an error of one rank alone ends the whole job (MPI_Abort).
+int run_distributed(TrainArgs& a) {
+  const int launched = dist::launcher_world_size();
+  std::shared_ptr<dist::Communicator> comm;
+  if (launched > 0) {
+#if ATTOGRAD_HAS_MPI
+    comm = dist::mpi_world({.bucket_floats = std::max<int64_t>(1, static_cast<int64_t>(a.bucket_mb * (1 << 18)))});
+#else
+    ATTO_CHECK(launched == 1, "train", "started by an MPI launcher as one of ", launched,
+               " processes, but this attograd was built without MPI (install libopenmpi-dev and rebuild)");
+#endif
+  }
+  if (!comm || comm->size() == 1) return run(a, comm ? comm : std::make_shared<dist::SingleProcess>());
+  if (comm->rank() != 0) {
+    a.quiet = true;
+    if (!std::freopen("/dev/null", "w", stdout)) return kExitError;  // rank 0 alone prints
+  }
+  try {
+    return run(a, comm);
+  } catch (const std::exception& e) {
+    if (comm->failed_together()) {
+      if (comm->rank() == 0) throw;  // main() prints it; every rank finalises MPI and exits 2
+      return kExitError;
+    }
+    std::fprintf(stderr, "attograd train: rank %d: %s\n", comm->rank(), e.what());
+    std::fflush(stderr);
+    comm->abort(kExitError);
+  }
+  return kExitError;  // not reached: abort() ends the process
 }
 
 }  // namespace
@@ -262,6 +342,18 @@ Command add_train(CLI::App& app) {
       ->check(integer_in(0, train::kMaxSteps));
   field(sub, a, "--eval-size", &TrainConfig::eval_size, "held-out sequences per evaluation")
       ->check(integer_in(1, train::kMaxEvalSize));
+  field(sub, a, "--grad-accum", &TrainConfig::grad_accum,
+        "micro-batches per step and process (--batch stays the global batch; must divide it)")
+      ->check(integer_in(1, train::kMaxModelSize));
+  sub->add_option("--allreduce", a->allreduce,
+                  "with several MPI processes: fixed (rank-order sum, bitwise equal to --grad-accum) or any "
+                  "(MPI_Allreduce)")
+      ->check(CLI::IsMember({"fixed", "any"}));
+  sub->add_option("--hash-every", a->hash_every,
+                  "with several MPI processes: compare the ranks' parameter hashes every N steps (0: at checkpoints)")
+      ->check(integer_in(0, train::kMaxSteps));
+  sub->add_option("--bucket-mb", a->bucket_mb, "with several MPI processes: megabytes reduced per MPI call")
+      ->check(CLI::Range(0.001, 4096.0));
   sub->add_option("--out", a->out, "output directory (default: runs/<task>-<model>, or the checkpoint's directory)")
       ->always_capture_default(false);
   sub->add_option("--resume", a->resume, "continue from a checkpoint (e.g. runs/reverse-lm/checkpoint.attograd)")
@@ -279,8 +371,9 @@ Command add_train(CLI::App& app) {
       "  attograd train\n"
       "  attograd train --task sort --model seq2seq --steps 3000 --out runs/sort\n"
       "  attograd train --config runs/reverse-lm/config.json --seed 2 --json\n"
-      "  attograd train --resume runs/reverse-lm/checkpoint.attograd --steps 4000");
-  return {sub, [a] { return run(*a); }};
+      "  attograd train --resume runs/reverse-lm/checkpoint.attograd --steps 4000\n"
+      "  mpirun -np 4 attograd train --batch 64 --out runs/dp   (data-parallel, docs/DISTRIBUTED.md)");
+  return {sub, [a] { return run_distributed(*a); }};
 }
 
 }  // namespace attograd::cli
