@@ -83,6 +83,8 @@ int launcher_world_size() {
 }
 
 std::string build_id() {
+  // ATTOGRAD_BUILD_ID_SALT stands in for a different binary in the tests (tests/train/dist/test_mpi.cpp).
+  const char* salt = std::getenv("ATTOGRAD_BUILD_ID_SALT");
   return str_cat("attograd built ", __DATE__, " ", __TIME__, " by ",
 #if defined(__clang__)
                  "clang ", __clang_version__
@@ -92,7 +94,7 @@ std::string build_id() {
                  "an unknown compiler"
 #endif
                  ,
-                 " (float ", sizeof(float), ", pointer ", sizeof(void*), ")");
+                 " (float ", sizeof(float), ", pointer ", sizeof(void*), ")", salt ? salt : "");
 }
 
 }  // namespace attograd::dist
