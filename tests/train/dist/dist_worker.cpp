@@ -7,8 +7,10 @@
 //     save_at=S ckpt=FILE  saves a checkpoint after step S (collective; rank 0 writes)
 //     corrupt_rank=R corrupt_step=S   after step S, rank R changes one weight (the replica check must notice)
 //     kill_rank=R kill_step=S         after step S, rank R kills itself with SIGKILL
+//     reduce_bench=FLOATS             times allreduce_sum alone (median of 7, each order) and exits
 // Exit status 0, or 2 with one line on stderr from rank 0 ("dist_worker: ...").
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -50,6 +52,23 @@ int run(const std::map<std::string, std::string>& args, const std::shared_ptr<di
   const int64_t save_at = num("save_at", -1);
   const std::string params = get("params", ""), resume = get("resume", ""), ckpt = get("ckpt", "");
 
+  if (const int64_t floats = num("reduce_bench", 0); floats > 0) {  // the all-reduce alone, for docs/DISTRIBUTED.md
+    std::vector<float> buf(static_cast<size_t>(floats), 1.0f);
+    for (const char* order : {"fixed", "any"}) {
+      std::vector<double> times;
+      for (int rep = 0; rep < 7; ++rep) {
+        comm->allgather("");  // start together
+        const double before = comm->reduce_seconds();
+        comm->allreduce_sum(buf.data(), floats, dist::parse_reduce_order(order));
+        times.push_back(comm->reduce_seconds() - before);
+      }
+      std::sort(times.begin(), times.end());
+      if (comm->rank() == 0)
+        std::printf("all-reduce of %lld floats on %d processes, %s order: median %.2f ms\n",
+                    static_cast<long long>(floats), comm->size(), order, times[3] * 1e3);
+    }
+    return 0;
+  }
   std::string error;
   std::unique_ptr<train::Trainer> t;
   try {
