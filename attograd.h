@@ -13,6 +13,7 @@
 #include "autograd/elementwise.h"
 #include "autograd/error.h"
 #include "autograd/gradcheck.h"
+#include "autograd/hooks.h"
 #include "autograd/indexing.h"
 #include "autograd/loss.h"
 #include "autograd/matmul.h"

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "autograd/hooks.h"
 #include "autograd/loss.h"
 #include "autograd/shape.h"
 #include "train/io/serialize.h"
@@ -573,6 +574,7 @@ void Trainer::set_communicator(std::shared_ptr<dist::Communicator> comm, const D
   const char* me = "set_communicator";
   ATTO_CHECK(comm != nullptr, me, "no communicator given");
   ATTO_CHECK(options.hash_every >= 0, me, "hash_every must be >= 0, got ", options.hash_every);
+  ATTO_CHECK(options.bucket_floats >= 1, me, "bucket_floats must be >= 1, got ", options.bucket_floats);
   // Every rank makes the same checks on the same values, so every rank raises the same error.
   const int64_t n = comm->size(), k = config_.grad_accum;
   if (config_.batch % (n * k) != 0) {
@@ -646,6 +648,39 @@ StepMetrics Trainer::accumulated_step() {
   flat_grad_.resize(static_cast<size_t>(total));
   const uint64_t dropout_base = derive_seed(config_.seed, Stream::Dropout);
   std::vector<double> losses;
+  // Where each parameter's gradient goes in flat_grad_ (named_parameters() order).
+  std::vector<int64_t> offset(params.size() + 1, 0);
+  for (size_t q = 0; q < params.size(); ++q) offset[q + 1] = offset[q] + params[q].numel();
+  // Micro-batch gradients add up in order, the first a copy: ((g0 + g1) + g2) + ...
+  auto add_grad = [&](size_t q, bool first) {
+    const Tensor g = params[q].grad();
+    float* acc = flat_grad_.data() + offset[q];
+    const int64_t len = params[q].numel();
+    if (!g.defined()) {
+      if (first) std::fill(acc, acc + len, 0.0f);
+      return;
+    }
+    const float* src = g.data<float>();
+    if (first)
+      std::copy(src, src + len, acc);
+    else
+      for (int64_t e = 0; e < len; ++e) acc[e] += src[e];
+  };
+  // Overlap (DDP's buckets): runs of parameters from the last one back (the backward produces their gradients
+  // first), about bucket_floats each; a bucket's reduction starts as soon as the backward has produced all of its
+  // gradients, always in bucket order (every rank starts the same reductions in the same order). The sum of each
+  // element does not depend on the buckets, so overlapping changes no bit.
+  const bool overlap = dist_.overlap && ranks > 1;
+  std::vector<std::pair<size_t, size_t>> buckets;  // [first, last) parameter index
+  std::vector<size_t> bucket_of(params.size());
+  for (size_t hi = params.size(); overlap && hi > 0;) {
+    size_t lo = hi;
+    int64_t n = 0;
+    while (lo > 0 && (n == 0 || n + params[lo - 1].numel() <= dist_.bucket_floats)) n += params[--lo].numel();
+    for (size_t q = lo; q < hi; ++q) bucket_of[q] = buckets.size();
+    buckets.emplace_back(lo, hi);
+    hi = lo;
+  }
   for (int64_t i = 0; i < k; ++i) {
     const int64_t j = rank * k + i;  // this micro-batch's place among the ranks x k
     const std::vector<data::Example> part(examples.begin() + j * micro, examples.begin() + (j + 1) * micro);
@@ -657,26 +692,38 @@ StepMetrics Trainer::accumulated_step() {
         {.ignore_index = ignore, .label_smoothing = config_.label_smoothing, .reduction = Reduction::Sum});
     const Tensor loss = sum / static_cast<double>(m.tokens);
     losses.push_back(loss.item());
-    loss.backward();
-    // Micro-batch gradients add up in order, the first a copy: ((g0 + g1) + g2) + ...
-    float* acc = flat_grad_.data();
-    for (const Tensor& p : params) {
-      const Tensor g = p.grad();
-      const int64_t len = p.numel();
-      if (!g.defined()) {
-        if (i == 0) std::fill(acc, acc + len, 0.0f);
-      } else {
-        const float* src = g.data<float>();
-        if (i == 0)
-          std::copy(src, src + len, acc);
-        else
-          for (int64_t e = 0; e < len; ++e) acc[e] += src[e];
+    if (overlap && i == k - 1) {
+      std::vector<size_t> waiting(buckets.size());
+      for (size_t b = 0; b < buckets.size(); ++b) waiting[b] = buckets[b].second - buckets[b].first;
+      std::vector<char> done(params.size(), 0);
+      size_t launched = 0;
+      auto ready = [&](size_t q) {
+        add_grad(q, i == 0);
+        done[q] = 1;
+        --waiting[bucket_of[q]];
+        while (launched < buckets.size() && waiting[launched] == 0) {
+          const auto [lo, hi] = buckets[launched++];
+          comm_->start_allreduce_sum(flat_grad_.data() + offset[lo], offset[hi] - offset[lo], dist_.order);
+        }
+        comm_->progress();
+      };
+      {
+        std::vector<GradHookHandle> hooks;
+        hooks.reserve(params.size());
+        for (size_t q = 0; q < params.size(); ++q)
+          hooks.push_back(register_post_accumulate_grad_hook(params[q], [&ready, q](const Tensor&) { ready(q); }));
+        loss.backward();
       }
-      acc += len;
+      for (size_t q = params.size(); q-- > 0;)
+        if (!done[q]) ready(q);  // parameters this micro-batch did not reach
+      comm_->wait_all();
+    } else {
+      loss.backward();
+      for (size_t q = 0; q < params.size(); ++q) add_grad(q, i == 0);
     }
     optimizer_->zero_grad();
   }
-  comm_->allreduce_sum(flat_grad_.data(), total, dist_.order);
+  if (!overlap) comm_->allreduce_sum(flat_grad_.data(), total, dist_.order);
   {
     const float* acc = flat_grad_.data();
     for (Tensor p : params) {  // a handle: set_grad changes the parameter itself

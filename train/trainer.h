@@ -122,6 +122,8 @@ struct StepMetrics {
 struct DistOptions {
   dist::ReduceOrder order = dist::ReduceOrder::Fixed;  ///< how the ranks' gradients are added
   int64_t hash_every = 100;  ///< compare the ranks' parameter hashes every this many steps (0: only at checkpoints)
+  bool overlap = true;       ///< reduce gradients in buckets while the backward runs (else after it, at once)
+  int64_t bucket_floats = 1 << 20;  ///< gradient floats per bucket when overlapping (4 MB)
 };
 
 /// Trains a sequence model on a dataset as configured. Not copyable or movable (the model points at the Trainer's

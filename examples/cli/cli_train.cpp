@@ -36,7 +36,8 @@ struct TrainArgs {
   // Data-parallel training under mpirun (docs/DISTRIBUTED.md).
   std::string allreduce = "fixed";
   int64_t hash_every = 100;
-  double bucket_mb = 16;
+  double bucket_mb = 4;
+  bool no_overlap = false;
 };
 
 // Binds --name to one TrainConfig field; when given on the command line it overrides the base config.
@@ -60,6 +61,11 @@ data::Example attention_sample(train::Trainer& t) {
   for (const data::Example& e : ex)
     if (static_cast<int64_t>(e.src.size()) == want) return e;
   return ex.front();
+}
+
+// --bucket-mb in floats.
+int64_t bucket_floats(const TrainArgs& a) {
+  return std::max<int64_t>(1, static_cast<int64_t>(a.bucket_mb * (1 << 18)));
 }
 
 int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
@@ -112,7 +118,10 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   }
   if (distributed) {
     comm->agree("train", setup_error);
-    trainer_ptr->set_communicator(comm, {.order = dist::parse_reduce_order(a.allreduce), .hash_every = a.hash_every});
+    trainer_ptr->set_communicator(comm, {.order = dist::parse_reduce_order(a.allreduce),
+                                         .hash_every = a.hash_every,
+                                         .overlap = !a.no_overlap,
+                                         .bucket_floats = bucket_floats(a)});
     if (rank0) {  // rank 0 alone writes
       std::error_code ec;
       fs::create_directories(out.empty() ? fs::path(".") : out, ec);
@@ -135,9 +144,9 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
               first_step > 0 ? strf(", resumed at step %lld", static_cast<long long>(first_step)).c_str() : "",
               out.string().c_str());
   if (distributed || cfg.grad_accum > 1)
-    std::printf("  data-parallel: %d process%s (%s), grad-accum %lld, %s-order all-reduce\n", comm->size(),
+    std::printf("  data-parallel: %d process%s (%s), grad-accum %lld, %s-order all-reduce%s\n", comm->size(),
                 comm->size() > 1 ? "es" : "", comm->name().c_str(), static_cast<long long>(cfg.grad_accum),
-                a.allreduce.c_str());
+                a.allreduce.c_str(), distributed && !a.no_overlap ? " overlapping the backward" : "");
   std::fflush(stdout);
 
   // Train.
@@ -228,6 +237,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
       j["ranks"] = comm->size();
       j["grad_accum"] = cfg.grad_accum;
       j["allreduce"] = a.allreduce;
+      j["overlap"] = distributed && !a.no_overlap;
       j["allreduce_seconds"] = comm->reduce_seconds();
     }
     j["paths"] = {{"dir", out.string()},         {"weights", weights}, {"checkpoint", checkpoint},
@@ -266,7 +276,7 @@ int run_distributed(TrainArgs& a) {
   std::shared_ptr<dist::Communicator> comm;
   if (launched > 0) {
 #if ATTOGRAD_HAS_MPI
-    comm = dist::mpi_world({.bucket_floats = std::max<int64_t>(1, static_cast<int64_t>(a.bucket_mb * (1 << 18)))});
+    comm = dist::mpi_world({.bucket_floats = bucket_floats(a)});
 #else
     ATTO_CHECK(launched == 1, "train", "started by an MPI launcher as one of ", launched,
                " processes, but this attograd was built without MPI (install libopenmpi-dev and rebuild)");
@@ -357,8 +367,11 @@ Command add_train(CLI::App& app) {
   sub->add_option("--hash-every", a->hash_every,
                   "with several MPI processes: compare the ranks' parameter hashes every N steps (0: at checkpoints)")
       ->check(integer_in(0, train::kMaxSteps));
-  sub->add_option("--bucket-mb", a->bucket_mb, "with several MPI processes: megabytes reduced per MPI call")
+  sub->add_option("--bucket-mb", a->bucket_mb,
+                  "with several MPI processes: megabytes of gradients per bucket (one reduction each)")
       ->check(CLI::Range(0.001, 4096.0));
+  sub->add_flag("--no-overlap", a->no_overlap,
+                "with several MPI processes: reduce the gradients after the backward instead of during it");
   sub->add_option("--out", a->out, "output directory (default: runs/<task>-<model>, or the checkpoint's directory)")
       ->always_capture_default(false);
   sub->add_option("--resume", a->resume, "continue from a checkpoint (e.g. runs/reverse-lm/checkpoint.attograd)")

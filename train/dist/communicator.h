@@ -40,6 +40,13 @@ class Communicator {
   virtual std::string name() const = 0;
   /// Replaces data[0..n) on every rank by the sum over ranks (see ReduceOrder); collective.
   virtual void allreduce_sum(float* data, int64_t n, ReduceOrder order) = 0;
+  /// Starts allreduce_sum of data[0..n), which must stay untouched until wait_all(); collective: every rank starts
+  /// the same reductions in the same order. The default sums at once.
+  virtual void start_allreduce_sum(float* data, int64_t n, ReduceOrder order) { allreduce_sum(data, n, order); }
+  /// Advances the reductions started (called between the backward's ops, so that they progress meanwhile).
+  virtual void progress() {}
+  /// Completes every reduction started.
+  virtual void wait_all() {}
   /// Every rank's bytes, indexed by rank; collective.
   virtual std::vector<std::string> allgather(const std::string& bytes) = 0;
   /// Ends every process of the group at once with `code` (for an error only this rank saw).
@@ -57,7 +64,7 @@ class Communicator {
   void set_failed_together() { failed_together_ = true; }
   /// Whether the error in flight was raised on every rank alike (by agree() or a check every rank made).
   bool failed_together() const { return failed_together_; }
-  /// Seconds spent in allreduce_sum so far.
+  /// Seconds spent in allreduce_sum, start_allreduce_sum, progress and wait_all so far (the time they block).
   double reduce_seconds() const { return reduce_seconds_; }
   /// Floats summed by allreduce_sum so far.
   int64_t reduced_floats() const { return reduced_floats_; }

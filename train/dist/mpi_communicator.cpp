@@ -36,6 +36,12 @@ class MpiWorld final : public Communicator {
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     // Errors come back as codes (and become attograd::Error) instead of aborting inside MPI.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    // The nonblocking reductions' two stages run on communicators of their own, each in bucket order on every rank
+    // (MPI matches the collectives of one communicator by the order in which they start).
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &first_stage_), "MPI_Comm_dup");
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &second_stage_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(first_stage_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(second_stage_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -48,12 +54,57 @@ class MpiWorld final : public Communicator {
   ~MpiWorld() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+    if (finalized) return;
+    MPI_Comm_free(&first_stage_);
+    MPI_Comm_free(&second_stage_);
+    MPI_Finalize();
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return name_; }
+
+  void start_allreduce_sum(float* data, int64_t n, ReduceOrder order) override {
+    const Timer timer(this);
+    Pending& p = next_pending();
+    p.data = data;
+    p.m = n;
+    p.order = order;
+    reduced_floats_ += n;
+    if (order == ReduceOrder::Any) {
+      p.stage = 2;
+      check(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, first_stage_, &p.request),
+            "MPI_Iallreduce");
+      return;
+    }
+    p.stage = 1;
+    cut(n, p.counts, p.displs);
+    const int mine = p.counts[static_cast<size_t>(rank_)];
+    const auto ranks = static_cast<size_t>(size_);
+    p.recv.resize(ranks * static_cast<size_t>(mine));
+    p.recv_counts.assign(ranks, mine);
+    p.recv_displs.resize(ranks);
+    for (size_t r = 0; r < ranks; ++r) p.recv_displs[r] = static_cast<int>(r) * mine;
+    check(MPI_Ialltoallv(data, p.counts.data(), p.displs.data(), MPI_FLOAT, p.recv.data(), p.recv_counts.data(),
+                         p.recv_displs.data(), MPI_FLOAT, first_stage_, &p.request),
+          "MPI_Ialltoallv");
+  }
+
+  void progress() override {
+    const Timer timer(this);
+    // In order, and no further than the first reduction still in its first stage: the second stages start in
+    // bucket order too.
+    for (size_t i = 0; i < used_; ++i) {
+      advance(pending_[i], false);
+      if (pending_[i].stage == 1) break;
+    }
+  }
+
+  void wait_all() override {
+    const Timer timer(this);
+    for (size_t i = 0; i < used_; ++i) advance(pending_[i], true);
+    used_ = 0;
+  }
 
   void allreduce_sum(float* data, int64_t n, ReduceOrder order) override {
     const auto start = std::chrono::steady_clock::now();
@@ -122,7 +173,73 @@ class MpiWorld final : public Communicator {
           "MPI_Allgatherv");
   }
 
+  // One reduction in flight: stage 1 the all-to-all of the fixed order, stage 2 the all-gather (or the
+  // MPI_Iallreduce of ReduceOrder::Any), 0 done. Kept between steps, so that their buffers are reused.
+  struct Pending {
+    float* data = nullptr;
+    int64_t m = 0;
+    ReduceOrder order = ReduceOrder::Fixed;
+    int stage = 0;
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<int> counts, displs, recv_counts, recv_displs;
+    std::vector<float> recv;
+    std::vector<const float*> parts;
+  };
+
+  // Adds the time spent in a call to reduce_seconds_.
+  struct Timer {
+    explicit Timer(MpiWorld* w) : w(w), start(std::chrono::steady_clock::now()) {}
+    ~Timer() { w->reduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+    MpiWorld* w;
+    std::chrono::steady_clock::time_point start;
+  };
+
+  Pending& next_pending() {
+    if (used_ == pending_.size()) pending_.emplace_back();
+    return pending_[used_++];
+  }
+
+  // Chunk r of m floats: [r m / N, (r + 1) m / N).
+  void cut(int64_t m, std::vector<int>& counts, std::vector<int>& displs) const {
+    const auto n = static_cast<size_t>(size_);
+    counts.assign(n, 0);
+    displs.assign(n, 0);
+    for (int r = 0; r < size_; ++r) {
+      const int64_t lo = static_cast<int64_t>(r) * m / size_, hi = static_cast<int64_t>(r + 1) * m / size_;
+      displs[static_cast<size_t>(r)] = static_cast<int>(lo);
+      counts[static_cast<size_t>(r)] = static_cast<int>(hi - lo);
+    }
+  }
+
+  // Moves a reduction on when its current stage has completed (or waits for it, when `block`).
+  void advance(Pending& p, bool block) {
+    while (p.stage != 0) {
+      int done = 0;
+      if (block)
+        check(MPI_Wait(&p.request, MPI_STATUS_IGNORE), "MPI_Wait"), done = 1;
+      else
+        check(MPI_Test(&p.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (!done) return;
+      if (p.stage == 2) {
+        p.stage = 0;
+        return;
+      }
+      // The all-to-all is done: add this rank's chunk of every rank in rank order, then gather the sums.
+      const int mine = p.counts[static_cast<size_t>(rank_)];
+      p.parts.resize(static_cast<size_t>(size_));
+      for (size_t r = 0; r < p.parts.size(); ++r) p.parts[r] = p.recv.data() + r * static_cast<size_t>(mine);
+      ordered_sum(p.parts, mine, p.data + p.displs[static_cast<size_t>(rank_)]);
+      p.stage = 2;
+      check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.data, p.counts.data(), p.displs.data(), MPI_FLOAT,
+                            second_stage_, &p.request),
+            "MPI_Iallgatherv");
+    }
+  }
+
   MpiOptions options_;
+  MPI_Comm first_stage_ = MPI_COMM_NULL, second_stage_ = MPI_COMM_NULL;
+  std::vector<Pending> pending_;  // the first used_ are in flight (a vector: references stay valid between calls)
+  size_t used_ = 0;
   int rank_ = 0, size_ = 1;
   std::string name_;
   std::vector<int> counts_, displs_, recv_counts_, recv_displs_;  // scratch, reused every call

@@ -2,6 +2,7 @@
 // trains a tiny model with the Trainer on every rank and lets the tests observe and disturb it.
 //   dist_worker key=value ...
 //     steps=5 batch=8 grad_accum=1 dropout=0 optimizer=sgd order=fixed hash_every=1   the run
+//     overlap=1 bucket_floats=1000    reduce in buckets of about 1000 floats during the backward (0: after it)
 //     params=FILE          rank 0 appends every parameter (float32, named_parameters() order) after every step
 //     resume=FILE          loads a checkpoint first
 //     save_at=S ckpt=FILE  saves a checkpoint after step S (collective; rank 0 writes)
@@ -78,8 +79,10 @@ int run(const std::map<std::string, std::string>& args, const std::shared_ptr<di
     error = e.what();
   }
   comm->agree("dist_worker", error);
-  t->set_communicator(comm,
-                      {.order = dist::parse_reduce_order(get("order", "fixed")), .hash_every = num("hash_every", 1)});
+  t->set_communicator(comm, {.order = dist::parse_reduce_order(get("order", "fixed")),
+                             .hash_every = num("hash_every", 1),
+                             .overlap = num("overlap", 1) != 0,
+                             .bucket_floats = num("bucket_floats", 1000)});
   std::ofstream out;
   if (!params.empty() && comm->rank() == 0) out.open(params, std::ios::binary | std::ios::app);
   while (t->step_count() < c.steps) {

@@ -154,6 +154,18 @@ TEST_F(Mpi, NProcessesEqualGradAccumNBitwise) {
   for (size_t s = 0; s < 5; ++s) EXPECT_TRUE(same_bits(again[s], first[s])) << "step " << s + 1;
 }
 
+// Reducing in buckets while the backward runs (any bucket size) gives the same bits as reducing after it.
+TEST_F(Mpi, OverlapAndBucketsChangeNoBit) {
+  const std::string args = "steps=5 batch=8 optimizer=adamw dropout=0.1";
+  const auto after = worker(2, args + " overlap=0", "after");
+  ASSERT_EQ(after.size(), 5u);
+  for (const char* buckets : {"100", "1000", "100000000"}) {
+    const auto during = worker(2, args + " overlap=1 bucket_floats=" + buckets, std::string("during") + buckets);
+    ASSERT_EQ(during.size(), 5u);
+    for (size_t s = 0; s < 5; ++s) EXPECT_TRUE(same_bits(during[s], after[s])) << buckets << ", step " << s + 1;
+  }
+}
+
 // The fixed order is the point: with the transport's own order the result is still within rounding.
 TEST_F(Mpi, AnyOrderIsWithinRounding) {
   const auto fixed = worker(2, "steps=5 batch=8 optimizer=sgd", "fixed");
