@@ -53,15 +53,14 @@ class Mpi : public ::testing::Test {
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
     ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
-    // In the sanitizer build, LeakSanitizer reports what Open MPI keeps past MPI_Finalize: suppress those only.
-    const char* lsan = std::getenv("LSAN_OPTIONS");
-    std::string opts = lsan ? lsan : "";
-    if (opts.find("lsan_mpi.supp") == std::string::npos)
-      ::setenv(
-          "LSAN_OPTIONS",
-          ((opts.empty() ? "" : opts + ":") + "suppressions=" + ATTOGRAD_TEST_DATA + "/../train/dist/lsan_mpi.supp")
-              .c_str(),
-          1);
+    // In the sanitizer build (.ci/run), the processes under mpirun run without LeakSanitizer: Open MPI keeps
+    // allocations past MPI_Finalize in plugins it unloads there, which LeakSanitizer can neither attribute nor
+    // suppress ("<unknown module>"). AddressSanitizer and UBSan stay on; test_dist.cpp checks the Trainer's
+    // data-parallel code for leaks in one process.
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    if (!asan || !std::string(asan).ends_with(":detect_leaks=0"))
+      ::setenv("ASAN_OPTIONS", (asan ? std::string(asan) + ":detect_leaks=0" : std::string("detect_leaks=0")).c_str(),
+               1);
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     dir_ = fs::temp_directory_path() / (std::string("attograd_mpi_") + info->name() + "_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
