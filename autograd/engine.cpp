@@ -1,11 +1,14 @@
 // The reverse-mode engine: recording ops, ordering the graph without recursion, running the
 // backward functions, accumulating gradients and freeing the graph.
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "autograd/elementwise.h"
+#include "autograd/hooks.h"
 #include "autograd/tensor.h"
 
 namespace attograd {
@@ -181,6 +184,34 @@ void accumulate_into_grad(TensorImpl* impl, const Tensor& g) {
   add_(acc, g);
 }
 
+// Post-accumulate-grad hooks (autograd/hooks.h): leaf -> (id, hook), in registration order. The engine looks only
+// when some hook exists (one relaxed load per leaf otherwise).
+struct HookRegistry {
+  std::mutex mutex;
+  std::unordered_map<const TensorImpl*, std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>>> hooks;
+  std::atomic<int64_t> count{0};
+  uint64_t next_id = 1;
+};
+
+HookRegistry& hook_registry() {
+  static HookRegistry* r = new HookRegistry;  // never destroyed: handles may outlive static destruction
+  return *r;
+}
+
+void run_post_accumulate_grad_hooks(const std::shared_ptr<TensorImpl>& leaf) {
+  HookRegistry& r = hook_registry();
+  if (r.count.load(std::memory_order_relaxed) == 0) return;
+  std::vector<std::function<void(const Tensor&)>> fns;
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    const auto it = r.hooks.find(leaf.get());
+    if (it == r.hooks.end()) return;
+    for (const auto& [id, fn] : it->second) fns.push_back(fn);
+  }
+  const Tensor t(leaf);
+  for (const auto& fn : fns) fn(t);  // outside the lock: a hook may register or remove hooks
+}
+
 // Reverse topological order of the tensors reachable from root, by an explicit stack.
 std::vector<std::shared_ptr<TensorImpl>> topo_order(const std::shared_ptr<TensorImpl>& root) {
   std::vector<std::shared_ptr<TensorImpl>> post;
@@ -275,6 +306,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
     grads.erase(it);
     Node* node = t->grad_fn.get();
     if (!node || t->retains_grad) accumulate_into_grad(t.get(), g);
+    if (!node) run_post_accumulate_grad_hooks(t);
     if (!node) continue;
     ATTO_CHECK(node->backward != nullptr, "backward",
                "trying to backward through the graph a second time (op '", node->name,
@@ -323,6 +355,53 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
       }
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Post-accumulate-grad hooks
+
+GradHookHandle& GradHookHandle::operator=(GradHookHandle&& other) noexcept {
+  if (this != &other) {
+    remove();
+    id_ = other.id_;
+    other.id_ = 0;
+  }
+  return *this;
+}
+
+void GradHookHandle::remove() noexcept {
+  if (id_ == 0) return;
+  HookRegistry& r = hook_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (auto it = r.hooks.begin(); it != r.hooks.end(); ++it) {
+    auto& v = it->second;
+    for (auto h = v.begin(); h != v.end(); ++h) {
+      if (h->first != id_) continue;
+      v.erase(h);
+      if (v.empty()) r.hooks.erase(it);
+      r.count.fetch_sub(1, std::memory_order_relaxed);
+      id_ = 0;
+      return;
+    }
+  }
+  id_ = 0;
+}
+
+GradHookHandle register_post_accumulate_grad_hook(const Tensor& leaf, std::function<void(const Tensor&)> fn) {
+  const char* me = "register_post_accumulate_grad_hook";
+  ATTO_CHECK(leaf.defined() && leaf.requires_grad() && leaf.is_leaf(), me,
+             "the tensor must be a leaf that requires grad (a parameter), got ",
+             !leaf.defined()            ? std::string("an undefined tensor")
+             : !leaf.requires_grad()    ? std::string("one without requires_grad")
+                                        : "the output of op '" + leaf.grad_fn_name() + "'");
+  ATTO_CHECK(fn != nullptr, me, "no hook given");
+  HookRegistry& r = hook_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  GradHookHandle h;
+  h.id_ = r.next_id++;
+  r.hooks[leaf.impl().get()].emplace_back(h.id_, std::move(fn));
+  r.count.fetch_add(1, std::memory_order_relaxed);
+  return h;
 }
 
 }  // namespace attograd

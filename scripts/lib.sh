@@ -5,9 +5,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="${JOBS:-$(nproc)}"
 
-# Debian packages the build needs (a fresh machine has the compiler, cmake and GoogleTest only).
+# Debian packages the build needs (a fresh machine has the compiler, cmake and GoogleTest only). Open MPI builds the
+# data-parallel trainer and lets the tests run it under mpirun (docs/DISTRIBUTED.md); the build works without it.
 ATTOGRAD_PACKAGES=(cmake g++ make libeigen3-dev libcereal-dev libgtest-dev libcli11-dev nlohmann-json3-dev
-  libxxhash-dev)
+  libxxhash-dev openmpi-bin libopenmpi-dev)
 
 ensure_packages() {
   local missing=()

@@ -9,6 +9,7 @@
 
 #include <sys/resource.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "autograd/hooks.h"
 #include "autograd/loss.h"
 #include "autograd/shape.h"
 #include "train/data/text.h"
@@ -57,6 +59,7 @@ void for_each_field(C& c, F&& f) {
   f("eval_every", c.eval_every);
   f("eval_size", c.eval_size);
   f("threads", c.threads);
+  f("grad_accum", c.grad_accum);
 }
 
 // A JSON value for an error message: its text, cut to 60 characters (the input is the user's, of any size).
@@ -132,6 +135,7 @@ uint64_t derive_seed(uint64_t seed, Stream stream) {
 std::string TrainConfig::to_json(int indent) const {
   json j = json::object();
   for_each_field(*this, [&](const char* name, const auto& v) { j[name] = v; });
+  if (grad_accum == 1) j.erase("grad_accum");  // a single-process config reads (and hashes) as before
   return j.dump(indent);
 }
 
@@ -212,6 +216,9 @@ void TrainConfig::validate() const {
   ATTO_CHECK(label_smoothing >= 0 && label_smoothing < 1, kConfig, "label_smoothing must be in [0, 1), got ",
              label_smoothing);
   ATTO_CHECK(eval_every >= 0, kConfig, "eval_every must be >= 0 (0: only at the end), got ", eval_every);
+  positive(grad_accum, "grad_accum");
+  ATTO_CHECK(batch % grad_accum == 0, kConfig, "batch (", batch, ") must be divisible by grad_accum (", grad_accum,
+             ")");
 }
 
 MemoryEstimate TrainConfig::estimate_memory() const {
@@ -339,6 +346,7 @@ Trainer::~Trainer() = default;
 // Trainer: the loop
 
 StepMetrics Trainer::step() {
+  if (config_.grad_accum > 1 || comm_->size() > 1) return accumulated_step();
   const auto start = std::chrono::steady_clock::now();
   model().train();
   optimizer_->zero_grad();
@@ -376,7 +384,7 @@ void Trainer::train(const StepCallback& on_step) {
   while (step_ < config_.steps) {
     StepMetrics m = step();
     const bool last = step_ == config_.steps;
-    if (last || (config_.eval_every > 0 && step_ % config_.eval_every == 0)) {
+    if (comm_->rank() == 0 && (last || (config_.eval_every > 0 && step_ % config_.eval_every == 0))) {
       m.eval = evaluate();
       m.evaluated = true;
       history_.back() = m;
@@ -493,6 +501,10 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv) {
 // Checkpoints
 
 void Trainer::save_checkpoint(const std::string& path) {
+  if (comm_->size() > 1) {
+    check_replicas();
+    if (comm_->rank() != 0) return;
+  }
   io::Checkpoint ck;
   ck.metadata_json = metadata();
   io::add_module_state(ck, *model_, "model.");
@@ -596,6 +608,209 @@ RunMetadata parse_run_metadata(const std::string& metadata, const std::string& o
 std::shared_ptr<data::Dataset> run_dataset(const RunMetadata& run, bool read_file) {
   if (run.data.empty()) return task_dataset(run.config);
   return data::open_data(data::DataSpec::from_json(run.data), read_file);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data-parallel training and gradient accumulation (docs/DISTRIBUTED.md)
+
+namespace {
+
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// The dropout seed of micro-batch j of a step: SplitMix64 of (dropout stream seed, step, j).
+uint64_t micro_batch_seed(uint64_t base, int64_t step, int64_t j) {
+  uint64_t z =
+      base ^ (static_cast<uint64_t>(step) * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(j) * 0xD1B54A32D192ED03ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+void Trainer::set_communicator(std::shared_ptr<dist::Communicator> comm, const DistOptions& options) {
+  const char* me = "set_communicator";
+  ATTO_CHECK(comm != nullptr, me, "no communicator given");
+  ATTO_CHECK(options.hash_every >= 0, me, "hash_every must be >= 0, got ", options.hash_every);
+  ATTO_CHECK(options.bucket_floats >= 1, me, "bucket_floats must be >= 1, got ", options.bucket_floats);
+  // Every rank makes the same checks on the same values, so every rank raises the same error.
+  const int64_t n = comm->size(), k = config_.grad_accum;
+  if (config_.batch % (n * k) != 0) {
+    comm->set_failed_together();
+    throw Error(me, str_cat("the global batch (", config_.batch, ") must be divisible by ranks x grad_accum (", n,
+                            " x ", k, " = ", n * k, ")"));
+  }
+  const std::string mine = config_.to_json(-1) + "\n" + dist::build_id() + "\n" + model_->kind() + "\n" +
+                           std::to_string(model_->num_parameters());
+  const std::vector<uint64_t> all = comm->allgather_u64(XXH64(mine.data(), mine.size(), 0));
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    comm->set_failed_together();
+    throw Error(
+        me, str_cat("rank ", r, " has a different configuration or build than rank 0 (rank 0: ", config_.to_json(-1),
+                    ", ", dist::build_id(), "); every rank must run the same binary with the same flags"));
+  }
+  comm_ = std::move(comm);
+  dist_ = options;
+}
+
+uint64_t Trainer::parameter_hash() {
+  XXH64_state_t* state = XXH64_createState();
+  ATTO_CHECK(state != nullptr, "parameter_hash", "out of memory");
+  XXH64_reset(state, 0);
+  for (const auto& [name, p] : model_->named_parameters()) {
+    XXH64_update(state, name.data(), name.size());
+    XXH64_update(state, p.data<float>(), static_cast<size_t>(p.numel()) * sizeof(float));
+  }
+  const uint64_t h = XXH64_digest(state);
+  XXH64_freeState(state);
+  return h;
+}
+
+void Trainer::check_replicas() {
+  if (comm_->size() == 1) return;
+  const std::vector<uint64_t> all = comm_->allgather_u64(parameter_hash());
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    comm_->set_failed_together();
+    throw Error("check_replicas", str_cat("the ranks' parameters diverged after step ", step_, ": rank ", r,
+                                          " differs from rank 0 (XXH64 ", hex64(all[r]), " vs ", hex64(all[0]), ")"));
+  }
+}
+
+StepMetrics Trainer::accumulated_step() {
+  const auto start = std::chrono::steady_clock::now();
+  model().train();
+  optimizer_->zero_grad();
+  const int64_t ranks = comm_->size(), rank = comm_->rank(), k = config_.grad_accum;
+  const int64_t micro = config_.batch / (ranks * k);  // examples per micro-batch
+
+  // The whole global batch, as one process would draw it; its target tokens scale every micro-batch's loss.
+  std::vector<data::Example> examples;
+  examples.reserve(static_cast<size_t>(config_.batch));
+  for (int64_t i = 0; i < config_.batch; ++i) examples.push_back(data_->next());
+  const int64_t ignore = model_->special_tokens().ignore_index;
+  StepMetrics m;
+  m.step = step_ + 1;
+  m.lr = optimizer_->lr();
+  {
+    const Tensor target = model_->make_batch(examples).target;
+    const int64_t* t = target.data<int64_t>();
+    for (int64_t i = 0; i < target.numel(); ++i) m.tokens += t[i] != ignore;
+  }
+  ATTO_CHECK(m.tokens > 0, "Trainer", "the batch of step ", m.step, " has no target tokens");
+
+  const std::vector<Tensor> params = optimizer_->params();
+  int64_t total = 0;
+  for (const Tensor& p : params) total += p.numel();
+  flat_grad_.resize(static_cast<size_t>(total));
+  const uint64_t dropout_base = derive_seed(config_.seed, Stream::Dropout);
+  std::vector<double> losses;
+  // Where each parameter's gradient goes in flat_grad_ (named_parameters() order).
+  std::vector<int64_t> offset(params.size() + 1, 0);
+  for (size_t q = 0; q < params.size(); ++q) offset[q + 1] = offset[q] + params[q].numel();
+  // Micro-batch gradients add up in order, the first a copy: ((g0 + g1) + g2) + ...
+  auto add_grad = [&](size_t q, bool first) {
+    const Tensor g = params[q].grad();
+    float* acc = flat_grad_.data() + offset[q];
+    const int64_t len = params[q].numel();
+    if (!g.defined()) {
+      if (first) std::fill(acc, acc + len, 0.0f);
+      return;
+    }
+    const float* src = g.data<float>();
+    if (first)
+      std::copy(src, src + len, acc);
+    else
+      for (int64_t e = 0; e < len; ++e) acc[e] += src[e];
+  };
+  // Overlap (DDP's buckets): runs of parameters from the last one back (the backward produces their gradients
+  // first), about bucket_floats each; a bucket's reduction starts as soon as the backward has produced all of its
+  // gradients, always in bucket order (every rank starts the same reductions in the same order). The sum of each
+  // element does not depend on the buckets, so overlapping changes no bit.
+  const bool overlap = dist_.overlap && ranks > 1;
+  std::vector<std::pair<size_t, size_t>> buckets;  // [first, last) parameter index
+  std::vector<size_t> bucket_of(params.size());
+  for (size_t hi = params.size(); overlap && hi > 0;) {
+    size_t lo = hi;
+    int64_t n = 0;
+    while (lo > 0 && (n == 0 || n + params[lo - 1].numel() <= dist_.bucket_floats)) n += params[--lo].numel();
+    for (size_t q = lo; q < hi; ++q) bucket_of[q] = buckets.size();
+    buckets.emplace_back(lo, hi);
+    hi = lo;
+  }
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t j = rank * k + i;  // this micro-batch's place among the ranks x k
+    const std::vector<data::Example> part(examples.begin() + j * micro, examples.begin() + (j + 1) * micro);
+    dropout_gen_.manual_seed(micro_batch_seed(dropout_base, step_, j));
+    const nn::SequenceBatch b = model_->make_batch(part);
+    const Tensor logits = model_->forward_batch(b);  // (b, T, V)
+    const Tensor sum = cross_entropy(
+        reshape(logits, {-1, logits.size(-1)}), reshape(b.target, {-1}),
+        {.ignore_index = ignore, .label_smoothing = config_.label_smoothing, .reduction = Reduction::Sum});
+    const Tensor loss = sum / static_cast<double>(m.tokens);
+    losses.push_back(loss.item());
+    if (overlap && i == k - 1) {
+      std::vector<size_t> waiting(buckets.size());
+      for (size_t b = 0; b < buckets.size(); ++b) waiting[b] = buckets[b].second - buckets[b].first;
+      std::vector<char> done(params.size(), 0);
+      size_t launched = 0;
+      auto ready = [&](size_t q) {
+        add_grad(q, i == 0);
+        done[q] = 1;
+        --waiting[bucket_of[q]];
+        while (launched < buckets.size() && waiting[launched] == 0) {
+          const auto [lo, hi] = buckets[launched++];
+          comm_->start_allreduce_sum(flat_grad_.data() + offset[lo], offset[hi] - offset[lo], dist_.order);
+        }
+        comm_->progress();
+      };
+      {
+        std::vector<GradHookHandle> hooks;
+        hooks.reserve(params.size());
+        for (size_t q = 0; q < params.size(); ++q)
+          hooks.push_back(register_post_accumulate_grad_hook(params[q], [&ready, q](const Tensor&) { ready(q); }));
+        loss.backward();
+      }
+      for (size_t q = params.size(); q-- > 0;)
+        if (!done[q]) ready(q);  // parameters this micro-batch did not reach
+      comm_->wait_all();
+    } else {
+      loss.backward();
+      for (size_t q = 0; q < params.size(); ++q) add_grad(q, i == 0);
+    }
+    optimizer_->zero_grad();
+  }
+  if (!overlap) comm_->allreduce_sum(flat_grad_.data(), total, dist_.order);
+  {
+    const float* acc = flat_grad_.data();
+    for (Tensor p : params) {  // a handle: set_grad changes the parameter itself
+      Tensor g = p.grad();
+      if (!g.defined()) {
+        p.set_grad(zeros_like(p));
+        g = p.grad();
+      }
+      std::copy(acc, acc + p.numel(), g.data<float>());
+      acc += p.numel();
+    }
+  }
+  // The loss of the global batch: the micro-batches' losses added in their global order.
+  m.loss = 0;
+  for (double l : comm_->allgather_f64(losses)) m.loss += l;
+  ATTO_CHECK(std::isfinite(m.loss), "Trainer", "loss is not finite (", m.loss, ") at step ", m.step);
+  const double max_norm = config_.clip > 0 ? config_.clip : std::numeric_limits<double>::infinity();
+  m.grad_norm = optim::clip_grad_norm_(optimizer_->params(), max_norm);
+  optimizer_->step();
+  scheduler_->step();
+  ++step_;
+  if (comm_->size() > 1 && dist_.hash_every > 0 && step_ % dist_.hash_every == 0) check_replicas();
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  history_.push_back(m);
+  return m;
 }
 
 std::unique_ptr<Trainer> Trainer::from_checkpoint(const std::string& path) {

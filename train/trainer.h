@@ -25,6 +25,7 @@
 #include "nn/sequence_model.h"
 #include "train/data/dataset.h"
 #include "train/decode.h"
+#include "train/dist/communicator.h"
 #include "train/optim/optimizers.h"
 #include "train/optim/schedule.h"
 #include "train/data/tasks.h"
@@ -81,8 +82,11 @@ struct TrainConfig {
   int64_t eval_every = 250;         ///< evaluate every this many steps in train(); 0: only at the end
   int64_t eval_size = 1000;         ///< held-out examples per evaluation
   int64_t threads = 1;              ///< threads of the engine's pool (set_num_threads); results depend on it
+  int64_t grad_accum = 1;           ///< micro-batches per step and rank (batch stays the global batch; see
+                                    ///< Trainer::set_communicator); in JSON only when not 1
 
-  /// The configuration as a JSON object (every field, in declaration order), indented by `indent` (-1: one line).
+  /// The configuration as a JSON object (every field, in declaration order, grad_accum only when not 1), indented
+  /// by `indent` (-1: one line).
   std::string to_json(int indent = 2) const;
   /// Parses to_json()'s output; missing fields keep their defaults. Error naming the field on an unknown field
   /// or a value of the wrong type, and on invalid JSON. Does not validate() the values.
@@ -112,6 +116,14 @@ struct StepMetrics {
   double seconds = 0;      ///< wall time of the step
   bool evaluated = false;  ///< whether train() evaluated after this step (eval holds the result)
   EvalResult eval;         ///< the held-out evaluation after this step, when evaluated
+};
+
+/// Data-parallel options of a Trainer (see Trainer::set_communicator).
+struct DistOptions {
+  dist::ReduceOrder order = dist::ReduceOrder::Fixed;  ///< how the ranks' gradients are added
+  int64_t hash_every = 100;  ///< compare the ranks' parameter hashes every this many steps (0: only at checkpoints)
+  bool overlap = true;       ///< reduce gradients in buckets while the backward runs (else after it, at once)
+  int64_t bucket_floats = 1 << 20;  ///< gradient floats per bucket when overlapping (4 MB)
 };
 
 /// Trains a sequence model on a dataset as configured. Not copyable or movable (the model points at the Trainer's
@@ -151,12 +163,33 @@ class Trainer {
   /// What a weights file or checkpoint of this run stores as metadata: run_metadata(config, dataset().describe()).
   std::string metadata() const;
   /// Saves weights, optimizer state, schedule position, every generator's state, the data position, the step
-  /// count, the metrics so far and metadata() to `path`, atomically.
+  /// count, the metrics so far and metadata() to `path`, atomically. With several ranks: collective; checks the
+  /// replicas, and rank 0 alone writes.
   void save_checkpoint(const std::string& path);
   /// Restores a checkpoint saved by a Trainer with the same model, data and optimizer settings (Error
   /// naming any differing field, or saying that the data file's tokens differ); the run then continues
   /// bit-identically.
   void load_checkpoint(const std::string& path);
+
+  // ---- Data-parallel training and gradient accumulation (docs/DISTRIBUTED.md) ----
+  // With grad_accum K and N ranks, every rank draws the whole global batch of config.batch examples from the one
+  // seeded stream and keeps its contiguous share (rank r: examples [r B/N, (r+1) B/N)), cut into K micro-batches
+  // the same way; micro-batch j of the N K is forwarded with dropout drawn from a generator seeded by (seed, step,
+  // j), its summed cross-entropy is divided by the global count of target tokens, and the micro-batch gradients are
+  // added in order (the first a copy), then across ranks in rank order (ReduceOrder::Fixed). So N ranks give bit
+  // for bit the weights of one process with grad_accum N, and within rounding those of one process with K = 1.
+
+  /// Trains with the ranks of `comm` (collective: every rank calls it with the same config). Errors, raised on
+  /// every rank alike: config.batch not divisible by size() x grad_accum; ranks with different configurations or
+  /// builds (naming the first rank that differs from rank 0).
+  void set_communicator(std::shared_ptr<dist::Communicator> comm, const DistOptions& options = {});
+  /// The communicator (a SingleProcess unless set_communicator was called).
+  dist::Communicator& communicator() { return *comm_; }
+  /// XXH64 of every parameter's bytes, in named_parameters() order.
+  uint64_t parameter_hash();
+  /// Compares the ranks' parameter hashes (collective); Error on every rank naming the first rank whose parameters
+  /// differ from rank 0's. step() calls it every hash_every steps, save_checkpoint() always.
+  void check_replicas();
 
   /// Completed optimizer steps.
   int64_t step_count() const { return step_; }
@@ -189,6 +222,11 @@ class Trainer {
 
  private:
   void build_optimizer();
+  StepMetrics accumulated_step();  // step() with grad_accum > 1 or several ranks
+
+  std::shared_ptr<dist::Communicator> comm_ = std::make_shared<dist::SingleProcess>();
+  DistOptions dist_;
+  std::vector<float> flat_grad_;  // the accumulated gradients of accumulated_step(), every parameter in turn
 
   TrainConfig config_;
   Generator init_gen_;

@@ -18,6 +18,10 @@
 #include "train/tools/progress.h"
 #include "train/tools/report.h"
 #include "train/io/serialize.h"
+#include "train/dist/communicator.h"
+#if ATTOGRAD_HAS_MPI
+#include "train/dist/mpi.h"
+#endif
 
 namespace attograd::cli {
 
@@ -37,6 +41,11 @@ struct TrainArgs {
   CLI::Option *context_opt = nullptr, *val_fraction_opt = nullptr, *tokenize_opt = nullptr;
   int64_t samples = 8;
   bool json = false, quiet = false;
+  // Data-parallel training under mpirun (docs/DISTRIBUTED.md).
+  std::string allreduce = "fixed";
+  int64_t hash_every = 100;
+  double bucket_mb = 4;
+  bool no_overlap = false;
 };
 
 // Binds --name to one TrainConfig field; when given on the command line it overrides the base config.
@@ -95,47 +104,78 @@ std::shared_ptr<data::Dataset> file_dataset(const TrainArgs& a, const std::optio
   return data::open_data(spec);
 }
 
-int run(TrainArgs& a) {
+// --bucket-mb in floats.
+int64_t bucket_floats(const TrainArgs& a) {
+  return std::max<int64_t>(1, static_cast<int64_t>(a.bucket_mb * (1 << 18)));
+}
+
+int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   const auto start = std::chrono::steady_clock::now();
-  // Base configuration: the --config file, else the checkpoint's when resuming, else the defaults.
+  const bool distributed = comm->size() > 1, rank0 = comm->rank() == 0;
+  // With several ranks, every rank reads its configuration and builds its Trainer; an error any rank has is raised
+  // on every rank (agree), so rank 0 reports it and nothing is written.
+  std::string setup_error;
+  std::unique_ptr<train::Trainer> trainer_ptr;
   TrainConfig cfg;
-  bool warmup_set = a.warmup->count() > 0;
-  if (!a.config_file.empty()) {
-    const std::string text = read_text(a.config_file, "train");
-    cfg = TrainConfig::from_json(text);
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    warmup_set = warmup_set || (j.is_object() && j.contains("warmup"));
+  fs::path out;
+  std::shared_ptr<data::Dataset> file_data;  // --text / --pairs (or the checkpoint's data file), else null
+  std::string run_name;                       // the task, or the data file's stem
+  try {
+    // Base configuration: the --config file, else the checkpoint's when resuming, else the defaults.
+    bool warmup_set = a.warmup->count() > 0;
+    if (!a.config_file.empty()) {
+      const std::string text = read_text(a.config_file, "train");
+      cfg = TrainConfig::from_json(text);
+      const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+      warmup_set = warmup_set || (j.is_object() && j.contains("warmup"));
+    }
+    std::optional<io::FileInfo> resume_info;
+    if (a.config_file.empty() && !a.resume.empty()) {
+      const io::FileInfo& info = resume_info.emplace(io::inspect(a.resume));
+      ATTO_CHECK(info.kind == "checkpoint", "train", "--resume needs a checkpoint, '", a.resume, "' is a ", info.kind,
+                 " file");
+      ATTO_CHECK(info.checksum_ok, "train", "'", a.resume, "' is corrupt: checksum mismatch");
+      cfg = config_from_metadata(info.metadata, a.resume);
+      warmup_set = true;
+    }
+    for (auto& apply : a.overrides) apply(cfg);
+    // A short run without an explicit warm-up: scale the default warm-up down to a tenth of the steps.
+    if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cfg.steps) cfg.warmup = cfg.steps / 10;
+    cfg.validate();
+    if (resume_info) check_config_against_tensors(cfg, *resume_info, a.resume);  // before building the model
+    file_data = file_dataset(a, resume_info, cfg);
+    run_name = file_data ? fs::path(file_data->name()).stem().string() : cfg.task;
+
+    out = !a.out.empty()      ? fs::path(a.out)
+          : !a.resume.empty() ? fs::path(a.resume).parent_path()
+                              : fs::path("runs") / (run_name + "-" + cfg.model);
+    if (!distributed) {
+      std::error_code ec;
+      fs::create_directories(out.empty() ? fs::path(".") : out, ec);
+      ATTO_CHECK(!ec, "train", "cannot create the output directory '", out.string(), "': ", ec.message());
+    }
+
+    trainer_ptr = file_data ? std::make_unique<train::Trainer>(cfg, file_data) : std::make_unique<train::Trainer>(cfg);
+    if (!a.resume.empty()) trainer_ptr->load_checkpoint(a.resume);
+  } catch (const Error& e) {
+    if (!distributed) throw;
+    setup_error = e.what();
   }
-  std::optional<io::FileInfo> resume_info;
-  if (a.config_file.empty() && !a.resume.empty()) {
-    const io::FileInfo& info = resume_info.emplace(io::inspect(a.resume));
-    ATTO_CHECK(info.kind == "checkpoint", "train", "--resume needs a checkpoint, '", a.resume, "' is a ", info.kind,
-               " file");
-    ATTO_CHECK(info.checksum_ok, "train", "'", a.resume, "' is corrupt: checksum mismatch");
-    cfg = config_from_metadata(info.metadata, a.resume);
-    warmup_set = true;
+  if (distributed) {
+    comm->agree("train", setup_error);
+    trainer_ptr->set_communicator(comm, {.order = dist::parse_reduce_order(a.allreduce),
+                                         .hash_every = a.hash_every,
+                                         .overlap = !a.no_overlap,
+                                         .bucket_floats = bucket_floats(a)});
+    if (rank0) {  // rank 0 alone writes
+      std::error_code ec;
+      fs::create_directories(out.empty() ? fs::path(".") : out, ec);
+      ATTO_CHECK(!ec, "train", "cannot create the output directory '", out.string(), "': ", ec.message());
+    }
   }
-  for (auto& apply : a.overrides) apply(cfg);
-  // A short run without an explicit warm-up: scale the default warm-up down to a tenth of the steps.
-  if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cfg.steps) cfg.warmup = cfg.steps / 10;
-  cfg.validate();
-  if (resume_info) check_config_against_tensors(cfg, *resume_info, a.resume);  // before building the model
-  const std::shared_ptr<data::Dataset> file_data = file_dataset(a, resume_info, cfg);
+  train::Trainer& trainer = *trainer_ptr;
   const auto* text_data = dynamic_cast<const data::TextDataset*>(file_data.get());
   const auto* pairs_data = dynamic_cast<const data::PairsDataset*>(file_data.get());
-  const std::string run_name = file_data ? fs::path(file_data->name()).stem().string() : cfg.task;
-
-  const fs::path out = !a.out.empty()      ? fs::path(a.out)
-                       : !a.resume.empty() ? fs::path(a.resume).parent_path()
-                                           : fs::path("runs") / (run_name + "-" + cfg.model);
-  std::error_code ec;
-  fs::create_directories(out.empty() ? fs::path(".") : out, ec);
-  ATTO_CHECK(!ec, "train", "cannot create the output directory '", out.string(), "': ", ec.message());
-
-  const std::unique_ptr<train::Trainer> owned =
-      file_data ? std::make_unique<train::Trainer>(cfg, file_data) : std::make_unique<train::Trainer>(cfg);
-  train::Trainer& trainer = *owned;
-  if (!a.resume.empty()) trainer.load_checkpoint(a.resume);
   const int64_t first_step = trainer.step_count();
   const int64_t params = trainer.model().num_parameters();
   const bool stream = trainer.model().spec().stream;
@@ -168,6 +208,10 @@ int run(TrainArgs& a) {
               cfg.schedule.c_str(), static_cast<long long>(cfg.warmup), static_cast<unsigned long long>(cfg.seed),
               first_step > 0 ? strf(", resumed at step %lld", static_cast<long long>(first_step)).c_str() : "",
               out.string().c_str());
+  if (distributed || cfg.grad_accum > 1)
+    std::printf("  data-parallel: %d process%s (%s), grad-accum %lld, %s-order all-reduce%s\n", comm->size(),
+                comm->size() > 1 ? "es" : "", comm->name().c_str(), static_cast<long long>(cfg.grad_accum),
+                a.allreduce.c_str(), distributed && !a.no_overlap ? " overlapping the backward" : "");
   std::fflush(stdout);
 
   // Train.
@@ -195,6 +239,10 @@ int run(TrainArgs& a) {
     if (m.step == cfg.steps) final_eval = m.eval;
   });
   bar.finish();
+  if (!rank0) {  // the others only take part in the checkpoint's replica check
+    trainer.save_checkpoint((out / "checkpoint.attograd").string());
+    return kExitOk;
+  }
   if (!final_eval) final_eval = trainer.evaluate();  // nothing left to train (resumed at the end)
   const double final_loss = trainer.history().empty() ? 0.0 : trainer.history().back().loss;
 
@@ -278,6 +326,13 @@ int run(TrainArgs& a) {
     j["train_seconds"] = train_seconds;
     j["tokens_per_second"] = tps;
     j["peak_rss_mb"] = rss;
+    if (distributed || cfg.grad_accum > 1) {
+      j["ranks"] = comm->size();
+      j["grad_accum"] = cfg.grad_accum;
+      j["allreduce"] = a.allreduce;
+      j["overlap"] = distributed && !a.no_overlap;
+      j["allreduce_seconds"] = comm->reduce_seconds();
+    }
     j["paths"] = {{"dir", out.string()},         {"weights", weights}, {"checkpoint", checkpoint},
                   {"metrics", metrics},          {"config", config},   {"curves", curves},
                   {"attention", attention},      {"samples", samples}};
@@ -304,11 +359,51 @@ int run(TrainArgs& a) {
                 static_cast<long long>(final_eval->n), static_cast<unsigned long long>(cfg.seed));
   std::printf("  time          %.1f s wall, %.1f s in training steps, %s tokens/s\n", wall, train_seconds,
               train::format_si(tps).c_str());
-  std::printf("  peak memory   %.1f MB\n", rss);
+  std::printf("  peak memory   %.1f MB%s\n", rss, distributed ? " (rank 0)" : "");
+  if (distributed)
+    std::printf("  all-reduce    %.2f s of %.1f s in training steps (%s floats summed per rank)\n",
+                comm->reduce_seconds(), train_seconds, thousands(comm->reduced_floats()).c_str());
   std::printf("  outputs       %s/\n", out.string().c_str());
   std::printf("                model.attograd (weights + config)  checkpoint.attograd (--resume)  metrics.csv\n");
   std::printf("                config.json  curves.svg  attention.svg  samples.txt\n");
   return kExitOk;
+}
+
+// Runs `attograd train` alone, or as one rank of the processes an MPI launcher started: errors every rank raised
+// alike end every rank normally (rank 0 reports, exit 2); an error of one rank alone ends the whole job (MPI_Abort,
+// exit 2).
+int run_distributed(TrainArgs& a) {
+  const int launched = dist::launcher_world_size();
+  std::shared_ptr<dist::Communicator> comm;
+  if (launched > 0) {
+#if ATTOGRAD_HAS_MPI
+    comm = dist::mpi_world({.bucket_floats = bucket_floats(a)});
+#else
+    ATTO_CHECK(launched == 1, "train", "started by an MPI launcher as one of ", launched,
+               " processes, but this attograd was built without MPI (install libopenmpi-dev and rebuild)");
+#endif
+  }
+  if (!comm || comm->size() == 1) return run(a, comm ? comm : std::make_shared<dist::SingleProcess>());
+  if (comm->rank() != 0) {
+    a.quiet = true;
+    if (!std::freopen("/dev/null", "w", stdout)) return kExitError;  // rank 0 alone prints
+  }
+  try {
+    return run(a, comm);
+  } catch (const std::exception& e) {
+    if (comm->failed_together()) {
+      // Every rank has the error: rank 0 reports it and exits 2, the others end quietly with 0, so that mpirun's
+      // status is rank 0's and mpirun does not end the job before rank 0 has printed.
+      if (comm->rank() != 0) return kExitOk;
+      std::fprintf(stderr, "attograd train: error: %s\n", e.what());
+      std::fflush(stderr);
+      return kExitError;
+    }
+    std::fprintf(stderr, "attograd train: rank %d: %s\n", comm->rank(), e.what());
+    std::fflush(stderr);
+    comm->abort(kExitError);
+  }
+  return kExitError;  // not reached: abort() ends the process
 }
 
 }  // namespace
@@ -364,6 +459,21 @@ Command add_train(CLI::App& app) {
       ->check(integer_in(0, train::kMaxSteps));
   field(sub, a, "--eval-size", &TrainConfig::eval_size, "held-out sequences per evaluation")
       ->check(integer_in(1, train::kMaxEvalSize));
+  field(sub, a, "--grad-accum", &TrainConfig::grad_accum,
+        "micro-batches per step and process (--batch stays the global batch; must divide it)")
+      ->check(integer_in(1, train::kMaxModelSize));
+  sub->add_option("--allreduce", a->allreduce,
+                  "with several MPI processes: fixed (rank-order sum, bitwise equal to --grad-accum) or any "
+                  "(MPI_Allreduce)")
+      ->check(CLI::IsMember({"fixed", "any"}));
+  sub->add_option("--hash-every", a->hash_every,
+                  "with several MPI processes: compare the ranks' parameter hashes every N steps (0: at checkpoints)")
+      ->check(integer_in(0, train::kMaxSteps));
+  sub->add_option("--bucket-mb", a->bucket_mb,
+                  "with several MPI processes: megabytes of gradients per bucket (one reduction each)")
+      ->check(CLI::Range(0.001, 4096.0));
+  sub->add_flag("--no-overlap", a->no_overlap,
+                "with several MPI processes: reduce the gradients after the backward instead of during it");
   sub->add_option("--out", a->out, "output directory (default: runs/<task>-<model>, or the checkpoint's directory)")
       ->always_capture_default(false);
   sub->add_option("--resume", a->resume, "continue from a checkpoint (e.g. runs/reverse-lm/checkpoint.attograd)")
@@ -402,8 +512,9 @@ Command add_train(CLI::App& app) {
       "  attograd train --config runs/reverse-lm/config.json --seed 2 --json\n"
       "  attograd train --resume runs/reverse-lm/checkpoint.attograd --steps 4000\n"
       "  attograd train --text poem.txt --context 64 --steps 500     # then: attograd sample -w runs/poem-lm/...\n"
-      "  attograd train --pairs pairs.tsv --tokenize word --model seq2seq");
-  return {sub, [a] { return run(*a); }};
+      "  attograd train --pairs pairs.tsv --tokenize word --model seq2seq\n"
+      "  mpirun -np 4 attograd train --batch 64 --out runs/dp   (data-parallel, docs/DISTRIBUTED.md)");
+  return {sub, [a] { return run_distributed(*a); }};
 }
 
 }  // namespace attograd::cli

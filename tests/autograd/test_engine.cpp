@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "autograd/allocator.h"
+#include "autograd/hooks.h"
 #include "testing.h"
 
 using namespace attograd;
@@ -412,3 +413,51 @@ TEST(Engine, ChangesAfterBackwardAndReadsKeepWorking) {
   y.backward();
   EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{8, 10, 12}));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Post-accumulate-grad hooks (autograd/hooks.h)
+
+namespace attograd {
+namespace {
+
+// A hook runs once per leaf and backward pass, after the leaf's gradient of the pass (all its uses summed) is in
+// .grad; hooks of one leaf run in registration order; removing the handle removes the hook.
+TEST(GradHooks, RunOncePerLeafWithTheAccumulatedGradient) {
+  Tensor w = from_vector<float>({1.0f, 2.0f}).requires_grad_();
+  Tensor b = from_vector<float>({0.5f}).requires_grad_();
+  std::vector<std::string> calls;
+  std::vector<float> seen;
+  GradHookHandle h1 = register_post_accumulate_grad_hook(w, [&](const Tensor& t) {
+    calls.push_back("w1");
+    seen = t.grad().to_vector<float>();
+  });
+  GradHookHandle h2 = register_post_accumulate_grad_hook(w, [&](const Tensor&) { calls.push_back("w2"); });
+  GradHookHandle hb = register_post_accumulate_grad_hook(b, [&](const Tensor&) { calls.push_back("b"); });
+  // w used twice: d/dw sum(w * w + 3 w) = 2 w + 3.
+  (sum(w * w + w * 3.0) + sum(b)).backward();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "w1"), 1);
+  EXPECT_LT(std::find(calls.begin(), calls.end(), "w1"), std::find(calls.begin(), calls.end(), "w2"));
+  EXPECT_EQ(seen, (std::vector<float>{5.0f, 7.0f}));
+  // A second pass accumulates: the hook sees the sum so far.
+  h2.remove();
+  hb = GradHookHandle();
+  calls.clear();
+  sum(w * 2.0).backward();
+  EXPECT_EQ(calls, std::vector<std::string>{"w1"});
+  EXPECT_EQ(seen, (std::vector<float>{7.0f, 9.0f}));
+  h1.remove();
+  sum(w * 2.0).backward();
+  EXPECT_EQ(calls.size(), 1u) << "a removed hook runs no more";
+}
+
+TEST(GradHooks, OnlyOnLeavesThatRequireGrad) {
+  Tensor w = from_vector<float>({1.0f}).requires_grad_();
+  const auto noop = [](const Tensor&) {};
+  EXPECT_THROW(register_post_accumulate_grad_hook(w * 2.0, noop), Error);
+  EXPECT_THROW(register_post_accumulate_grad_hook(from_vector<float>({1.0f}), noop), Error);
+  EXPECT_THROW(register_post_accumulate_grad_hook(Tensor(), noop), Error);
+}
+
+}  // namespace
+}  // namespace attograd
