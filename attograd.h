@@ -44,5 +44,7 @@
 #include "train/io/safetensors.h"
 #include "train/optim/schedule.h"
 #include "train/io/serialize.h"
+#include "train/data/pairs.h"
 #include "train/data/tasks.h"
+#include "train/data/text.h"
 #include "train/trainer.h"

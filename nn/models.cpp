@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "autograd/dropout.h"
 #include "autograd/indexing.h"
@@ -178,13 +179,16 @@ std::string CausalLM::extra_repr() const {
 // The sequence-model interface
 
 std::shared_ptr<SequenceModel> CausalLM::build(const ModelSpec& s, Generator& gen) {
+  // A stream reads (src tgt)[:-1]; otherwise src SEP tgt.
+  const int64_t total = s.max_source_len + s.max_target_len;
+  const int64_t max_len = s.stream ? std::max<int64_t>(1, total - 1) : total + 1;
   auto m = std::make_shared<CausalLM>(CausalLMOptions{.vocab = s.vocab,
                                                       .d_model = s.d_model,
                                                       .n_head = s.heads,
                                                       .d_ff = s.d_ff,
                                                       .n_layers = s.layers,
                                                       .dropout = s.dropout,
-                                                      .max_len = s.max_source_len + s.max_target_len + 1,
+                                                      .max_len = max_len,
                                                       .pad_idx = s.specials.pad},
                                       gen);
   m->spec_ = s;
@@ -193,6 +197,7 @@ std::shared_ptr<SequenceModel> CausalLM::build(const ModelSpec& s, Generator& ge
 
 SequenceBatch CausalLM::make_batch(const std::vector<Example>& ex) const {
   check_examples(ex, "CausalLM::make_batch");
+  if (spec_.stream) return make_stream_batch(ex);
   const SpecialTokens& sp = spec_.specials;
   // sequence = src SEP tgt EOS; input = sequence[:-1], target = sequence[1:] where it is tgt or EOS.
   size_t L = 0;
@@ -218,12 +223,55 @@ SequenceBatch CausalLM::make_batch(const std::vector<Example>& ex) const {
   return {.inputs = {input}, .target = target, .examples = ex};
 }
 
+SequenceBatch CausalLM::make_stream_batch(const std::vector<Example>& ex) const {
+  const SpecialTokens& sp = spec_.specials;
+  // sequence = src tgt; input = sequence[:-1], target = sequence[1:] at every position (no SEP, no EOS).
+  size_t L = 0;
+  for (size_t i = 0; i < ex.size(); ++i) {
+    const size_t n = ex[i].src.size() + ex[i].tgt.size();
+    ATTO_CHECK(n >= 2, "CausalLM::make_batch", "example ", i, " has ", n,
+               " tokens; a stream example needs at least 2 (an input and its next token)");
+    L = std::max(L, n - 1);
+  }
+  ATTO_CHECK(static_cast<int64_t>(L) <= options.max_len, "CausalLM::make_batch", "an input of ", L,
+             " tokens exceeds max_len ", options.max_len);
+  const auto B = static_cast<int64_t>(ex.size());
+  Tensor input = full({B, static_cast<int64_t>(L)}, static_cast<double>(sp.pad), {.dtype = kInt64});  // (B, L)
+  Tensor target = full({B, static_cast<int64_t>(L)}, static_cast<double>(sp.ignore_index), {.dtype = kInt64});
+  int64_t* in = input.data<int64_t>();
+  int64_t* tg = target.data<int64_t>();
+  for (size_t i = 0; i < ex.size(); ++i) {
+    std::vector<int64_t> seq = ex[i].src;
+    seq.insert(seq.end(), ex[i].tgt.begin(), ex[i].tgt.end());
+    for (size_t p = 0; p + 1 < seq.size(); ++p) {
+      in[i * L + p] = seq[p];
+      tg[i * L + p] = seq[p + 1];
+    }
+  }
+  return {.inputs = {input}, .target = target, .examples = ex};
+}
+
 Tensor CausalLM::forward_batch(const SequenceBatch& b) {
   ATTO_CHECK(b.inputs.size() == 1, "CausalLM", "a batch needs inputs {tokens}, got ", b.inputs.size(), " tensors");
   return forward(b.inputs[0]);  // (B, L, V)
 }
 
-DecodeState CausalLM::begin_decode(const TokenRows& sources) { return DecodeState::start(sources); }
+std::vector<int64_t> CausalLM::prompt_tokens(const std::vector<int64_t>& src) const {
+  std::vector<int64_t> p = src;
+  if (!spec_.stream) p.push_back(spec_.specials.sep);
+  return p;
+}
+
+DecodeState CausalLM::begin_decode(const TokenRows& sources) {
+  for (size_t b = 0; b < sources.size(); ++b)
+    ATTO_CHECK(!prompt_tokens(sources[b]).empty(), "CausalLM::begin_decode", "prompt ", b,
+               " is empty (a stream model needs at least one token to continue)");
+  return DecodeState::start(sources);
+}
+
+int64_t CausalLM::max_decode_len() const {
+  return spec_.stream ? std::numeric_limits<int64_t>::max() : SequenceModel::max_decode_len();
+}
 
 Tensor CausalLM::decode_step(DecodeState& st) {
   // Only running rows are fed, each right-padded to the longest: with the causal mask the padding after a row's
@@ -232,9 +280,10 @@ Tensor CausalLM::decode_step(DecodeState& st) {
   int64_t width = 0;
   for (int64_t b : st.active) {
     const auto ub = static_cast<size_t>(b);
-    std::vector<int64_t> r = st.sources[ub];
-    r.push_back(spec_.specials.sep);
+    std::vector<int64_t> r = prompt_tokens(st.sources[ub]);
     r.insert(r.end(), st.decoded[ub].begin(), st.decoded[ub].end());
+    // nanoGPT's crop: a sequence longer than the window is seen through its last max_len tokens.
+    if (static_cast<int64_t>(r.size()) > options.max_len) r.erase(r.begin(), r.end() - options.max_len);
     width = std::max<int64_t>(width, static_cast<int64_t>(r.size()));
     rows.push_back(std::move(r));
   }
@@ -247,9 +296,10 @@ Tensor CausalLM::decode_step(DecodeState& st) {
 
 std::vector<AttentionMap> CausalLM::attention_maps(const std::vector<int64_t>& src,
                                                    const std::vector<int64_t>& output) {
-  std::vector<int64_t> tokens = src;
-  tokens.push_back(spec_.specials.sep);
+  std::vector<int64_t> tokens = prompt_tokens(src);
   tokens.insert(tokens.end(), output.begin(), output.end());
+  if (static_cast<int64_t>(tokens.size()) > options.max_len)
+    tokens.erase(tokens.begin(), tokens.end() - options.max_len);
   std::vector<Tensor> weights;
   {
     NoGradGuard no_grad;

@@ -89,7 +89,8 @@ class CausalLM : public SequenceModel {
   /// Builds the model, drawing every initial weight from `gen`.
   explicit CausalLM(const CausalLMOptions& options, Generator& gen = default_generator());
   /// Kind "lm" from a spec: n_head = heads, n_layers = layers, max_len = max_source_len + max_target_len + 1
-  /// (src SEP tgt), pad_idx = specials.pad.
+  /// (src SEP tgt; a stream spec: max(1, max_source_len + max_target_len - 1), the input (src tgt)[:-1]),
+  /// pad_idx = specials.pad.
   static std::shared_ptr<SequenceModel> build(const ModelSpec& spec, Generator& gen);
   /// "CausalLM".
   std::string type_name() const override { return "CausalLM"; }
@@ -109,13 +110,16 @@ class CausalLM : public SequenceModel {
   /// The spec (from build(), or derived from the options: max_source_len = max_target_len = max_len - 1).
   const ModelSpec& spec() const override { return spec_; }
   /// inputs {src SEP tgt (B, L)}, target (B, L): the next token where it is a target token or the final EOS.
+  /// A stream model (spec().stream): inputs {(src tgt)[:-1]}, target (src tgt)[1:] at every position.
   SequenceBatch make_batch(const std::vector<Example>& examples) const override;
   /// forward(inputs[0]) -> (B, L, vocab).
   Tensor forward_batch(const SequenceBatch& batch) override;
-  /// Prompts src SEP, one per row.
+  /// Prompts src SEP (a stream model: src), one per row.
   DecodeState begin_decode(const TokenRows& sources) override;
-  /// Feeds only the active rows (prompt + decoded, right-padded: the causal mask keeps padding out of a row's
-  /// last position) and returns their last-position logits.
+  /// The spec's max_target_len + 1; unbounded for a stream model (sampling asks for any number of tokens).
+  int64_t max_decode_len() const override;
+  /// Feeds only the active rows (prompt + decoded, cropped to the last max_len tokens, right-padded: the causal
+  /// mask keeps padding out of a row's last position) and returns their last-position logits.
   Tensor decode_step(DecodeState& state) override;
   /// One map per block over src SEP output.
   std::vector<AttentionMap> attention_maps(const std::vector<int64_t>& src,
@@ -133,6 +137,11 @@ class CausalLM : public SequenceModel {
   std::string extra_repr() const override;
 
  private:
+  // The decoding prompt of a source: src SEP, or src alone for a stream model.
+  std::vector<int64_t> prompt_tokens(const std::vector<int64_t>& src) const;
+  // make_batch for a stream model.
+  SequenceBatch make_stream_batch(const std::vector<Example>& examples) const;
+
   ModelSpec spec_;
 };
 

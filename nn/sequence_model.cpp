@@ -37,6 +37,7 @@ void for_each_field(S& s, F&& f) {
   f("eos", s.specials.eos);
   f("sep", s.specials.sep);
   f("ignore_index", s.specials.ignore_index);
+  f("stream", s.stream);
 }
 
 template <class T>

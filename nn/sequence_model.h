@@ -61,6 +61,10 @@ struct ModelSpec {
   int64_t max_target_len = 0;  ///< longest target (without EOS) the model must produce
   bool aligned = false;        ///< every target has its source's length (what a per-position tagger needs)
   SpecialTokens specials = {}; ///< reserved token ids
+  /// Language modelling of a text stream (decoder-only): an example is the sequence src ++ tgt, inputs seq[:-1],
+  /// targets seq[1:] with loss at EVERY position, no SEP and no EOS; a decoding prompt is the source without SEP,
+  /// decoding never stops on EOS, and a sequence longer than the model's window is cropped to its last tokens.
+  bool stream = false;
   /// The spec as a JSON object (every field).
   std::string to_json() const;
   /// Parses to_json()'s output (Error naming an unknown field or a wrong type).

@@ -4,9 +4,10 @@
 // Decoding runs the model in eval mode under NoGradGuard (the model's training flag is restored on return) and
 // decodes a whole batch together through the model's incremental interface: begin_decode(sources), then
 // decode_step(state) for the rows still running, taking the argmax of each row's next-token logits (the first
-// maximum on ties, as torch.argmax). A row stops after it has emitted the model's EOS; the loop stops when every
-// row has stopped or the budget is spent. Each returned row holds the generated tokens and ENDS WITH EOS when the
-// model emitted it within the budget (strip_eos removes it).
+// maximum on ties, as torch.argmax). A row stops after it has emitted the model's EOS (a stream model's rows never
+// stop: a text stream has no end); the loop stops when every row has stopped or the budget is spent. Each returned
+// row holds the generated tokens and ENDS WITH EOS when the model emitted it within the budget (strip_eos removes
+// it).
 //
 // Evaluation decodes greedily and compares the result with the reference position by position:
 //   token accuracy    = (positions p < |tgt| + 1 where decoded[p] == (tgt + [EOS])[p]) / sum(|tgt| + 1)
@@ -17,7 +18,10 @@
 // target in it plus one (the EOS), which cannot change whether any row is exactly right.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
+
+#include "autograd/random.h"
 
 #include "autograd/tensor.h"
 #include "nn/sequence_model.h"
@@ -49,5 +53,39 @@ EvalResult evaluate(nn::SequenceModel& model, const std::vector<data::Example>& 
 /// Evaluates a model on the first n held-out examples of `dataset` for `seed`.
 EvalResult evaluate(nn::SequenceModel& model, const data::Dataset& dataset, int64_t n, uint64_t seed,
                     int64_t batch = 250);
+
+// ---------------------------------------------------------------------------------------------
+// Sampling
+//
+// sample() continues prompts by drawing each next token from the model's distribution, reshaped as Hugging Face's
+// generate(do_sample=True) does, in this order:
+//   temperature  logits / T (T > 0); T = 0 means greedy: the argmax, no draw (the first maximum on ties)
+//   top_k        keep the k largest logits (ties with the k-th kept, as HF's `scores < topk[-1]` mask); 0 = off
+//   top_p        of the softmax of what is left, keep the smallest set of most probable tokens whose cumulative
+//                probability reaches p (always at least the most probable one); 1 = off
+// then one multinomial draw from the renormalised distribution with the caller's Generator (inverse CDF in token
+// order from one uniform() draw), so the same generator state gives the same tokens. A stream model
+// (ModelSpec::stream) never stops early; other models stop a row after EOS, as greedy decoding.
+
+/// How sample() reshapes the next-token distribution (see the section comment).
+struct SamplingOptions {
+  double temperature = 1.0;  ///< divides the logits; 0: greedy (argmax); must be >= 0 and finite
+  int64_t top_k = 0;         ///< keep the k most likely tokens; 0: off
+  double top_p = 1.0;        ///< nucleus: keep the most likely tokens up to cumulative probability p, in (0, 1]; 1: off
+};
+
+/// Called for every token sample() produces: the row (index into the prompts) and the token.
+using TokenCallback = std::function<void(int64_t row, int64_t token)>;
+
+/// The distribution sample() draws from for one row of logits (V): probabilities summing to 1, 0 where masked
+/// (with temperature 0: 1 at the argmax). Error on invalid options.
+std::vector<double> sampling_distribution(const Tensor& logits, const SamplingOptions& options);
+/// One multinomial draw from `probs` (non-negative, not all zero) with one gen.uniform().
+int64_t draw_token(const std::vector<double>& probs, Generator& gen);
+/// Continues each prompt (token ids; any length for a stream model, else within max_source_len) by up to max_new
+/// tokens (in [1, model.max_decode_len()]) drawn as described above, calling on_token after each token. Returns the
+/// new tokens of each row (ending with EOS when a non-stream model emitted it).
+TokenRows sample(nn::SequenceModel& model, const TokenRows& prompts, int64_t max_new, const SamplingOptions& options,
+                 Generator& gen, const TokenCallback& on_token = {});
 
 }  // namespace attograd::train

@@ -20,6 +20,7 @@
 
 #include "autograd/loss.h"
 #include "autograd/shape.h"
+#include "train/data/text.h"
 #include "train/io/serialize.h"
 
 namespace attograd::train {
@@ -107,9 +108,15 @@ std::string exact(double v) {
 }
 
 constexpr const char* kCsvHeader =
+    "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss,val_loss,"
+    "val_bpc";
+// The header before the val_loss and val_bpc columns (still read).
+constexpr const char* kCsvHeaderV1 =
     "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss";
 
 }  // namespace
+
+static_assert(data::kMaxContext == kMaxSequenceLen, "a data file's lengths share the configuration's limit");
 
 uint64_t derive_seed(uint64_t seed, Stream stream) {
   // SplitMix64 (Steele, Lea and Flood) of seed advanced by (stream + 1) golden-ratio increments.
@@ -412,6 +419,7 @@ std::vector<int64_t> Trainer::predict(const std::vector<int64_t>& src) {
 // Metrics log
 
 std::string Trainer::metrics_csv() const {
+  const bool stream = model_->spec().stream;
   std::string s = std::string(kCsvHeader) + "\n";
   for (const StepMetrics& m : history_) {
     s += str_cat(m.step, ",", exact(m.loss), ",", exact(m.lr), ",", exact(m.grad_norm), ",", m.tokens, ",",
@@ -421,6 +429,10 @@ std::string Trainer::metrics_csv() const {
                exact(m.eval.loss));
     else
       s += ",,,,";
+    if (m.evaluated && stream)
+      s += str_cat(",", exact(m.eval.loss), ",", exact(m.eval.loss / std::log(2.0)));
+    else
+      s += ",,";
     s += "\n";
   }
   return s;
@@ -438,8 +450,9 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv) {
   const char* me = "parse_metrics_csv";
   std::istringstream in(csv);
   std::string line;
-  ATTO_CHECK(std::getline(in, line) && line == kCsvHeader, me, "line 1 must be the header \"", kCsvHeader,
-             "\", got \"", line, "\"");
+  ATTO_CHECK(std::getline(in, line) && (line == kCsvHeader || line == kCsvHeaderV1), me,
+             "line 1 must be the header \"", kCsvHeader, "\", got \"", line, "\"");
+  const size_t fields = line == kCsvHeader ? 12 : 10;
   std::vector<StepMetrics> out;
   for (int64_t line_no = 2; std::getline(in, line); ++line_no) {
     if (line.empty()) continue;
@@ -447,7 +460,7 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv) {
     std::stringstream ls(line);
     for (std::string cell; std::getline(ls, cell, ',');) f.push_back(cell);
     if (!line.empty() && line.back() == ',') f.emplace_back();
-    ATTO_CHECK(f.size() == 10, me, "line ", line_no, " has ", f.size(), " fields, expected 10");
+    ATTO_CHECK(f.size() == fields, me, "line ", line_no, " has ", f.size(), " fields, expected ", fields);
     auto num = [&](size_t i) {
       char* end = nullptr;
       const double v = std::strtod(f[i].c_str(), &end);
@@ -481,7 +494,7 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv) {
 
 void Trainer::save_checkpoint(const std::string& path) {
   io::Checkpoint ck;
-  ck.metadata_json = config_.to_json();
+  ck.metadata_json = metadata();
   io::add_module_state(ck, *model_, "model.");
   io::add_optimizer_state(ck, *optimizer_, "optim.");
   ck.generators.emplace_back("init", init_gen_.get_state());
@@ -499,7 +512,23 @@ void Trainer::save_checkpoint(const std::string& path) {
 void Trainer::load_checkpoint(const std::string& path) {
   const char* me = "load_checkpoint";
   const io::Checkpoint ck = io::load_checkpoint(path);
-  const TrainConfig saved = TrainConfig::from_json(ck.metadata_json);
+  const RunMetadata run = parse_run_metadata(ck.metadata_json, "'" + path + "'");
+  const TrainConfig& saved = run.config;
+  {
+    // A data file's tokens and lengths fix the model's shapes and what the data position means.
+    const std::string mine = data_->describe();
+    ATTO_CHECK(run.data.empty() == mine.empty(), me, "'", path, "' was saved ",
+               run.data.empty() ? "for a built-in task" : "for a data file", ", this trainer trains ",
+               mine.empty() ? "a built-in task" : "on a data file");
+    if (!mine.empty()) {
+      const data::DataSpec a = data::DataSpec::from_json(mine), b = data::DataSpec::from_json(run.data);
+      ATTO_CHECK(a.format == b.format && a.vocabulary == b.vocabulary && a.max_source_len == b.max_source_len &&
+                     a.max_target_len == b.max_target_len && a.file_hash == b.file_hash,
+                 me, "'", path, "' was saved for another data file (", b.format, " '", b.path, "' of ",
+                 b.vocabulary.size(), " tokens), this trainer reads ", a.format, " '", a.path, "' of ",
+                 a.vocabulary.size(), " tokens");
+    }
+  }
   // Fields that fix the shapes of the weights, the optimizer state and the data must agree.
   auto same = [&](const char* name, const auto& mine, const auto& theirs) {
     ATTO_CHECK(mine == theirs, me, "'", path, "' was saved with ", name, " = ", theirs, ", this trainer has ", name,
@@ -536,9 +565,43 @@ void Trainer::load_checkpoint(const std::string& path) {
   history_ = std::move(history);
 }
 
+std::string Trainer::metadata() const { return run_metadata(config_, data_->describe()); }
+
+std::string run_metadata(const TrainConfig& config, const std::string& data) {
+  if (data.empty()) return config.to_json();
+  json j = json::object();
+  j["attograd_config"] = config.to_json(-1);
+  j["attograd_data"] = data;
+  return j.dump(2);
+}
+
+RunMetadata parse_run_metadata(const std::string& metadata, const std::string& origin) {
+  const json j = json::parse(metadata, nullptr, false);
+  RunMetadata r;
+  if (j.is_object() && j.contains("task") && j.contains("model")) {
+    r.config = TrainConfig::from_json(metadata);
+    return r;
+  }
+  ATTO_CHECK(j.is_object() && j.contains("attograd_config") && j["attograd_config"].is_string(), "load", origin,
+             " has no training configuration in its metadata (write weights with `attograd train` or "
+             "`attograd import --config`)");
+  r.config = TrainConfig::from_json(j["attograd_config"].get<std::string>());
+  if (j.contains("attograd_data")) {
+    ATTO_CHECK(j["attograd_data"].is_string(), "load", origin, ": metadata \"attograd_data\" must be a string");
+    r.data = j["attograd_data"].get<std::string>();
+  }
+  return r;
+}
+
+std::shared_ptr<data::Dataset> run_dataset(const RunMetadata& run, bool read_file) {
+  if (run.data.empty()) return task_dataset(run.config);
+  return data::open_data(data::DataSpec::from_json(run.data), read_file);
+}
+
 std::unique_ptr<Trainer> Trainer::from_checkpoint(const std::string& path) {
   const io::Checkpoint ck = io::load_checkpoint(path);
-  auto t = std::make_unique<Trainer>(TrainConfig::from_json(ck.metadata_json));
+  const RunMetadata run = parse_run_metadata(ck.metadata_json, "'" + path + "'");
+  auto t = std::make_unique<Trainer>(run.config, run_dataset(run));
   t->load_checkpoint(path);
   return t;
 }

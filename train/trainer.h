@@ -130,7 +130,8 @@ class Trainer {
   /// trains it as it is. config.task and the task-length fields are then only labels.
   Trainer(const TrainConfig& config, std::shared_ptr<data::Dataset> dataset,
           std::shared_ptr<nn::SequenceModel> model = nullptr);
-  /// Builds a Trainer from the config stored in a checkpoint and loads the checkpoint into it (built-in tasks).
+  /// Builds a Trainer from the metadata stored in a checkpoint (a built-in task, or a data file: re-read and checked
+  /// against the saved data settings) and loads the checkpoint into it.
   static std::unique_ptr<Trainer> from_checkpoint(const std::string& path);
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -148,11 +149,14 @@ class Trainer {
   /// The decoded target for one source (tokens without specials), without the trailing EOS.
   std::vector<int64_t> predict(const std::vector<int64_t>& src);
 
+  /// What a weights file or checkpoint of this run stores as metadata: run_metadata(config, dataset().describe()).
+  std::string metadata() const;
   /// Saves weights, optimizer state, schedule position, every generator's state, the data position, the step
-  /// count, the metrics so far and the config (as metadata) to `path`, atomically.
+  /// count, the metrics so far and metadata() to `path`, atomically.
   void save_checkpoint(const std::string& path);
   /// Restores a checkpoint saved by a Trainer with the same model, data and optimizer settings (Error
-  /// naming any differing field); the run then continues bit-identically.
+  /// naming any differing field, or saying that the data file's tokens differ); the run then continues
+  /// bit-identically.
   void load_checkpoint(const std::string& path);
 
   /// Completed optimizer steps.
@@ -161,8 +165,10 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   /// One record per step so far (restored from checkpoints).
   const std::vector<StepMetrics>& history() const { return history_; }
-  /// The history as CSV: step,loss,lr,grad_norm,tokens,seconds,eval_token_accuracy,eval_sequence_accuracy,
-  /// eval_loss (eval columns empty when not evaluated); numbers printed to round-trip exactly.
+  /// The history as CSV: step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,
+  /// eval_loss,val_loss,val_bpc (eval columns empty when not evaluated; val_loss = eval_loss and val_bpc =
+  /// eval_loss / ln 2 only for a stream model, whose evaluation is teacher-forced); numbers printed to round-trip
+  /// exactly.
   std::string metrics_csv() const;
   /// Writes metrics_csv() to a file.
   void write_metrics_csv(const std::string& path) const;
@@ -200,6 +206,22 @@ class Trainer {
 /// The built-in task a config names (config.task with its lengths and symbols), seeded from the config's data
 /// stream. Error listing the tasks when config.task is not one.
 std::shared_ptr<data::TaskDataset> task_dataset(const TrainConfig& config);
+
+/// What a training run stores as a file's metadata. For data a TrainConfig describes (a built-in task): the
+/// config's JSON alone (as before file datasets); with data settings (Dataset::describe(), a data::DataSpec):
+/// {"attograd_config": config JSON, "attograd_data": data JSON}, both as strings (safetensors' convention).
+std::string run_metadata(const TrainConfig& config, const std::string& data = {});
+/// A run's metadata parsed back.
+struct RunMetadata {
+  TrainConfig config;   ///< the configuration
+  std::string data;     ///< the data settings (JSON), empty for a built-in task
+};
+/// Parses run_metadata()'s output (or safetensors metadata with an "attograd_config"); Error naming `origin` when
+/// there is no configuration.
+RunMetadata parse_run_metadata(const std::string& metadata, const std::string& origin);
+/// The dataset a run's metadata describes: the built-in task of the config, or the data file (re-read, checked
+/// against the saved settings; with read_file false, only its token space, from the saved vocabulary).
+std::shared_ptr<data::Dataset> run_dataset(const RunMetadata& run, bool read_file = true);
 
 /// Parses Trainer::metrics_csv() back into records (Error naming the line on malformed input).
 std::vector<StepMetrics> parse_metrics_csv(const std::string& csv);

@@ -34,6 +34,8 @@ Command add_train(CLI::App& app);
 Command add_eval(CLI::App& app);
 /// `attograd generate`.
 Command add_generate(CLI::App& app);
+/// `attograd sample`.
+Command add_sample(CLI::App& app);
 /// `attograd gradcheck`.
 Command add_gradcheck(CLI::App& app);
 /// `attograd inspect`.
@@ -43,9 +45,12 @@ Command add_export(CLI::App& app);
 /// `attograd import`.
 Command add_import(CLI::App& app);
 
-/// A Trainer holding the model saved in a weights file (config from its metadata) or a checkpoint. `seed`
-/// replaces the config's seed (which picks the held-out examples). Error if the file has no training config.
-std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed = std::nullopt);
+/// A Trainer holding the model saved in a weights file (config and data settings from its metadata) or a
+/// checkpoint. `seed` replaces the config's seed (which picks the held-out examples of a built-in task). A model
+/// trained on a data file gets its dataset from the saved settings: re-reading the file when read_data (or for a
+/// checkpoint), else only the saved vocabulary. Error if the file has no training config.
+std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed = std::nullopt,
+                                           bool read_data = false);
 /// Before building anything: the configuration is valid and its model (estimate_memory's lower bound of the
 /// parameters) fits in the values the file holds; Error naming the file otherwise.
 void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path);

@@ -104,13 +104,7 @@ std::string read_text(const std::string& path, const char* what) {
 }
 
 train::TrainConfig config_from_metadata(const std::string& metadata, const std::string& path) {
-  const nlohmann::json j = nlohmann::json::parse(metadata, nullptr, false);
-  if (j.is_object() && j.contains("task") && j.contains("model")) return train::TrainConfig::from_json(metadata);
-  if (j.is_object() && j.contains("attograd_config") && j["attograd_config"].is_string())
-    return train::TrainConfig::from_json(j["attograd_config"].get<std::string>());
-  throw Error("load", str_cat("'", path,
-                          "' has no training configuration in its metadata (write weights with `attograd train` or "
-                          "`attograd import --config`)"));
+  return train::parse_run_metadata(metadata, "'" + path + "'").config;
 }
 
 void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path) {
@@ -125,15 +119,17 @@ void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileI
              " values (", info.tensors.size(), " tensors): the metadata does not match the tensors");
 }
 
-std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed) {
+std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed, bool read_data) {
   const io::FileInfo info = io::inspect(path);
   ATTO_CHECK(!info.has_checksum || info.checksum_ok, "load", "'", path, "' is corrupt: checksum mismatch (stored ",
              strf("%016llx", static_cast<unsigned long long>(info.stored_checksum)), ", computed ",
              strf("%016llx", static_cast<unsigned long long>(info.computed_checksum)), ")");
-  train::TrainConfig cfg = config_from_metadata(info.metadata, path);
-  if (seed) cfg.seed = *seed;
-  check_config_against_tensors(cfg, info, path);
-  auto trainer = std::make_unique<train::Trainer>(cfg);
+  train::RunMetadata run = train::parse_run_metadata(info.metadata, "'" + path + "'");
+  if (seed) run.config.seed = *seed;
+  check_config_against_tensors(run.config, info, path);
+  // A built-in task is drawn from its config; a data file is re-read only when its examples are needed.
+  const bool read = read_data || info.kind == "checkpoint";
+  auto trainer = std::make_unique<train::Trainer>(run.config, train::run_dataset(run, read));
   if (info.kind == "checkpoint")
     trainer->load_checkpoint(path);
   else if (info.kind == "safetensors")

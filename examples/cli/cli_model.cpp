@@ -2,12 +2,15 @@
 // model.
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "nn/module.h"
+#include "train/data/pairs.h"
 #include "train/tools/report.h"
 #include "train/io/safetensors.h"
 #include "train/io/serialize.h"
@@ -17,7 +20,7 @@ namespace attograd::cli {
 namespace {
 
 struct EvalArgs {
-  std::string weights;
+  std::string weights, pairs;
   int64_t eval_size = 0;
   uint64_t seed = 0;
   CLI::Option* seed_opt = nullptr;
@@ -28,16 +31,47 @@ int run_eval(const EvalArgs& a) {
   const auto start = std::chrono::steady_clock::now();
   std::optional<uint64_t> seed;
   if (a.seed_opt->count() > 0) seed = a.seed;
-  std::unique_ptr<train::Trainer> t = load_model(a.weights, seed);
+  std::unique_ptr<train::Trainer> t = load_model(a.weights, seed, a.pairs.empty());
   const train::TrainConfig& cfg = t->config();
   const int64_t n = a.eval_size > 0 ? a.eval_size : cfg.eval_size;
-  const train::EvalResult r = t->evaluate(n);
+  const bool stream = t->model().spec().stream;
+  std::string data_name = cfg.task;
+  train::EvalResult r;
+  if (!a.pairs.empty()) {
+    // Every line of another pairs file, tokenised with the model's vocabulary.
+    const auto* saved = dynamic_cast<const data::PairsDataset*>(&t->dataset());
+    ATTO_CHECK(saved != nullptr, "eval", "--pairs needs a model trained on a pairs file; '", a.weights,
+               "' was trained on ", t->dataset().describe().empty() ? "a built-in task" : "a text file");
+    const std::string origin = "'" + a.pairs + "'";
+    const std::vector<data::PairLine> lines =
+        data::parse_pairs(data::read_data_file(a.pairs, saved->spec().max_bytes), origin,
+                          saved->vocabulary().tokenize(), &saved->vocabulary());
+    std::vector<data::Example> examples;
+    for (const data::PairLine& p : lines) {
+      ATTO_CHECK(static_cast<int64_t>(p.example.src.size()) <= saved->max_source_len() &&
+                     static_cast<int64_t>(p.example.tgt.size()) <= saved->max_target_len(),
+                 "eval", origin, " line ", p.line, ": a source of ", p.example.src.size(), " and a target of ",
+                 p.example.tgt.size(), " tokens do not fit the model (at most ", saved->max_source_len(), " and ",
+                 saved->max_target_len(), ")");
+      if (static_cast<int64_t>(examples.size()) < n) examples.push_back(p.example);
+    }
+    r = train::evaluate(t->model(), examples);
+    data_name = a.pairs;
+  } else {
+    r = t->evaluate(n);
+    if (!t->dataset().describe().empty()) data_name = data::DataSpec::from_json(t->dataset().describe()).path;
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (a.json) {
     nlohmann::ordered_json j;
     j["weights"] = a.weights;
     j["task"] = cfg.task;
+    if (!t->dataset().describe().empty()) j["data"] = data_name;
     j["model"] = cfg.model;
+    if (stream) {
+      j["val_loss"] = r.loss;
+      j["val_bpc"] = r.loss / std::log(2.0);
+    }
     j["token_accuracy"] = r.token_accuracy;
     j["sequence_accuracy"] = r.sequence_accuracy;
     j["loss"] = r.loss;
@@ -48,11 +82,28 @@ int run_eval(const EvalArgs& a) {
     return kExitOk;
   }
   std::printf("weights            %s\n", a.weights.c_str());
-  std::printf("task, model        %s (lengths %lld-%lld), %s with %s parameters\n", cfg.task.c_str(),
-              static_cast<long long>(cfg.min_len), static_cast<long long>(cfg.max_len), cfg.model.c_str(),
-              thousands(t->model().num_parameters()).c_str());
-  std::printf("held-out sequences %lld (seed %llu)\n", static_cast<long long>(r.n),
-              static_cast<unsigned long long>(cfg.seed));
+  if (!t->dataset().describe().empty()) {
+    std::printf("data, model        %s file %s, %s with %s parameters\n", cfg.task.c_str(), data_name.c_str(),
+                cfg.model.c_str(), thousands(t->model().num_parameters()).c_str());
+  } else {
+    std::printf("task, model        %s (lengths %lld-%lld), %s with %s parameters\n", cfg.task.c_str(),
+                static_cast<long long>(cfg.min_len), static_cast<long long>(cfg.max_len), cfg.model.c_str(),
+                thousands(t->model().num_parameters()).c_str());
+  }
+  if (stream) {
+    std::printf("held-out windows   %lld\n", static_cast<long long>(r.n));
+    std::printf("val loss           %.4f\n", r.loss);
+    std::printf("bits per character %.4f\n", r.loss / std::log(2.0));
+    std::printf("next-character acc %.2f%%\n", 100 * r.token_accuracy);
+    std::printf("time               %.2f s\n", seconds);
+    return kExitOk;
+  }
+  if (!t->dataset().describe().empty())  // a data file's held-out lines are fixed; the seed plays no part
+    std::printf("%s %lld\n", a.pairs.empty() ? "held-out sequences" : "sequences         ",
+                static_cast<long long>(r.n));
+  else
+    std::printf("held-out sequences %lld (seed %llu)\n", static_cast<long long>(r.n),
+                static_cast<unsigned long long>(cfg.seed));
   std::printf("token accuracy     %.2f%%\n", 100 * r.token_accuracy);
   std::printf("sequence accuracy  %.2f%%\n", 100 * r.sequence_accuracy);
   std::printf("loss               %.4f\n", r.loss);
@@ -67,6 +118,8 @@ struct GenerateArgs {
 int run_generate(const GenerateArgs& a) {
   std::unique_ptr<train::Trainer> t = load_model(a.weights);
   const data::Dataset& data = t->dataset();
+  ATTO_CHECK(!t->model().spec().stream, "generate", "'", a.weights,
+             "' is a text model: continue text with `attograd sample --prompt`");
   const std::vector<int64_t> src = data.parse_source(a.input);
   std::vector<int64_t> out = t->predict(src);
   std::printf("%s\n", data.to_text(out).c_str());
@@ -88,7 +141,9 @@ struct ExportArgs {
 
 int run_export(const ExportArgs& a) {
   std::unique_ptr<train::Trainer> t = load_model(a.weights);
-  io::export_safetensors(t->model(), a.to, {{"attograd_config", t->config().to_json(-1)}, {"format", "pt"}});
+  std::map<std::string, std::string> meta = {{"attograd_config", t->config().to_json(-1)}, {"format", "pt"}};
+  if (!t->dataset().describe().empty()) meta["attograd_data"] = t->dataset().describe();
+  io::export_safetensors(t->model(), a.to, meta);
   const io::NamedTensors sd = io::state_dict(t->model());
   std::printf("wrote %zu tensors (%s parameters) from %s to %s\n", sd.size(),
               thousands(t->model().num_parameters()).c_str(), a.weights.c_str(), a.to.c_str());
@@ -103,13 +158,13 @@ int run_import(const ImportArgs& a) {
   const io::FileInfo info = io::inspect(a.from);
   ATTO_CHECK(info.kind == "safetensors", "import", "'", a.from, "' is an attograd ", info.kind,
              " file, not a safetensors file (it needs no import)");
-  const train::TrainConfig cfg = !a.config.empty()
-                                     ? train::TrainConfig::from_json(read_text(a.config, "import"))
-                                     : config_from_metadata(info.metadata, a.from);
+  train::RunMetadata run = train::parse_run_metadata(info.metadata, "'" + a.from + "'");
+  if (!a.config.empty()) run = {train::TrainConfig::from_json(read_text(a.config, "import")), {}};
+  const train::TrainConfig& cfg = run.config;
   check_config_against_tensors(cfg, info, a.from);
-  train::Trainer t(cfg);
+  train::Trainer t(cfg, train::run_dataset(run, false));
   io::import_safetensors(t.model(), a.from);
-  io::save(t.model(), a.to, cfg.to_json());
+  io::save(t.model(), a.to, t.metadata());
   std::printf("imported %s (%s parameters, %s %s) into %s\n", a.from.c_str(),
               thousands(t.model().num_parameters()).c_str(), cfg.task.c_str(), cfg.model.c_str(), a.to.c_str());
   return kExitOk;
@@ -129,9 +184,14 @@ Command add_eval(CLI::App& app) {
                                 "seed of the held-out stream (default: the training seed, i.e. the same sequences "
                                 "as the training run's evaluations)")
                     ->check(unsigned64());
+  sub->add_option("--pairs", a->pairs,
+                  "a model trained on a pairs file: evaluate on every line of this file instead of the held-out split")
+      ->check(CLI::ExistingFile);
   sub->add_flag("--json", a->json, "print the result as one JSON object");
   sub->footer(
-      "The model is rebuilt from the configuration stored in the weights file's metadata.\n\n"
+      "The model is rebuilt from the configuration stored in the weights file's metadata. A model trained on a\n"
+      "data file is evaluated on its held-out split (the file is re-read and must be unchanged) or on --pairs;\n"
+      "a text model's evaluation is teacher-forced: val loss, bits per character, next-character accuracy.\n\n"
       "Examples:\n"
       "  attograd eval --weights runs/reverse-lm/model.attograd\n"
       "  attograd eval --weights runs/reverse-lm/model.attograd --eval-size 5000 --seed 7 --json");
@@ -144,7 +204,9 @@ Command add_generate(CLI::App& app) {
   sub->add_option("-w,--weights", a->weights, "weights file (model.attograd) or checkpoint")
       ->required()
       ->check(CLI::ExistingFile);
-  sub->add_option("-i,--input", a->input, "input symbols separated by spaces, e.g. \"3 1 4 1 5\"")->required();
+  sub->add_option("-i,--input", a->input,
+                  "input symbols separated by spaces, e.g. \"3 1 4 1 5\"; for a pairs model its raw source text")
+      ->required();
   sub->add_option("--attention", a->attention, "also write the attention heatmaps for this input to an SVG file");
   sub->footer(
       "Prints the decoded sequence (without the end token) on stdout.\n\n"

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -11,6 +12,9 @@
 #include "cli.h"
 #include "nn/module.h"
 #include "nn/sequence_model.h"
+#include "train/data/pairs.h"
+#include "train/data/text.h"
+#include "train/decode.h"
 #include "train/tools/progress.h"
 #include "train/tools/report.h"
 #include "train/io/serialize.h"
@@ -27,6 +31,10 @@ struct TrainArgs {
   std::vector<std::function<void(TrainConfig&)>> overrides;
   CLI::Option* warmup = nullptr;
   std::string out, resume, config_file;
+  std::string text, pairs, tokenize = "char";  // a data file instead of a built-in task
+  int64_t context = 64;
+  double val_fraction = 0.1;
+  CLI::Option *context_opt = nullptr, *val_fraction_opt = nullptr, *tokenize_opt = nullptr;
   int64_t samples = 8;
   bool json = false, quiet = false;
 };
@@ -45,13 +53,46 @@ CLI::Option* field(CLI::App* sub, const std::shared_ptr<TrainArgs>& a, const std
 
 std::string percent(double f) { return strf("%.2f%%", 100 * f); }
 
-// A held-out example for the attention picture: the first of a middling length (short enough to read).
+// A held-out example for the attention picture: the first of a middling length (short enough to read); for a text
+// stream the first 24 characters of the first held-out window.
 data::Example attention_sample(train::Trainer& t) {
   const std::vector<data::Example> ex = t.heldout_examples(200);
+  if (t.model().spec().stream) {
+    data::Example e = ex.front();
+    if (e.src.size() > 24) e.src.resize(24);
+    return e;
+  }
   const int64_t want = std::clamp<int64_t>(6, t.config().min_len, t.config().max_len);
   for (const data::Example& e : ex)
     if (static_cast<int64_t>(e.src.size()) == want) return e;
   return ex.front();
+}
+
+// The data file named by --text or --pairs (null without either), or the checkpoint's when resuming.
+std::shared_ptr<data::Dataset> file_dataset(const TrainArgs& a, const std::optional<io::FileInfo>& resume_info,
+                                            TrainConfig& cfg) {
+  const bool text = !a.text.empty(), pairs = !a.pairs.empty();
+  ATTO_CHECK(!(text && pairs), "train", "--text and --pairs exclude each other");
+  ATTO_CHECK(text || a.context_opt->count() == 0, "train", "--context is for --text");
+  ATTO_CHECK(pairs || a.tokenize_opt->count() == 0, "train", "--tokenize is for --pairs");
+  ATTO_CHECK(text || pairs || a.val_fraction_opt->count() == 0, "train", "--val-fraction is for --text and --pairs");
+  if (resume_info) {
+    ATTO_CHECK(!text && !pairs, "train",
+               "--resume continues on the checkpoint's own data (saved in it); leave out --text and --pairs");
+    const train::RunMetadata run = train::parse_run_metadata(resume_info->metadata, "'" + a.resume + "'");
+    return run.data.empty() ? nullptr : train::run_dataset(run);
+  }
+  if (!text && !pairs) return nullptr;
+  ATTO_CHECK(!text || cfg.model == "lm", "train", "--text trains the decoder-only model (--model lm); --model ",
+             cfg.model, " cannot model a text stream");
+  data::DataSpec spec{.format = text ? "text" : "pairs",
+                      // absolute: eval and --resume find it from any directory
+                      .path = fs::absolute(text ? a.text : a.pairs).lexically_normal().string(),
+                      .tokenize = text ? "char" : a.tokenize,
+                      .context = a.context,
+                      .val_fraction = a.val_fraction};
+  cfg.task = spec.format;  // a label: the data comes from the file
+  return data::open_data(spec);
 }
 
 int run(TrainArgs& a) {
@@ -79,21 +120,45 @@ int run(TrainArgs& a) {
   if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cfg.steps) cfg.warmup = cfg.steps / 10;
   cfg.validate();
   if (resume_info) check_config_against_tensors(cfg, *resume_info, a.resume);  // before building the model
+  const std::shared_ptr<data::Dataset> file_data = file_dataset(a, resume_info, cfg);
+  const auto* text_data = dynamic_cast<const data::TextDataset*>(file_data.get());
+  const auto* pairs_data = dynamic_cast<const data::PairsDataset*>(file_data.get());
+  const std::string run_name = file_data ? fs::path(file_data->name()).stem().string() : cfg.task;
 
   const fs::path out = !a.out.empty()      ? fs::path(a.out)
                        : !a.resume.empty() ? fs::path(a.resume).parent_path()
-                                           : fs::path("runs") / (cfg.task + "-" + cfg.model);
+                                           : fs::path("runs") / (run_name + "-" + cfg.model);
   std::error_code ec;
   fs::create_directories(out.empty() ? fs::path(".") : out, ec);
   ATTO_CHECK(!ec, "train", "cannot create the output directory '", out.string(), "': ", ec.message());
 
-  train::Trainer trainer(cfg);
+  const std::unique_ptr<train::Trainer> owned =
+      file_data ? std::make_unique<train::Trainer>(cfg, file_data) : std::make_unique<train::Trainer>(cfg);
+  train::Trainer& trainer = *owned;
   if (!a.resume.empty()) trainer.load_checkpoint(a.resume);
   const int64_t first_step = trainer.step_count();
   const int64_t params = trainer.model().num_parameters();
-  std::printf("attograd train: %s task (lengths %lld-%lld, %lld symbols)\n", cfg.task.c_str(),
-              static_cast<long long>(cfg.min_len), static_cast<long long>(cfg.max_len),
-              static_cast<long long>(cfg.num_symbols));
+  const bool stream = trainer.model().spec().stream;
+  std::string data_line;
+  if (text_data)
+    data_line = strf("text file %s (%s characters: %s training, %s held-out; vocabulary %lld, context %lld)",
+                     text_data->spec().path.c_str(), thousands(text_data->train_size() + text_data->val_size()).c_str(),
+                     thousands(text_data->train_size()).c_str(), thousands(text_data->val_size()).c_str(),
+                     static_cast<long long>(text_data->vocab_size()),
+                     static_cast<long long>(text_data->spec().context));
+  else if (pairs_data)
+    data_line = strf("pairs file %s (%s lines: %s training, %s held-out; %s tokens, vocabulary %lld, sources up to "
+                     "%lld, targets up to %lld)",
+                     pairs_data->spec().path.c_str(),
+                     thousands(pairs_data->train_size() + pairs_data->val_size()).c_str(),
+                     thousands(pairs_data->train_size()).c_str(), thousands(pairs_data->val_size()).c_str(),
+                     pairs_data->spec().tokenize.c_str(), static_cast<long long>(pairs_data->vocab_size()),
+                     static_cast<long long>(pairs_data->max_source_len()),
+                     static_cast<long long>(pairs_data->max_target_len()));
+  else
+    data_line = strf("%s task (lengths %lld-%lld, %lld symbols)", cfg.task.c_str(), static_cast<long long>(cfg.min_len),
+                     static_cast<long long>(cfg.max_len), static_cast<long long>(cfg.num_symbols));
+  std::printf("attograd train: %s\n", data_line.c_str());
   std::printf("  %s model: layers %lld, d_model %lld, heads %lld, d_ff %lld, dropout %g (%s parameters)\n",
               cfg.model.c_str(), static_cast<long long>(cfg.layers), static_cast<long long>(cfg.d_model),
               static_cast<long long>(cfg.heads), static_cast<long long>(cfg.d_ff), cfg.dropout,
@@ -118,7 +183,12 @@ int run(TrainArgs& a) {
     if (!a.quiet) bar.update(m.step, m.loss, m.tokens);
     if (!m.evaluated) return;
     bar.set_accuracy(m.eval.token_accuracy);
-    if (!a.quiet)
+    if (!a.quiet && stream)
+      bar.message(strf("eval @ step %lld: val loss %.4f, %.3f bits per character, next-character accuracy %s (%lld "
+                       "held-out windows)",
+                       static_cast<long long>(m.step), m.eval.loss, m.eval.loss / std::log(2.0),
+                       percent(m.eval.token_accuracy).c_str(), static_cast<long long>(m.eval.n)));
+    else if (!a.quiet)
       bar.message(strf("eval @ step %lld: token accuracy %s, sequence accuracy %s, loss %.4f (%lld held-out)",
                        static_cast<long long>(m.step), percent(m.eval.token_accuracy).c_str(),
                        percent(m.eval.sequence_accuracy).c_str(), m.eval.loss, static_cast<long long>(m.eval.n)));
@@ -133,27 +203,45 @@ int run(TrainArgs& a) {
                     metrics = (out / "metrics.csv").string(), config = (out / "config.json").string(),
                     curves = (out / "curves.svg").string(), attention = (out / "attention.svg").string(),
                     samples = (out / "samples.txt").string();
-  io::save(trainer.model(), weights, cfg.to_json());
+  io::save(trainer.model(), weights, trainer.metadata());
   trainer.save_checkpoint(checkpoint);
   trainer.write_metrics_csv(metrics);
   report::write_text_file(config, cfg.to_json() + "\n");
   report::write_text_file(
-      curves, report::curves_svg(trainer.history(), strf("%s, %s model: %lld steps", cfg.task.c_str(),
-                                                         cfg.model.c_str(), static_cast<long long>(cfg.steps))));
+      curves, report::curves_svg(trainer.history(),
+                                strf("%s, %s model: %lld steps", run_name.c_str(), cfg.model.c_str(),
+                                     static_cast<long long>(cfg.steps)),
+                                stream));
   {
     const data::Example e = attention_sample(trainer);
     std::vector<int64_t> pred = trainer.predict(e.src);
     pred.resize(std::min(pred.size(), static_cast<size_t>(trainer.dataset().max_target_len())));
     report::AttentionFigure fig = report::attention_figure(
         trainer.model(), e.src, pred, [&](int64_t token) { return trainer.dataset().token_text(token); });
-    fig.title = cfg.task + " (" + cfg.model + "): " + fig.title;
+    fig.title = run_name + " (" + cfg.model + "): " + fig.title;
     report::write_text_file(attention, report::attention_svg(fig));
   }
-  {
-    std::string text = strf("# %lld held-out examples of the %s task (lengths %lld-%lld), greedy decoding by the %s "
-                            "model after %lld steps\n\n",
-                            static_cast<long long>(a.samples), cfg.task.c_str(), static_cast<long long>(cfg.min_len),
-                            static_cast<long long>(cfg.max_len), cfg.model.c_str(),
+  if (stream) {
+    // Continuations of the beginnings of held-out windows, sampled at temperature 1 with the run's seed.
+    const data::Dataset& d = trainer.dataset();
+    std::string text = strf("# %lld held-out prompts of %s continued by 200 sampled characters (temperature 1, seed "
+                            "%llu) after %lld steps\n\n",
+                            static_cast<long long>(a.samples), run_name.c_str(),
+                            static_cast<unsigned long long>(cfg.seed), static_cast<long long>(trainer.step_count()));
+    Generator gen(cfg.seed);
+    for (const data::Example& e : trainer.heldout_examples(std::max<int64_t>(1, a.samples))) {
+      const std::vector<int64_t> prompt(e.src.begin(), e.src.begin() + std::min<std::ptrdiff_t>(32, std::ssize(e.src)));
+      const train::TokenRows more = train::sample(trainer.model(), {prompt}, 200, {}, gen);
+      text += "prompt: " + d.to_text(prompt) + "\n";
+      text += "sample: " + d.to_text(more[0]) + "\n\n";
+    }
+    report::write_text_file(samples, text);
+  } else {
+    const std::string what = file_data ? strf("%s", file_data->name().c_str())
+                                       : strf("the %s task (lengths %lld-%lld)", cfg.task.c_str(),
+                                              static_cast<long long>(cfg.min_len), static_cast<long long>(cfg.max_len));
+    std::string text = strf("# %lld held-out examples of %s, greedy decoding by the %s model after %lld steps\n\n",
+                            static_cast<long long>(a.samples), what.c_str(), cfg.model.c_str(),
                             static_cast<long long>(trainer.step_count()));
     for (const data::Example& e : trainer.heldout_examples(std::max<int64_t>(1, a.samples))) {
       const std::vector<int64_t> pred = trainer.predict(e.src);
@@ -179,6 +267,11 @@ int run(TrainArgs& a) {
     j["eval_loss"] = final_eval->loss;
     j["token_accuracy"] = final_eval->token_accuracy;
     j["sequence_accuracy"] = final_eval->sequence_accuracy;
+    if (stream) {
+      j["val_loss"] = final_eval->loss;
+      j["val_bpc"] = final_eval->loss / std::log(2.0);
+    }
+    if (file_data) j["data"] = text_data ? text_data->spec().path : pairs_data ? pairs_data->spec().path : "";
     j["eval_size"] = final_eval->n;
     j["seed"] = cfg.seed;
     j["wall_seconds"] = wall;
@@ -192,15 +285,23 @@ int run(TrainArgs& a) {
     return kExitOk;
   }
   std::printf("\n");
-  std::printf("  task          %s (lengths %lld-%lld)\n", cfg.task.c_str(), static_cast<long long>(cfg.min_len),
-              static_cast<long long>(cfg.max_len));
+  if (file_data)
+    std::printf("  data          %s\n", data_line.c_str());
+  else
+    std::printf("  task          %s (lengths %lld-%lld)\n", cfg.task.c_str(), static_cast<long long>(cfg.min_len),
+                static_cast<long long>(cfg.max_len));
   std::printf("  model         %s, %s parameters\n", cfg.model.c_str(), thousands(params).c_str());
   std::printf("  steps         %lld (%lld in this run)\n", static_cast<long long>(trainer.step_count()),
               static_cast<long long>(trainer.step_count() - first_step));
   std::printf("  final loss    %.4f (training batch), held-out %.4f\n", final_loss, final_eval->loss);
-  std::printf("  held-out      token accuracy %s, sequence accuracy %s (%lld sequences, seed %llu)\n",
-              percent(final_eval->token_accuracy).c_str(), percent(final_eval->sequence_accuracy).c_str(),
-              static_cast<long long>(final_eval->n), static_cast<unsigned long long>(cfg.seed));
+  if (stream)
+    std::printf("  held-out      val loss %.4f, %.3f bits per character, next-character accuracy %s (%lld windows)\n",
+                final_eval->loss, final_eval->loss / std::log(2.0), percent(final_eval->token_accuracy).c_str(),
+                static_cast<long long>(final_eval->n));
+  else
+    std::printf("  held-out      token accuracy %s, sequence accuracy %s (%lld sequences, seed %llu)\n",
+                percent(final_eval->token_accuracy).c_str(), percent(final_eval->sequence_accuracy).c_str(),
+                static_cast<long long>(final_eval->n), static_cast<unsigned long long>(cfg.seed));
   std::printf("  time          %.1f s wall, %.1f s in training steps, %s tokens/s\n", wall, train_seconds,
               train::format_si(tps).c_str());
   std::printf("  peak memory   %.1f MB\n", rss);
@@ -213,7 +314,8 @@ int run(TrainArgs& a) {
 }  // namespace
 
 Command add_train(CLI::App& app) {
-  CLI::App* sub = app.add_subcommand("train", "Train a transformer on a toy sequence task");
+  CLI::App* sub =
+      app.add_subcommand("train", "Train a transformer on a toy sequence task or on your own text or pairs file");
   auto a = std::make_shared<TrainArgs>();
   sub->option_defaults()->always_capture_default();
   field(sub, a, "--task", &TrainConfig::task, "copy, reverse, sort or add")
@@ -268,6 +370,25 @@ Command add_train(CLI::App& app) {
       ->check(CLI::ExistingFile);
   sub->add_option("--config", a->config_file, "read the configuration from a JSON file (flags override it)")
       ->check(CLI::ExistingFile);
+  sub->add_option("--text", a->text,
+                  "train the decoder-only model on a UTF-8 text file, one token per character (instead of --task)")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--pairs", a->pairs, "train on a file of source<TAB>target lines (instead of --task)")
+      ->check(CLI::ExistingFile);
+  a->tokenize_opt = sub->add_option("--tokenize", a->tokenize, "--pairs: tokens are characters (char) or words (word)")
+                        ->check(CLI::IsMember({"char", "word"}));
+  a->context_opt = sub->add_option("--context", a->context, "--text: characters the model sees (window length)")
+                       ->check(integer_in(1, data::kMaxContext));
+  a->val_fraction_opt =
+      sub->add_option("--val-fraction", a->val_fraction,
+                      "--text, --pairs: share held out for evaluation (the end of a text; a fixed draw of lines)")
+          ->check(CLI::Validator(
+              [](std::string& v) -> std::string {
+                char* end = nullptr;
+                const double x = std::strtod(v.c_str(), &end);
+                return !v.empty() && end && *end == '\0' && x > 0 && x < 1 ? "" : "'" + v + "' is not in (0, 1)";
+              },
+              "NUMBER in (0, 1)"));
   sub->add_option("--samples", a->samples, "held-out examples written to samples.txt")->check(CLI::Range(1, 10000));
   sub->add_flag("--json", a->json, "print the summary as one JSON object on the last line");
   sub->add_flag("-q,--quiet", a->quiet, "no progress bar or evaluation lines");
@@ -279,7 +400,9 @@ Command add_train(CLI::App& app) {
       "  attograd train\n"
       "  attograd train --task sort --model seq2seq --steps 3000 --out runs/sort\n"
       "  attograd train --config runs/reverse-lm/config.json --seed 2 --json\n"
-      "  attograd train --resume runs/reverse-lm/checkpoint.attograd --steps 4000");
+      "  attograd train --resume runs/reverse-lm/checkpoint.attograd --steps 4000\n"
+      "  attograd train --text poem.txt --context 64 --steps 500     # then: attograd sample -w runs/poem-lm/...\n"
+      "  attograd train --pairs pairs.tsv --tokenize word --model seq2seq");
   return {sub, [a] { return run(*a); }};
 }
 

@@ -1,4 +1,4 @@
-// attograd: the command-line tool. Subcommands train, eval, generate, gradcheck, inspect, export and import
+// attograd: the command-line tool. Subcommands train, eval, generate, sample, gradcheck, inspect, export and import
 // (one cli_*.cpp each, listed below). Every error -- a bad flag, a missing, unreadable or corrupt file, an
 // invalid configuration -- prints ONE line on stderr and exits with status 2; gradcheck exits 1 when a check fails.
 
@@ -42,10 +42,11 @@ int main(int argc, char** argv) {
       "  attograd train                                   # reverse task, about a minute\n"
       "  attograd eval --weights runs/reverse-lm/model.attograd\n"
       "  attograd generate --weights runs/reverse-lm/model.attograd --input \"3 1 4 1 5\"\n"
+      "  attograd train --text poem.txt --steps 500 && attograd sample --weights runs/poem-lm/model.attograd\n"
       "  attograd gradcheck\n"
       "  attograd inspect runs/reverse-lm/model.attograd");
-  const std::vector<Command> commands = {add_train(app),     add_eval(app),    add_generate(app), add_gradcheck(app),
-                                         add_inspect(app),   add_export(app),  add_import(app),
+  const std::vector<Command> commands = {add_train(app),     add_eval(app),   add_generate(app), add_sample(app),
+                                         add_gradcheck(app), add_inspect(app), add_export(app),  add_import(app),
                                          add_bench(app)};
 
   std::string who = "attograd";

@@ -38,6 +38,7 @@ nn::ModelSpec Dataset::model_spec(const nn::ModelSpec& base) const {
   s.max_target_len = max_target_len();
   s.aligned = aligned();
   s.specials = special_tokens();
+  s.stream = stream();
   return s;
 }
 

@@ -55,16 +55,21 @@ class Dataset {
   virtual int64_t max_target_len() const = 0;
   /// Whether every target has its source's length (a per-position tagger can learn it).
   virtual bool aligned() const { return false; }
+  /// Whether the data is one text stream to model (ModelSpec::stream; default false).
+  virtual bool stream() const { return false; }
+  /// The settings to save beside a model trained on this data, as JSON (data::DataSpec for a file); empty (the
+  /// default) for data that a TrainConfig alone describes.
+  virtual std::string describe() const { return {}; }
   /// Reserved token ids (the built-in tasks' by default).
   virtual nn::SpecialTokens special_tokens() const { return {}; }
   /// A token as text (default: its id).
   virtual std::string token_text(int64_t token) const;
-  /// Tokens as text, separated by spaces.
-  std::string to_text(const std::vector<int64_t>& tokens) const;
+  /// Tokens as text (default: token_text of each, separated by spaces).
+  virtual std::string to_text(const std::vector<int64_t>& tokens) const;
   /// Parses a source typed by a user (default: token ids separated by spaces; Error naming a bad word).
   virtual std::vector<int64_t> parse_source(const std::string& text) const;
-  /// The model spec for this data: sizes from `base` (layers, d_model, heads, d_ff, dropout), the token space from
-  /// the dataset.
+  /// The model spec for this data: sizes from `base` (layers, d_model, heads, d_ff, dropout), the token space and
+  /// stream() from the dataset.
   nn::ModelSpec model_spec(const nn::ModelSpec& base) const;
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -228,7 +229,7 @@ std::string plot_svg(const std::vector<Panel>& panels, const std::string& title,
   return s + "</svg>\n";
 }
 
-std::string curves_svg(const std::vector<train::StepMetrics>& history, const std::string& title) {
+std::string curves_svg(const std::vector<train::StepMetrics>& history, const std::string& title, bool stream) {
   auto make_series = [](const char* label, const char* color, bool markers) {
     Series ser;
     ser.label = label;
@@ -237,9 +238,10 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
     return ser;
   };
   Series loss = make_series("training loss", "#1f77b4", false);
-  Series eval_loss = make_series("held-out loss", "#ff7f0e", true);
-  Series tok = make_series("token accuracy", "#2ca02c", true);
+  Series eval_loss = make_series(stream ? "val loss" : "held-out loss", "#ff7f0e", true);
+  Series tok = make_series(stream ? "next-character accuracy" : "token accuracy", "#2ca02c", true);
   Series seq = make_series("sequence accuracy", "#d62728", true);
+  std::optional<Panel> extra;  // a stream model's bits-per-character panel
   bool all_positive = true;
   for (const train::StepMetrics& m : history) {
     loss.x.push_back(static_cast<double>(m.step));
@@ -258,11 +260,23 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
   lp.y_label = all_positive ? "cross-entropy (log scale)" : "cross-entropy";
   lp.series = {loss, eval_loss};
   lp.log_y = all_positive;
+  if (stream) {
+    // The same validation loss in bits per character (loss / ln 2) on a linear axis of its own.
+    Series bpc = make_series("val bits per character", "#9467bd", true);
+    for (size_t i = 0; i < eval_loss.x.size(); ++i)
+      bpc.x.push_back(eval_loss.x[i]), bpc.y.push_back(eval_loss.y[i] / std::log(2.0));
+    Panel bp;
+    bp.title = "Validation bits per character";
+    bp.x_label = "step";
+    bp.y_label = "bits per character";
+    bp.series = {bpc};
+    extra = bp;
+  }
   Panel ap;
-  ap.title = "Held-out accuracy (greedy decoding)";
+  ap.title = stream ? "Held-out next-character accuracy (teacher-forced)" : "Held-out accuracy (greedy decoding)";
   ap.x_label = "step";
   ap.y_label = "accuracy (%)";
-  ap.series = {tok, seq};
+  ap.series = stream ? std::vector<Series>{tok} : std::vector<Series>{tok, seq};
   ap.fixed_y = true;
   ap.y_min = 0;
   ap.y_max = 100;
@@ -271,8 +285,13 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
     const int64_t first = history.front().step, last = std::max(history.back().step, first + 1);
     lp.x_min = ap.x_min = static_cast<double>(first);
     lp.x_max = ap.x_max = static_cast<double>(last);
+    if (extra) {
+      extra->fixed_x = true;
+      extra->x_min = lp.x_min;
+      extra->x_max = lp.x_max;
+    }
   }
-  std::string svg = plot_svg({lp, ap}, title);
+  std::string svg = extra ? plot_svg({lp, *extra, ap}, title) : plot_svg({lp, ap}, title);
   return svg;
 }
 

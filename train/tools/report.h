@@ -3,7 +3,7 @@
 //
 //  - curves_svg: two stacked panels from a Trainer's metrics history: the training loss of every step (log
 //    scale; plus the held-out loss at each evaluation) and the held-out token and sequence accuracy at each
-//    evaluation (0..100 %). Axes with "nice" ticks (1, 2, 5 x 10^k), tick labels, axis labels and a legend.
+//    evaluation (0..100 %); for a text stream a third panel of validation bits per character. Axes with "nice" ticks (1, 2, 5 x 10^k), tick labels, axis labels and a legend.
 //    Every series is one <path> with one point per record (so the training-loss path has one point per step).
 //  - attention_svg: one heatmap per head for each attention "row" (a layer, or for the encoder-decoder one
 //    row per layer and kind: encoder self, decoder self, decoder cross), laid out rows x heads, tokens on both
@@ -56,8 +56,11 @@ struct Panel {
 std::string plot_svg(const std::vector<Panel>& panels, const std::string& title = "", int width = 760,
                      int panel_height = 300);
 
-/// The loss panel and the accuracy panel of a metrics history (see the file comment).
-std::string curves_svg(const std::vector<train::StepMetrics>& history, const std::string& title = "");
+/// The loss panel and the accuracy panel of a metrics history (see the file comment). For a stream model (a text
+/// file: teacher-forced evaluation) the held-out series are the val loss and the next-character accuracy, and a
+/// panel of validation bits per character sits between them.
+std::string curves_svg(const std::vector<train::StepMetrics>& history, const std::string& title = "",
+                       bool stream = false);
 
 /// About `target` "nice" tick values (1, 2 or 5 times a power of ten apart) covering [lo, hi].
 std::vector<double> nice_ticks(double lo, double hi, int target = 6);

@@ -354,4 +354,18 @@ TEST(Progress, State) {
 }
 
 }  // namespace
+
+TEST(Report, StreamCurvesShowValLossBitsPerCharacterAndNextCharacterAccuracy) {
+  const std::vector<train::StepMetrics> h = history(37, 10);
+  const std::string svg = report::curves_svg(h, "poems", /*stream=*/true);
+  EXPECT_EQ(points_in(path_of(svg, "training loss")), 37u);
+  EXPECT_EQ(points_in(path_of(svg, "val loss")), 3u);
+  EXPECT_EQ(points_in(path_of(svg, "val bits per character")), 3u);
+  EXPECT_EQ(points_in(path_of(svg, "next-character accuracy")), 3u);
+  EXPECT_EQ(path_of(svg, "sequence accuracy"), "");  // a text window has no "sequence" to get right
+  EXPECT_NE(svg.find("Validation bits per character"), std::string::npos);
+  EXPECT_NE(svg.find("teacher-forced"), std::string::npos);
+  EXPECT_EQ(count(svg, "<circle"), 3u * 3 + 3);
+}
+
 }  // namespace attograd

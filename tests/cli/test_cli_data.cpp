@@ -1,0 +1,284 @@
+// `attograd train --text / --pairs`, `sample`, `generate`, `eval`, `export`/`import` on models trained on one's own
+// files, and every bad-data error as one line with exit status 2. Runs the built tool as tests/cli/test_cli.cpp does.
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "testing.h"
+#include "train/data/text.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+#ifdef ATTOGRAD_CLI
+constexpr const char* kCli = ATTOGRAD_CLI;
+#else
+constexpr const char* kCli = nullptr;  // examples (and so the tool) not built
+#endif
+
+struct CliRun {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The whole test's scratch directory.
+const fs::path& scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::path(::testing::TempDir()) / ("attograd_cli_data_" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+// Runs `attograd ARGS` (ARGS as shell words), capturing stdout, stderr and the exit status.
+CliRun attograd(const std::string& args, const std::string& shell_prefix = "") {
+  const std::string err_file = (scratch() / "stderr.txt").string();
+  // Under `timeout`: a hang (a FIFO, a run that never ends) fails the test instead of blocking the suite. The bound
+  // is far above any command's normal time, sanitizer builds included; it is never a timing assertion.
+  const std::string cmd =
+      shell_prefix + "timeout -k 10 600 " + std::string(kCli) + " " + args + " 2>" + quote(err_file) + " </dev/null";
+  CliRun r;
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.err = slurp(err_file);
+  return r;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+json last_line_json(const std::string& out) {
+  const std::vector<std::string> l = lines(out);
+  if (l.empty()) return json();
+  return json::parse(l.back(), nullptr, false);
+}
+
+// Asserts the failure contract: exit status 2 and exactly one line on stderr, no crash.
+void expect_one_line_error(const CliRun& r, const std::string& substring, const std::string& what) {
+  EXPECT_EQ(r.status, 2) << what << "\nstdout: " << r.out << "\nstderr: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << what << ": " << r.err;
+  EXPECT_EQ(r.err.rfind("attograd", 0), 0u) << what << ": " << r.err;
+  EXPECT_NE(r.err.find(substring), std::string::npos) << what << ": expected '" << substring << "' in " << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+}
+
+constexpr const char* kSmall = "--steps 40 --d-model 32 --layers 1 --heads 2 --d-ff 64 --batch 16 --eval-every 20";
+
+std::string write(const std::string& name, const std::string& bytes) {
+  const std::string path = (scratch() / name).string();
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+std::string poems() { return attograd::testing::data_path("train/poems.txt"); }
+std::string numbers() { return attograd::testing::data_path("train/numbers.tsv"); }
+
+class CliData : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!kCli) return;
+    text_ = new CliRun(attograd(std::string("train --text ") + quote(poems()) + " --context 16 " + kSmall +
+                                " --json --out " + quote((scratch() / "text").string())));
+    pairs_ =
+        new CliRun(attograd(std::string("train --pairs ") + quote(numbers()) + " --tokenize word --model seq2seq " +
+                            kSmall + " --json --out " + quote((scratch() / "pairs").string())));
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(scratch(), ec);
+    delete text_;
+    delete pairs_;
+  }
+  void SetUp() override {
+    if (!kCli) GTEST_SKIP() << "the attograd tool is not built (ATTOGRAD_BUILD_EXAMPLES=OFF)";
+    ASSERT_EQ(text_->status, 0) << text_->out << text_->err;
+    ASSERT_EQ(pairs_->status, 0) << pairs_->out << pairs_->err;
+  }
+  static std::string text_weights() { return (scratch() / "text" / "model.attograd").string(); }
+  static std::string pairs_weights() { return (scratch() / "pairs" / "model.attograd").string(); }
+
+  static CliRun* text_;
+  static CliRun* pairs_;
+};
+CliRun* CliData::text_ = nullptr;
+CliRun* CliData::pairs_ = nullptr;
+
+TEST_F(CliData, TextRunReportsValidationLossAndBitsPerCharacter) {
+  const json s = last_line_json(text_->out);
+  ASSERT_TRUE(s.is_object()) << text_->out;
+  EXPECT_EQ(s["task"], "text");
+  EXPECT_EQ(s["model"], "lm");
+  ASSERT_TRUE(s.contains("val_loss") && s.contains("val_bpc"));
+  EXPECT_DOUBLE_EQ(s["val_bpc"].get<double>(), s["val_loss"].get<double>() / std::log(2.0));
+  EXPECT_LT(s["val_loss"].get<double>(), std::log(124.0));  // below a uniform guess over the 124 tokens
+  EXPECT_NE(text_->out.find("bits per character"), std::string::npos);
+  const std::string csv = slurp((scratch() / "text" / "metrics.csv").string());
+  EXPECT_EQ(lines(csv)[0].substr(lines(csv)[0].size() - 16), "val_loss,val_bpc");
+  EXPECT_NE(slurp((scratch() / "text" / "samples.txt").string()).find("sample: "), std::string::npos);
+  // eval re-reads the file and gives the same numbers as the run's last evaluation.
+  const CliRun e = attograd("eval --json --weights " + quote(text_weights()));
+  ASSERT_EQ(e.status, 0) << e.err;
+  const json j = last_line_json(e.out);
+  EXPECT_EQ(j["val_loss"], s["val_loss"]);
+  EXPECT_EQ(j["val_bpc"], s["val_bpc"]);
+}
+
+TEST_F(CliData, SampleStreamsTheSameTextForASeed) {
+  const std::string w = quote(text_weights());
+  const CliRun a = attograd("sample -w " + w + " --prompt 'Shall I' --tokens 60 --seed 5");
+  const CliRun b = attograd("sample -w " + w + " --prompt 'Shall I' --tokens 60 --seed 5");
+  const CliRun c =
+      attograd("sample -w " + w + " --prompt '床前' --tokens 60 --seed 6 --temperature 0.7 --top-k 5 --top-p 0.9");
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.out.rfind("Shall I", 0), 0u);
+  EXPECT_EQ(c.out.rfind("床前", 0), 0u);
+  // 60 characters after the prompt (more than the 16-character context), then a newline.
+  EXPECT_EQ(attograd::data::decode_utf8(a.out, "out").size(), 7u + 60u + 1u);
+  const CliRun greedy1 = attograd("sample -w " + w + " --tokens 20 --temperature 0 --seed 1");
+  const CliRun greedy2 = attograd("sample -w " + w + " --tokens 20 --temperature 0 --seed 2");
+  EXPECT_EQ(greedy1.out, greedy2.out);
+  expect_one_line_error(attograd("sample -w " + w + " --prompt 'Shall Q'"),
+                        "character 'Q' (U+0051) is not in the model's vocabulary", "unknown prompt character");
+  expect_one_line_error(attograd("sample -w " + w + " --top-p 0"), "--top-p", "top-p 0");
+  expect_one_line_error(attograd("generate -w " + w + " --input 'Shall'"), "attograd sample", "generate on text");
+}
+
+TEST_F(CliData, PairsGenerateEvalAndOtherFiles) {
+  const std::string w = quote(pairs_weights());
+  const json s = last_line_json(pairs_->out);
+  EXPECT_EQ(s["task"], "pairs");
+  EXPECT_EQ(s["eval_size"], 40);
+  EXPECT_FALSE(s.contains("val_bpc"));
+  const CliRun g = attograd("generate -w " + w + " --input 'seven three'");
+  ASSERT_EQ(g.status, 0) << g.err;
+  ASSERT_EQ(lines(g.out).size(), 1u);
+  for (const std::string& word : lines(g.out)) EXPECT_EQ(word.find('\t'), std::string::npos);
+  expect_one_line_error(attograd("generate -w " + w + " --input 'seven eleven'"), "word 'eleven' is not in the model",
+                        "unknown word");
+  const CliRun e = attograd("eval --json -w " + w);
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_EQ(last_line_json(e.out)["sequence_accuracy"], s["sequence_accuracy"]);
+  const std::string other = write("other.tsv", "one two\tuno dos\r\nfive\tcinco\r\n");
+  const CliRun o = attograd("eval --json -w " + w + " --pairs " + quote(other));
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_EQ(last_line_json(o.out)["n"], 2);
+  expect_one_line_error(
+      attograd("eval -w " + w + " --pairs " + quote(write("unk.tsv", "one\tuno\nsix\tseis\nten\tzehn\n"))),
+      "line 3: word 'zehn' is not in the model's vocabulary", "unknown target word");
+  expect_one_line_error(
+      attograd("eval -w " + w + " --pairs " + quote(write("long.tsv", "one two three four five six\tuno\n"))),
+      "line 1: a source of 6 and a target of 1 tokens do not fit", "too long for the model");
+}
+
+TEST_F(CliData, ExportImportResumeKeepTheData) {
+  const std::string dir = (scratch() / "text").string();
+  const std::string st = (scratch() / "text.safetensors").string(), back = (scratch() / "back.attograd").string();
+  ASSERT_EQ(attograd("export -w " + quote(text_weights()) + " --to " + quote(st)).status, 0);
+  ASSERT_EQ(attograd("import --from " + quote(st) + " --to " + quote(back)).status, 0);
+  const std::string args = " --prompt 'So long' --tokens 30 --seed 9";
+  EXPECT_EQ(attograd("sample -w " + quote(back) + args).out, attograd("sample -w " + quote(text_weights()) + args).out);
+  const CliRun r = attograd("train -q --json --steps 50 --resume " + quote(dir + "/checkpoint.attograd"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(last_line_json(r.out)["steps"], 50);
+  expect_one_line_error(attograd("train --resume " + quote(dir + "/checkpoint.attograd") + " --text " + quote(poems())),
+                        "--resume continues on the checkpoint's own data", "resume with --text");
+}
+
+TEST_F(CliData, ChangedDataFileIsRefused) {
+  const std::string copy = write("poems-copy.txt", slurp(poems()));
+  const std::string out = (scratch() / "copy").string();
+  ASSERT_EQ(attograd("train -q --text " + quote(copy) +
+                     " --steps 2 --d-model 16 --layers 1 --heads 2 --d-ff 16 --out " + quote(out))
+                .status,
+            0);
+  write("poems-copy.txt", slurp(poems()) + "more text\n");
+  expect_one_line_error(attograd("eval -w " + quote(out + "/model.attograd")), "changed since the model was trained",
+                        "changed file, eval");
+  expect_one_line_error(attograd("train --resume " + quote(out + "/checkpoint.attograd")),
+                        "changed since the model was trained", "changed file, resume");
+  // Sampling needs only the saved vocabulary: it still works.
+  EXPECT_EQ(attograd("sample -w " + quote(out + "/model.attograd") + " --tokens 5").status, 0);
+}
+
+TEST_F(CliData, BadDataIsOneLineExitTwo) {
+  auto train = [](const std::string& flag, const std::string& path, const std::string& extra = "") {
+    return attograd("train -q --steps 2 --d-model 16 --layers 1 --heads 2 --d-ff 16 " + flag + " " + quote(path) + " " +
+                    extra + " --out " + quote((scratch() / "bad").string()));
+  };
+  expect_one_line_error(train("--text", write("empty.txt", "")), "is empty", "empty text");
+  expect_one_line_error(train("--pairs", write("empty.tsv", "")), "is empty", "empty pairs");
+  expect_one_line_error(train("--pairs", write("blank.tsv", "\n \n\r\n")), "has no usable lines", "blank lines");
+  expect_one_line_error(train("--text", write("bad.txt", std::string(40, 'a') + "\xC3\x28" + std::string(100, 'b'))),
+                        "invalid UTF-8 at byte offset 40", "invalid UTF-8");
+  expect_one_line_error(train("--text", write("bin.txt", std::string("\x7f"
+                                                                     "ELF\0\1",
+                                                                     6) +
+                                                             std::string(100, 'x'))),
+                        "NUL byte at byte offset 4 (binary data", "binary");
+  expect_one_line_error(train("--pairs", write("notab.tsv", "a\tb\nc\td\njust words\n")), "line 3 has no tab",
+                        "no tab");
+  expect_one_line_error(train("--pairs", write("long.tsv", "a\tb\n" + std::string(300, 'x') + "\ty\n")),
+                        "line 2: its source has 300 tokens, more than the limit of 256", "line too long");
+  std::string many;
+  for (int i = 0; i < 66000; ++i) many += "w" + std::to_string(i) + "\tx\n";
+  expect_one_line_error(train("--pairs", write("vocab.tsv", many), "--tokenize word"), "more than the limit of 65536",
+                        "vocabulary too large");
+  expect_one_line_error(train("--text", poems(), "--model seq2seq"), "--text trains the decoder-only model",
+                        "text with seq2seq");
+  expect_one_line_error(train("--text", poems(), "--tokenize word"), "--tokenize is for --pairs", "tokenize on text");
+  expect_one_line_error(train("--text", write("short.txt", "tiny"), "--context 64"), "too few for context 64",
+                        "too short");
+  // A huge file is refused by its size before it is read (a sparse file: no disk used).
+  const std::string huge = (scratch() / "huge.txt").string();
+  { std::ofstream(huge) << "x"; }
+  fs::resize_file(huge, (uint64_t{64} << 20) + 1);
+  expect_one_line_error(train("--text", huge), "more than the cap of 67108864 bytes", "huge file");
+  // A FIFO is refused, not waited on.
+  const std::string fifo = (scratch() / "fifo.txt").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_one_line_error(train("--text", fifo), "not a regular file", "FIFO");
+  // CRLF line ends are accepted.
+  EXPECT_EQ(train("--pairs", write("crlf.tsv", "ab\tba\r\ncd\tdc\r\nef\tfe\r\n")).status, 0);
+}
+
+}  // namespace
