@@ -91,6 +91,71 @@ def loaded_blas():
     return ",".join(sorted(set(found))) or None
 
 
+def make_causal_lm(V, D, H, F, N, max_len, p_drop):
+    """attograd's CausalLM (nn/models.h) in PyTorch, with its initialisation (embedding N(0, 1/D), q/k/v as one
+    Linear with xavier_uniform_ and zero biases as nn.MultiheadAttention, the other Linears PyTorch's default,
+    LayerNorm eps 1e-6, tied output projection). forward(tokens (B, L) int64, L <= max_len) -> logits (B, L, V).
+    Right padding needs no mask (the causal mask keeps it out of earlier positions). Used by this benchmark,
+    bench/time_to_accuracy and bench/text_compare; import torch before calling it."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as Fn
+
+    dk = D // H
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1 = nn.LayerNorm(D, eps=1e-6)
+            self.qkv = nn.Linear(D, 3 * D)  # q, k and v projections with bias, as one matrix (same parameters)
+            self.out = nn.Linear(D, D)
+            self.norm2 = nn.LayerNorm(D, eps=1e-6)
+            self.linear1 = nn.Linear(D, F)
+            self.linear2 = nn.Linear(F, D)
+            nn.init.xavier_uniform_(self.qkv.weight)  # nn.MultiheadAttention's initialisation
+            nn.init.zeros_(self.qkv.bias)
+            nn.init.zeros_(self.out.bias)
+
+        def forward(self, x, mask):  # x (B, L, D), mask (L, L) additive -inf above the diagonal
+            B, L, _ = x.shape
+            h = self.norm1(x)
+            qkv = self.qkv(h).view(B, L, 3, H, dk).permute(2, 0, 3, 1, 4).reshape(3, B * H, L, dk)
+            q, k, v = qkv[0], qkv[1], qkv[2]  # (B*H, L, dk)
+            # nn.MultiheadAttention's training path (F.multi_head_attention_forward): baddbmm, softmax, dropout, bmm
+            scores = torch.baddbmm(mask, q, k.transpose(1, 2), alpha=1.0 / math.sqrt(dk))  # (B*H, L, L)
+            attn = Fn.dropout(torch.softmax(scores, dim=-1), p_drop, self.training)
+            ctx = torch.bmm(attn, v).view(B, H, L, dk).transpose(1, 2).reshape(B, L, D)
+            x = x + Fn.dropout(self.out(ctx), p_drop, self.training)
+            f = self.linear2(Fn.dropout(torch.relu(self.linear1(self.norm2(x))), p_drop, self.training))
+            return x + Fn.dropout(f, p_drop, self.training)
+
+    class CausalLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(V, D)
+            nn.init.normal_(self.embed.weight, 0.0, 1.0 / math.sqrt(D))
+            pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
+            j = torch.arange(D)
+            angle = pos / torch.pow(10000.0, 2.0 * (j // 2).to(torch.float64) / D)
+            pe = torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle)).to(torch.float32)
+            self.register_buffer("pe", pe)  # (max_len, D)
+            self.register_buffer("mask", torch.full((max_len, max_len), -math.inf).triu(1))  # (max_len, max_len)
+            self.blocks = nn.ModuleList(Block() for _ in range(N))
+            self.norm = nn.LayerNorm(D, eps=1e-6)
+            self.scale = math.sqrt(D)
+
+        def forward(self, tokens):  # (B, L) int64 -> (B, L, V)
+            L = tokens.shape[1]
+            mask = self.mask if L == self.mask.shape[0] else self.mask[:L, :L]
+            pe = self.pe if L == self.pe.shape[0] else self.pe[:L]
+            x = Fn.dropout(self.embed(tokens) * self.scale + pe, p_drop, self.training)
+            for blk in self.blocks:
+                x = blk(x, mask)
+            return Fn.linear(self.norm(x), self.embed.weight)  # tied output projection
+
+    return CausalLM()
+
+
 def main(argv):
     a = parse_args(argv)
     threads = str(a.threads)
@@ -141,57 +206,8 @@ def main(argv):
             print(f"torch_reference: error: {msg}", file=sys.stderr)
             return 2
 
-    p_drop = 0.1
-    dk = D // H
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.norm1 = nn.LayerNorm(D, eps=1e-6)
-            self.qkv = nn.Linear(D, 3 * D)  # q, k and v projections with bias, as one matrix (same parameters)
-            self.out = nn.Linear(D, D)
-            self.norm2 = nn.LayerNorm(D, eps=1e-6)
-            self.linear1 = nn.Linear(D, F)
-            self.linear2 = nn.Linear(F, D)
-            nn.init.xavier_uniform_(self.qkv.weight)  # nn.MultiheadAttention's initialisation
-            nn.init.zeros_(self.qkv.bias)
-            nn.init.zeros_(self.out.bias)
-
-        def forward(self, x, mask):  # x (B, L, D), mask (L, L) additive -inf above the diagonal
-            h = self.norm1(x)
-            qkv = self.qkv(h).view(B, L, 3, H, dk).permute(2, 0, 3, 1, 4).reshape(3, B * H, L, dk)
-            q, k, v = qkv[0], qkv[1], qkv[2]  # (B*H, L, dk)
-            # nn.MultiheadAttention's training path (F.multi_head_attention_forward): baddbmm, softmax, dropout, bmm
-            scores = torch.baddbmm(mask, q, k.transpose(1, 2), alpha=1.0 / math.sqrt(dk))  # (B*H, L, L)
-            attn = Fn.dropout(torch.softmax(scores, dim=-1), p_drop, True)
-            ctx = torch.bmm(attn, v).view(B, H, L, dk).transpose(1, 2).reshape(B, L, D)
-            x = x + Fn.dropout(self.out(ctx), p_drop, True)
-            f = self.linear2(Fn.dropout(torch.relu(self.linear1(self.norm2(x))), p_drop, True))
-            return x + Fn.dropout(f, p_drop, True)
-
-    class CausalLM(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = nn.Embedding(V, D)
-            nn.init.normal_(self.embed.weight, 0.0, 1.0 / math.sqrt(D))
-            pos = torch.arange(L, dtype=torch.float64).unsqueeze(1)
-            j = torch.arange(D)
-            angle = pos / torch.pow(10000.0, 2.0 * (j // 2).to(torch.float64) / D)
-            pe = torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle)).to(torch.float32)
-            self.register_buffer("pe", pe)  # (L, D)
-            self.register_buffer("mask", torch.full((L, L), -math.inf).triu(1))  # (L, L)
-            self.blocks = nn.ModuleList(Block() for _ in range(N))
-            self.norm = nn.LayerNorm(D, eps=1e-6)
-            self.scale = math.sqrt(D)
-
-        def forward(self, tokens):  # (B, L) int64 -> (B, L, V)
-            x = Fn.dropout(self.embed(tokens) * self.scale + self.pe, p_drop, True)
-            for blk in self.blocks:
-                x = blk(x, self.mask)
-            return Fn.linear(self.norm(x), self.embed.weight)  # tied output projection
-
     torch.manual_seed(a.seed)
-    model = CausalLM()
+    model = make_causal_lm(V, D, H, F, N, L, 0.1)
     model.train()
     params = sum(p.numel() for p in model.parameters())
     foreach = {"auto": None, "on": True, "off": False}[a.foreach]
