@@ -1,7 +1,10 @@
 #include "nn/positional.h"
 
 #include <cmath>
+#include <cstdio>
+#include <tuple>
 
+#include "autograd/rope.h"
 #include "autograd/shape.h"
 
 namespace attograd::nn {
@@ -54,5 +57,44 @@ Tensor PositionalEncoding::forward(const Tensor& x) {
 }
 
 std::string PositionalEncoding::extra_repr() const { return str_cat("d_model=", d_model, ", max_len=", max_len); }
+
+}  // namespace attograd::nn
+
+namespace attograd::nn {
+
+RotaryEmbedding::RotaryEmbedding(int64_t head_dim_, int64_t max_len_, double base_)
+    : head_dim(head_dim_), max_len(max_len_), base(base_) {
+  ATTO_CHECK(max_len > 0, "RotaryEmbedding", "max_len must be positive, got ", max_len);
+  NoGradGuard no_grad;
+  std::tie(cos64_, sin64_) = rotary_cos_sin(max_len, head_dim, 0, base, kFloat64);
+  cos32_ = cos64_.to(kFloat32);  // the rounding rotary_cos_sin does for float32 tables
+  sin32_ = sin64_.to(kFloat32);
+}
+
+Tensor RotaryEmbedding::forward(const Tensor& x, int64_t offset) {
+  const char* me = "RotaryEmbedding";
+  ATTO_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) > 0 && x.size(-1) % head_dim == 0, me,
+             "x must be (..., L, head_dim=", head_dim, ") or (..., L, heads * head_dim)",
+             x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
+  ATTO_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat64, me, "x must be float32 or float64, got ",
+             dtype_name(x.dtype()));
+  const int64_t len = x.size(-2);
+  ATTO_CHECK(offset >= 0 && offset + len <= max_len, me, "positions ", offset, " .. ", offset + len - 1,
+             " are outside the table of max_len=", max_len);
+  const bool f64 = x.dtype() == kFloat64;
+  Tensor c, s;
+  {
+    NoGradGuard no_grad;
+    c = narrow(f64 ? cos64_ : cos32_, 0, offset, len);
+    s = narrow(f64 ? sin64_ : sin32_, 0, offset, len);
+  }
+  return apply_rotary_emb(x, c, s);
+}
+
+std::string RotaryEmbedding::extra_repr() const {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", base);
+  return str_cat("head_dim=", head_dim, ", max_len=", max_len, ", base=", b);
+}
 
 }  // namespace attograd::nn

@@ -38,3 +38,36 @@ class PositionalEncoding : public Module {
 };
 
 }  // namespace attograd::nn
+
+namespace attograd::nn {
+
+/// Rotary position embeddings (autograd/rope.h: interleaved pairs (2i, 2i+1), as RoFormer and Meta's llama) for
+/// queries and keys of one head size. The cos/sin tables of positions 0 .. max_len-1 are computed once, in double,
+/// and kept in float32 and float64 as plain members, not buffers: nothing is saved with the weights (PyTorch's
+/// persistent=False) and a saved model's state_dict keys do not change. No parameters.
+class RotaryEmbedding : public Module {
+ public:
+  /// Tables for head_dim (even) features and positions 0 .. max_len-1, angles p * base^(-2i / head_dim).
+  explicit RotaryEmbedding(int64_t head_dim, int64_t max_len = 2048, double base = 10000.0);
+  /// "RotaryEmbedding".
+  std::string type_name() const override { return "RotaryEmbedding"; }
+  /// x (..., L, head_dim) (e.g. (B, H, L, d) queries or keys) rotated at positions 0 .. L-1.
+  Tensor forward(const Tensor& x) override { return forward(x, 0); }
+  /// x (..., L, head_dim), or head-interleaved (..., L, heads * head_dim), rotated at positions offset .. offset+L-1 (an incremental decode step at position t passes
+  /// offset = t); bit for bit the rows offset .. offset+L-1 of the rotation of a longer sequence. offset + L must
+  /// not exceed max_len.
+  Tensor forward(const Tensor& x, int64_t offset);
+
+  const int64_t head_dim;  ///< features rotated (even)
+  const int64_t max_len;   ///< positions in the tables
+  const double base;       ///< theta_i = base^(-2i / head_dim)
+
+ protected:
+  /// "head_dim=16, max_len=2048, base=10000".
+  std::string extra_repr() const override;
+
+ private:
+  Tensor cos32_, sin32_, cos64_, sin64_;  // (max_len, head_dim / 2)
+};
+
+}  // namespace attograd::nn

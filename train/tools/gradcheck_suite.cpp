@@ -11,21 +11,27 @@
 
 #include "autograd/activation.h"
 #include "autograd/attention.h"
+#include "autograd/checkpoint.h"
 #include "autograd/dropout.h"
 #include "autograd/elementwise.h"
 #include "autograd/indexing.h"
+#include "autograd/linear_attention.h"
 #include "autograd/loss.h"
 #include "autograd/matmul.h"
 #include "autograd/norm.h"
 #include "autograd/reduce.h"
+#include "autograd/rope.h"
 #include "autograd/shape.h"
 #include "nn/attention.h"
+#include "nn/checkpointed.h"
 #include "nn/encoder_tagger.h"
 #include "nn/feedforward.h"
 #include "nn/init.h"
 #include "nn/layers.h"
+#include "nn/linear_attention.h"
 #include "nn/masks.h"
 #include "nn/models.h"
+#include "nn/positional.h"
 #include "nn/transformer.h"
 
 namespace attograd::checks {
@@ -624,6 +630,36 @@ std::vector<Check> build_registry() {
                      in, o);
                }});
 
+  // Attention toolbox (issue 16): rotary embeddings, linear attention, gradient checkpointing.
+  r.push_back(op(
+      "apply_rotary_emb",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{str_cat("x (", c.batch, ", ", c.heads, ", ", c.len, ", 4), interleaved pairs, offset 3"),
+                         Inputs{leaf({c.batch, c.heads, c.len, 4}, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return apply_rotary_emb(x[0], 3); }));
+  r.push_back(op(
+      "linear_attention",
+      [](const CheckConfig& c, Generator& g) {
+        const Shape s{c.batch, c.heads, c.len, 3};
+        return std::pair{str_cat("q, k, v ", sh(s), ", elu+1, causal (running sums)"),
+                         Inputs{leaf(s, g, c.dtype), leaf(s, g, c.dtype), leaf(s, g, c.dtype)}};
+      },
+      [](const Inputs& x) { return linear_attention(x[0], x[1], x[2], true); }));
+  r.push_back(op(
+      "checkpoint",
+      [](const CheckConfig& c, Generator& g) {
+        return std::pair{str_cat("tanh(dropout(x (", c.len, ", 4) @ w (4, 3), p=0.2)) recomputed, replayed mask"),
+                         Inputs{leaf({c.len, 4}, g, c.dtype), leaf({4, 3}, g, c.dtype)}};
+      },
+      [](const Inputs& x) {
+        static thread_local Generator drop;
+        drop.manual_seed(4242);
+        const Tensor w = x[1];
+        return checkpoint(
+            [w](const Inputs& in) { return tanh(dropout(matmul(in[0], w), 0.2, true, drop)); }, {x[0]},
+            {.generators = {&drop}});
+      }));
   // ---- modules ----
   r.push_back({"Linear", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 31);
@@ -814,6 +850,40 @@ std::vector<Check> build_registry() {
                  return module_run("seed::Transformer",
                                    str_cat(module_conf(c, false), " layers=", c.layers, padding ? " src padding" : ""),
                                    m, {}, [&] { return m.forward(src, tgt); }, c, o, gen, &drop);
+               }});
+  // Attention toolbox modules (issue 16).
+  r.push_back({"RotaryEmbedding", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 43);
+                 nn::RotaryEmbedding m(c.d_model / c.heads + (c.d_model / c.heads) % 2, c.len + 2);
+                 Tensor x = leaf({c.batch, c.heads, c.len, m.head_dim}, gen, c.dtype);
+                 return module_run("RotaryEmbedding", str_cat(module_conf(c, false, false), " offset 2"), m, {x},
+                                   [&] { return m.forward(x, 2); }, c, o, gen, nullptr);
+               }});
+  r.push_back({"LinearAttention", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 44);
+                 nn::LinearAttention m({.embed_dim = c.d_model, .num_heads = c.heads, .causal = c.mask == "causal"},
+                                       gen);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 return module_run("LinearAttention",
+                                   str_cat(module_conf(c, false, false), c.mask == "causal" ? " causal" : ""), m, {x},
+                                   [&] { return m.forward(x); }, c, o, gen, nullptr);
+               }});
+  r.push_back({"Checkpointed", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 45), drop(0);
+                 auto layer = std::make_shared<nn::TransformerEncoderLayer>(
+                     nn::TransformerLayerOptions{
+                         .d_model = c.d_model, .nhead = c.heads, .dim_feedforward = 2 * c.d_model, .dropout = c.dropout},
+                     gen);
+                 nn::Checkpointed<nn::TransformerEncoderLayer> m(layer);
+                 m.set_generator(drop);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 const bool causal = c.mask == "causal";
+                 const nn::EncoderForwardOptions masks{
+                     .src_mask = causal ? nn::causal_mask(c.len) : Tensor(),
+                     .src_key_padding_mask = c.mask == "padding" ? key_padding(c) : Tensor(),
+                     .is_causal = causal};
+                 return module_run("Checkpointed", module_conf(c) + " TransformerEncoderLayer post-LN", m, {x},
+                                   [&] { return m.forward_with(x, masks); }, c, o, gen, &drop);
                }});
   return r;
 }

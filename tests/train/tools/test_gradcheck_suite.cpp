@@ -66,7 +66,10 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                         "packed_self_attention",
                                         "scaled_dot_product_attention.gqa",
                                         "scaled_dot_product_attention.window",
-                                        "scaled_dot_product_attention.block_sparse"};
+                                        "scaled_dot_product_attention.block_sparse",
+                                        "apply_rotary_emb",
+                                        "linear_attention",
+                                        "checkpoint"};
   const std::vector<std::string> modules = {"Linear",
                                             "Embedding",
                                             "LayerNorm",
@@ -79,7 +82,10 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                             "TransformerDecoderLayer",
                                             "CausalLM",
                                             "EncoderTagger",
-                                            "seed::Transformer"};
+                                            "seed::Transformer",
+                                            "RotaryEmbedding",
+                                            "LinearAttention",
+                                            "Checkpointed"};
   std::vector<std::string> names, kinds;
   for (const checks::Check& c : checks::registry()) names.push_back(c.name), kinds.push_back(c.kind);
   std::vector<std::string> expected = ops;

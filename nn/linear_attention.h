@@ -1,0 +1,59 @@
+#pragma once
+// LinearAttention: multi-head linear attention (Katharopoulos et al. 2020, autograd/linear_attention.h) with
+// MultiheadAttention's projections, names and initialisation, so that it is a drop-in replacement for self-attention
+// (the same state_dict keys and shapes): in_proj_weight (3E, E) = [W_q; W_k; W_v], in_proj_bias (3E),
+// out_proj.weight (E, E), out_proj.bias (E).
+// Init (as torch.nn.MultiheadAttention's _reset_parameters): xavier_uniform_ (gain 1) on in_proj_weight as one
+// (3E, E) matrix (fan_in E, fan_out 3E), zeros on in_proj_bias and out_proj.bias, out_proj.weight as Linear's default
+// (kaiming_uniform_(a = sqrt(5)), drawn first, as PyTorch builds out_proj before resetting).
+//   out = out_proj(concat_h linear_attention(q_h, k_h, v_h, causal)),  q_h, k_h, v_h (B, H, L, E/H)
+// No softmax, so no 1/sqrt(d) scale, no attention weights and no attention dropout; masks: only causal.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "autograd/random.h"
+#include "autograd/tensor.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+
+namespace attograd::nn {
+
+/// Constructor options of LinearAttention: LinearAttention({.embed_dim = 64, .num_heads = 4, .causal = true}, gen).
+struct LinearAttentionOptions {
+  int64_t embed_dim = 0;   ///< E
+  int64_t num_heads = 0;   ///< H; must divide E
+  bool bias = true;        ///< in_proj_bias and out_proj.bias
+  bool causal = false;     ///< forward(x)'s mask: query i sees keys j <= i
+  double eps = 1e-6;       ///< added to every denominator
+  Dtype dtype = kFloat32;  ///< parameter dtype (initialised in float32, then converted)
+};
+
+/// Multi-head linear attention (see the file comment).
+class LinearAttention : public Module {
+ public:
+  /// Creates the parameters, drawing their initial values from `gen`.
+  explicit LinearAttention(const LinearAttentionOptions& options, Generator& gen = default_generator());
+  /// "LinearAttention".
+  std::string type_name() const override { return "LinearAttention"; }
+  /// Self-attention: x (B, L, E) -> (B, L, E), causal when options.causal.
+  Tensor forward(const Tensor& x) override { return forward(x, x, x, opts_.causal); }
+  /// query (B, Lq, E), key and value (B, Lk, E) -> (B, Lq, E); causal needs Lq == Lk.
+  Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal);
+  /// The constructor options.
+  const LinearAttentionOptions& options() const { return opts_; }
+
+  Tensor in_proj_weight;             ///< (3E, E) rows [W_q; W_k; W_v]
+  Tensor in_proj_bias;               ///< (3E), undefined when !bias
+  std::shared_ptr<Linear> out_proj;  ///< E -> E
+
+ protected:
+  /// "embed_dim=64, num_heads=4, causal=false".
+  std::string extra_repr() const override;
+
+ private:
+  LinearAttentionOptions opts_;
+};
+
+}  // namespace attograd::nn
