@@ -299,26 +299,16 @@ TEST_F(Cli, GradcheckWithNoArgumentsChecksEveryOpAndModule) {
        {"add", "sub", "mul", "div", "exp", "log", "sqrt", "pow", "tanh", "sigmoid", "relu", "gelu", "matmul", "linear",
         "transpose", "reshape", "slice", "cat", "stack", "split", "sum", "mean", "max", "softmax", "log_softmax",
         "masked_fill", "where", "dropout", "embedding", "layer_norm", "cross_entropy", "mse_loss",
-<<<<<<< HEAD
         "scaled_dot_product_attention", "scaled_dot_product_attention.gqa", "scaled_dot_product_attention.window",
         "scaled_dot_product_attention.block_sparse", "Linear", "Embedding", "LayerNorm", "Dropout",
         "PositionwiseFeedForward", "MultiheadAttention", "MultiheadAttention.variants", "seed::AttentionSublayer",
-        "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM", "seed::Transformer"}) {
-=======
-        "scaled_dot_product_attention", "Linear", "Embedding", "LayerNorm", "Dropout", "PositionwiseFeedForward",
-        "MultiheadAttention", "seed::AttentionSublayer", "TransformerEncoderLayer", "TransformerDecoderLayer",
-        "CausalLM", "seed::Transformer", "apply_rotary_emb", "linear_attention", "checkpoint", "RotaryEmbedding",
-        "LinearAttention", "Checkpointed"}) {
->>>>>>> attnops
+        "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM", "seed::Transformer", "apply_rotary_emb",
+        "linear_attention", "checkpoint", "RotaryEmbedding", "LinearAttention", "Checkpointed"}) {
     bool found = false;
     for (const std::string& l : lines(r.out)) found = found || l.rfind(std::string(name) + " ", 0) == 0;
     EXPECT_TRUE(found) << name;
   }
-<<<<<<< HEAD
-  EXPECT_NE(r.out.find("66 of 66 checks passed"), std::string::npos) << r.out;
-=======
-  EXPECT_NE(r.out.find("68 of 68 checks passed"), std::string::npos) << r.out;
->>>>>>> attnops
+  EXPECT_NE(r.out.find("72 of 72 checks passed"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos);
 }
 
