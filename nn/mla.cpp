@@ -1,0 +1,205 @@
+// Multi-head latent attention (see mla.h).
+
+#include "nn/mla.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "autograd/activation.h"
+#include "autograd/attention.h"
+#include "autograd/elementwise.h"
+#include "autograd/matmul.h"
+#include "autograd/reduce.h"
+#include "autograd/rope.h"
+#include "autograd/shape.h"
+#include "nn/attention.h"
+#include "nn/init.h"
+
+namespace attograd::nn {
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm
+
+RMSNorm::RMSNorm(int64_t dim, double eps_, Dtype dtype) : eps(eps_) {
+  ATTO_CHECK(dim > 0, "RMSNorm", "dim must be positive, got ", dim);
+  ATTO_CHECK(eps_ > 0, "RMSNorm", "eps must be positive, got ", eps_);
+  weight = register_parameter("weight", ones({dim}, {.dtype = dtype}));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) {
+  ATTO_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(0), "RMSNorm", "input must be (..., ",
+             weight.size(0), ")", x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
+  Tensor ms = mean(mul(x, x), {-1}, true);
+  return mul(mul(x, rdiv(1.0, sqrt(add(ms, eps)))), weight);
+}
+
+std::string RMSNorm::extra_repr() const { return str_cat("dim=", weight.size(0), ", eps=", eps); }
+
+// ---------------------------------------------------------------------------------------------
+// MultiHeadLatentAttention
+
+namespace {
+
+// A projection without bias whose weight is xavier_uniform_ (gain 1) instead of Linear's default.
+std::shared_ptr<Linear> xavier_linear(int64_t in, int64_t out, Generator& gen) {
+  auto l = std::make_shared<Linear>(in, out, LinearOptions{.bias = false}, gen);
+  init::xavier_uniform_(l->weight, 1.0, gen);
+  return l;
+}
+
+// linear() with gradients, decode_linear() in a decoding step.
+Tensor project(const Linear& l, const Tensor& x, bool decoding) {
+  return decoding ? decode_linear(x, l.weight) : linear(x, l.weight);
+}
+
+// The additive causal mask (N, T) of queries at positions start .. start + N - 1 over keys 0 .. T - 1.
+template <class T>
+Tensor causal_offset_mask(int64_t N, int64_t Tk, int64_t start, Dtype dtype) {
+  Tensor m = zeros({N, Tk}, {.dtype = dtype});
+  T* p = m.data<T>();
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = start + i + 1; j < Tk; ++j) p[i * Tk + j] = -std::numeric_limits<T>::infinity();
+  return m;
+}
+
+}  // namespace
+
+MultiHeadLatentAttention::MultiHeadLatentAttention(const MlaOptions& options, Generator& gen) : opts_(options) {
+  const char* me = "MultiHeadLatentAttention";
+  const MlaOptions& o = opts_;
+  ATTO_CHECK(o.d_model > 0 && o.n_heads > 0, me, "d_model and n_heads must be positive, got d_model=", o.d_model,
+             ", n_heads=", o.n_heads);
+  ATTO_CHECK(o.qk_nope_head_dim > 0, me, "qk_nope_head_dim must be positive, got ", o.qk_nope_head_dim);
+  ATTO_CHECK(o.qk_rope_head_dim > 0 && o.qk_rope_head_dim % 2 == 0, me,
+             "qk_rope_head_dim must be positive and even (RoPE rotates pairs), got ", o.qk_rope_head_dim);
+  ATTO_CHECK(o.v_head_dim > 0, me, "v_head_dim must be positive, got ", o.v_head_dim);
+  ATTO_CHECK(o.kv_lora_rank > 0, me, "kv_lora_rank must be positive, got ", o.kv_lora_rank);
+  ATTO_CHECK(o.q_lora_rank >= 0, me, "q_lora_rank must be >= 0 (0 = no query compression), got ", o.q_lora_rank);
+  ATTO_CHECK(o.rope_base > 0, me, "rope_base must be positive, got ", o.rope_base);
+  ATTO_CHECK(o.norm_eps > 0, me, "norm_eps must be positive, got ", o.norm_eps);
+  const int64_t D = o.d_model, H = o.n_heads, dqk = o.qk_nope_head_dim + o.qk_rope_head_dim;
+  NoGradGuard no_grad;
+  if (o.q_lora_rank == 0) {
+    wq = register_module("wq", xavier_linear(D, H * dqk, gen));
+  } else {
+    wq_a = register_module("wq_a", xavier_linear(D, o.q_lora_rank, gen));
+    q_norm = register_module("q_norm", std::make_shared<RMSNorm>(o.q_lora_rank, o.norm_eps));
+    wq_b = register_module("wq_b", xavier_linear(o.q_lora_rank, H * dqk, gen));
+  }
+  wkv_a = register_module("wkv_a", xavier_linear(D, o.kv_lora_rank + o.qk_rope_head_dim, gen));
+  kv_norm = register_module("kv_norm", std::make_shared<RMSNorm>(o.kv_lora_rank, o.norm_eps));
+  wkv_b = register_module("wkv_b", xavier_linear(o.kv_lora_rank, H * (o.qk_nope_head_dim + o.v_head_dim), gen));
+  wo = register_module("wo", std::make_shared<Linear>(H * o.v_head_dim, D, LinearOptions{.bias = false}, gen));
+  if (o.dtype != kFloat32) to(o.dtype);
+}
+
+Tensor MultiHeadLatentAttention::queries(const Tensor& x, int64_t offset, bool decoding) const {
+  const int64_t B = x.size(0), L = x.size(1), H = opts_.n_heads;
+  const int64_t dn = opts_.qk_nope_head_dim, dr = opts_.qk_rope_head_dim;
+  Tensor q = opts_.q_lora_rank == 0
+                 ? project(*wq, x, decoding)
+                 : project(*wq_b, q_norm->forward(project(*wq_a, x, decoding)), decoding);  // (B, L, H d_qk)
+  q = reshape(q, {B, L, H, dn + dr});
+  Tensor q_pe = reshape(narrow(q, -1, dn, dr), {B, L, H * dr});
+  q_pe = reshape(apply_rotary_emb(q_pe, offset, opts_.rope_base, dr), {B, L, H, dr});
+  return cat({narrow(q, -1, 0, dn), q_pe}, -1);  // (B, L, H, d_qk)
+}
+
+Tensor MultiHeadLatentAttention::latents(const Tensor& x, int64_t offset, bool decoding) const {
+  const int64_t dc = opts_.kv_lora_rank, dr = opts_.qk_rope_head_dim;
+  Tensor kv = project(*wkv_a, x, decoding);                            // (B, L, d_c + d_rope)
+  Tensor c = kv_norm->forward(narrow(kv, -1, 0, dc));                  // (B, L, d_c)
+  Tensor r = apply_rotary_emb(narrow(kv, -1, dc, dr), offset, opts_.rope_base);  // (B, L, d_rope)
+  return cat({c, r}, -1);
+}
+
+Tensor MultiHeadLatentAttention::forward(const Tensor& x) {
+  const char* me = "MultiHeadLatentAttention";
+  ATTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == opts_.d_model, me, "input must be (B, L, d_model=",
+             opts_.d_model, ")", x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
+  const int64_t B = x.size(0), L = x.size(1), H = opts_.n_heads;
+  const int64_t dn = opts_.qk_nope_head_dim, dr = opts_.qk_rope_head_dim, dv = opts_.v_head_dim;
+  const int64_t dc = opts_.kv_lora_rank;
+  Tensor q = reshape(queries(x, 0, false), {B, L, H * (dn + dr)});
+  Tensor lat = latents(x, 0, false);
+  Tensor kvb = reshape(linear(narrow(lat, -1, 0, dc), wkv_b->weight), {B, L, H, dn + dv});
+  Tensor k_r = broadcast_to(unsqueeze(narrow(lat, -1, dc, dr), 2), {B, L, H, dr});
+  Tensor k = reshape(cat({narrow(kvb, -1, 0, dn), k_r}, -1), {B, L, H * (dn + dr)});
+  Tensor v = reshape(narrow(kvb, -1, dn, dv), {B, L, H * dv});
+  AttentionOptions ao;
+  ao.is_causal = true;
+  ao.scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));
+  Tensor o = multi_head_attention(q, k, v, H, ao).output;  // (B, L, H d_v)
+  return wo->forward(o);
+}
+
+MlaCache MultiHeadLatentAttention::make_cache(int64_t B, int64_t C) const {
+  ATTO_CHECK(B > 0 && C > 0, "MultiHeadLatentAttention::make_cache", "B and C must be positive, got B=", B, ", C=",
+             C);
+  return {zeros({B, C, opts_.kv_lora_rank + opts_.qk_rope_head_dim}, {.dtype = wkv_a->weight.dtype()})};
+}
+
+int64_t MultiHeadLatentAttention::cache_bytes_per_token() const {
+  return (opts_.kv_lora_rank + opts_.qk_rope_head_dim) * static_cast<int64_t>(dtype_size(wkv_a->weight.dtype()));
+}
+
+Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, int64_t start, bool absorbed) const {
+  const char* me = "MultiHeadLatentAttention::decode";
+  const int64_t H = opts_.n_heads, dn = opts_.qk_nope_head_dim, dr = opts_.qk_rope_head_dim;
+  const int64_t dv = opts_.v_head_dim, dc = opts_.kv_lora_rank, W = dc + dr;
+  ATTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == opts_.d_model && x.size(1) > 0, me,
+             "input must be (B, N > 0, d_model=", opts_.d_model, ")",
+             x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
+  const int64_t B = x.size(0), N = x.size(1);
+  ATTO_CHECK(cache.latent.defined() && cache.latent.dim() == 3 && cache.latent.size(0) == B &&
+                 cache.latent.size(2) == W && cache.latent.dtype() == x.dtype(),
+             me, "cache must be (B=", B, ", C, ", W, ") of the input's dtype (make_cache), got ",
+             cache.latent.defined() ? str_cat(cache.latent.shape()) : std::string("an undefined tensor"));
+  const int64_t C = cache.latent.size(1), Tk = start + N;
+  ATTO_CHECK(start >= 0 && Tk <= C, me, "positions [", start, ", ", Tk, ") fall outside the cache's ", C,
+             " positions");
+  NoGradGuard no_grad;
+  // Write the new positions' [c_KV | k_R] in place.
+  Tensor lat = latents(x, start, true);  // (B, N, W)
+  const size_t es = dtype_size(x.dtype());
+  const char* src = static_cast<const char*>(lat.const_raw_data());
+  char* dst = static_cast<char*>(cache.latent.raw_data());
+  for (int64_t b = 0; b < B; ++b)
+    std::memcpy(dst + ((b * C + start) * W) * es, src + (b * N * W) * es, static_cast<size_t>(N * W) * es);
+  Tensor all = narrow(cache.latent, 1, 0, Tk);  // (B, T, W)
+  Tensor c = narrow(all, -1, 0, dc);            // (B, T, d_c)
+  Tensor q = queries(x, start, true);           // (B, N, H, d_qk)
+  AttentionOptions ao;
+  ao.scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));
+  if (N > 1)
+    ao.attn_mask = x.dtype() == kFloat64 ? causal_offset_mask<double>(N, Tk, start, x.dtype())
+                                         : causal_offset_mask<float>(N, Tk, start, x.dtype());
+  Tensor o;  // (B, N, H d_v)
+  if (!absorbed) {
+    Tensor kvb = reshape(linear(c, wkv_b->weight), {B, Tk, H, dn + dv});
+    Tensor k_r = broadcast_to(unsqueeze(narrow(all, -1, dc, dr), 2), {B, Tk, H, dr});
+    Tensor k = reshape(cat({narrow(kvb, -1, 0, dn), k_r}, -1), {B, Tk, H * (dn + dr)});
+    Tensor v = reshape(narrow(kvb, -1, dn, dv), {B, Tk, H * dv});
+    o = multi_head_attention(reshape(q, {B, N, H * (dn + dr)}), k, v, H, ao).output;
+  } else {
+    Tensor w = reshape(wkv_b->weight, {H, dn + dv, dc});  // per head [W_UK,h (d_nope, d_c); W_UV,h (d_v, d_c)]
+    Tensor qt = transpose(q, 1, 2);                         // (B, H, N, d_qk)
+    Tensor q_abs = matmul(narrow(qt, -1, 0, dn), narrow(w, 1, 0, dn));  // (B, H, N, d_c) = q_C,h W_UK,h
+    Tensor qq = cat({q_abs, narrow(qt, -1, dn, dr)}, -1);              // (B, H, N, d_c + d_rope)
+    // Multi-query attention: one key/value head, key [c_KV | k_R], value c_KV.
+    Tensor lat_o = scaled_dot_product_attention(qq, unsqueeze(all, 1), unsqueeze(c, 1), ao).output;  // (B,H,N,d_c)
+    Tensor oh = matmul(lat_o, transpose(narrow(w, 1, dn, dv), 1, 2));  // (B, H, N, d_v) = . W_UV,h^T
+    o = reshape(transpose(oh, 1, 2), {B, N, H * dv});
+  }
+  return decode_linear(o, wo->weight);
+}
+
+std::string MultiHeadLatentAttention::extra_repr() const {
+  const MlaOptions& o = opts_;
+  return str_cat("d_model=", o.d_model, ", n_heads=", o.n_heads, ", qk_nope_head_dim=", o.qk_nope_head_dim,
+                 ", qk_rope_head_dim=", o.qk_rope_head_dim, ", v_head_dim=", o.v_head_dim,
+                 ", kv_lora_rank=", o.kv_lora_rank, ", q_lora_rank=", o.q_lora_rank);
+}
+
+}  // namespace attograd::nn
