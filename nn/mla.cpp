@@ -8,6 +8,7 @@
 
 #include "autograd/activation.h"
 #include "autograd/attention.h"
+#include "autograd/eigen_util.h"
 #include "autograd/elementwise.h"
 #include "autograd/matmul.h"
 #include "autograd/reduce.h"
@@ -61,6 +62,47 @@ Tensor causal_offset_mask(int64_t N, int64_t Tk, int64_t start, Dtype dtype) {
   for (int64_t i = 0; i < N; ++i)
     for (int64_t j = start + i + 1; j < Tk; ++j) p[i * Tk + j] = -std::numeric_limits<T>::infinity();
   return m;
+}
+
+
+// The absorbed path's attention for every row, query and head, reading the cache and wkv_b in place:
+//   q' = [q_C,h W_UK,h | q_R,h] (d_c + d_rope), scores = q' [c_KV | k_R]^T * scale over the positions the query sees,
+//   o_h = (softmax(scores) c_KV) W_UV,h^T.
+// q (B, N, H, d_nope + d_rope), cache (B, C, d_c + d_rope), wkv_b (H (d_nope + d_v), d_c) -> out (B, N, H d_v).
+// All heads of one query at once: scores (H, T) = Q' K^T and (H, d_c) = P K_c are two small GEMMs.
+template <class T>
+void absorbed_attention(const T* q, const T* cache, const T* wkvb, T* out, int64_t B, int64_t N, int64_t C,
+                        int64_t start, int64_t H, int64_t dn, int64_t dr, int64_t dv, int64_t dc, double scale) {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Row = Eigen::Matrix<T, 1, Eigen::Dynamic>;
+  const int64_t W = dc + dr, dq = dn + dr;
+  Mat qq(H, W), sc(H, start + N), lat(H, dc);  // per decode call, reused by every query
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t nk = start + i + 1;  // positions this query sees
+      const T* qi = q + (b * N + i) * H * dq;
+      for (int64_t h = 0; h < H; ++h) {
+        Eigen::Map<const Mat> w_uk(wkvb + h * (dn + dv) * dc, dn, dc);
+        qq.row(h).head(dc).noalias() = Eigen::Map<const Row>(qi + h * dq, dn) * w_uk;
+        qq.row(h).tail(dr) = Eigen::Map<const Row>(qi + h * dq + dn, dr);
+      }
+      Eigen::Map<const Mat> keys(cache + b * C * W, nk, W);  // rows [c_KV | k_R]
+      auto s = sc.leftCols(nk);
+      s.noalias() = qq * keys.transpose();
+      for (int64_t h = 0; h < H; ++h) {
+        auto r = s.row(h);
+        r *= static_cast<T>(scale);
+        const T m = r.maxCoeff();
+        r = (r.array() - m).exp().matrix();
+        r /= r.sum();
+      }
+      lat.noalias() = s * keys.leftCols(dc);  // (H, d_c)
+      for (int64_t h = 0; h < H; ++h) {
+        Eigen::Map<const Mat> w_uv(wkvb + (h * (dn + dv) + dn) * dc, dv, dc);
+        Eigen::Map<Row>(out + ((b * N + i) * H + h) * dv, dv).noalias() = lat.row(h) * w_uv.transpose();
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -167,30 +209,31 @@ Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, int64_
   char* dst = static_cast<char*>(cache.latent.raw_data());
   for (int64_t b = 0; b < B; ++b)
     std::memcpy(dst + ((b * C + start) * W) * es, src + (b * N * W) * es, static_cast<size_t>(N * W) * es);
-  Tensor all = narrow(cache.latent, 1, 0, Tk);  // (B, T, W)
-  Tensor c = narrow(all, -1, 0, dc);            // (B, T, d_c)
-  Tensor q = queries(x, start, true);           // (B, N, H, d_qk)
-  AttentionOptions ao;
-  ao.scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));
-  if (N > 1)
-    ao.attn_mask = x.dtype() == kFloat64 ? causal_offset_mask<double>(N, Tk, start, x.dtype())
-                                         : causal_offset_mask<float>(N, Tk, start, x.dtype());
+  const Tensor q = queries(x, start, true);  // (B, N, H, d_qk)
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));
+  const Tensor& cached = cache.latent;
   Tensor o;  // (B, N, H d_v)
   if (!absorbed) {
-    Tensor kvb = reshape(linear(c, wkv_b->weight), {B, Tk, H, dn + dv});
+    Tensor all = narrow(cached, 1, 0, Tk);  // (B, T, W)
+    Tensor kvb = reshape(linear(narrow(all, -1, 0, dc), wkv_b->weight), {B, Tk, H, dn + dv});
     Tensor k_r = broadcast_to(unsqueeze(narrow(all, -1, dc, dr), 2), {B, Tk, H, dr});
     Tensor k = reshape(cat({narrow(kvb, -1, 0, dn), k_r}, -1), {B, Tk, H * (dn + dr)});
     Tensor v = reshape(narrow(kvb, -1, dn, dv), {B, Tk, H * dv});
+    AttentionOptions ao;
+    ao.scale = scale;
+    if (N > 1)
+      ao.attn_mask = x.dtype() == kFloat64 ? causal_offset_mask<double>(N, Tk, start, x.dtype())
+                                           : causal_offset_mask<float>(N, Tk, start, x.dtype());
     o = multi_head_attention(reshape(q, {B, N, H * (dn + dr)}), k, v, H, ao).output;
   } else {
-    Tensor w = reshape(wkv_b->weight, {H, dn + dv, dc});  // per head [W_UK,h (d_nope, d_c); W_UV,h (d_v, d_c)]
-    Tensor qt = transpose(q, 1, 2);                         // (B, H, N, d_qk)
-    Tensor q_abs = matmul(narrow(qt, -1, 0, dn), narrow(w, 1, 0, dn));  // (B, H, N, d_c) = q_C,h W_UK,h
-    Tensor qq = cat({q_abs, narrow(qt, -1, dn, dr)}, -1);              // (B, H, N, d_c + d_rope)
-    // Multi-query attention: one key/value head, key [c_KV | k_R], value c_KV.
-    Tensor lat_o = scaled_dot_product_attention(qq, unsqueeze(all, 1), unsqueeze(c, 1), ao).output;  // (B,H,N,d_c)
-    Tensor oh = matmul(lat_o, transpose(narrow(w, 1, dn, dv), 1, 2));  // (B, H, N, d_v) = . W_UV,h^T
-    o = reshape(transpose(oh, 1, 2), {B, N, H * dv});
+    o = empty({B, N, H * dv}, {.dtype = x.dtype()});
+    const Tensor& w = wkv_b->weight;  // read through const: the weight is not marked as written
+    if (x.dtype() == kFloat64)
+      absorbed_attention<double>(q.data<double>(), cached.data<double>(), w.data<double>(), o.data<double>(), B, N,
+                                 C, start, H, dn, dr, dv, dc, scale);
+    else
+      absorbed_attention<float>(q.data<float>(), cached.data<float>(), w.data<float>(), o.data<float>(), B, N, C,
+                                start, H, dn, dr, dv, dc, scale);
   }
   return decode_linear(o, wo->weight);
 }
