@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "autograd/activation.h"
 #include "autograd/attention.h"
@@ -49,10 +50,6 @@ std::shared_ptr<Linear> xavier_linear(int64_t in, int64_t out, Generator& gen) {
   return l;
 }
 
-// linear() with gradients, decode_linear() in a decoding step.
-Tensor project(const Linear& l, const Tensor& x, bool decoding) {
-  return decoding ? decode_linear(x, l.weight) : linear(x, l.weight);
-}
 
 // The additive causal mask (N, T) of queries at positions start .. start + N - 1 over keys 0 .. T - 1.
 template <class T>
@@ -105,6 +102,36 @@ void absorbed_attention(const T* q, const T* cache, const T* wkvb, T* out, int64
   }
 }
 
+
+// A decoding step's queries and latents in place, as queries() and latents() compute them: RMSNorm (eps, weight
+// w) of n features of each row of q_lat (rows of stride `stride`), then RoPE at positions start .. start + N - 1
+// (tables cos, sin (N, d_rope / 2)) of the d_rope features at `col` of each of `groups` groups of `group` features.
+template <class T>
+void rms_rows(T* p, int64_t rows, int64_t n, int64_t stride, const T* w, double eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* x = p + r * stride;
+    T ss = 0;
+    for (int64_t j = 0; j < n; ++j) ss += x[j] * x[j];
+    const T inv = T(1) / std::sqrt(ss / static_cast<T>(n) + static_cast<T>(eps));
+    for (int64_t j = 0; j < n; ++j) x[j] = x[j] * inv * w[j];
+  }
+}
+
+template <class T>
+void rope_rows(T* p, int64_t B, int64_t N, int64_t groups, int64_t group, int64_t col, int64_t dr, const T* cos,
+               const T* sin) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t g = 0; g < groups; ++g) {
+        T* x = p + ((b * N + i) * groups + g) * group + col;
+        for (int64_t k = 0; k < dr / 2; ++k) {
+          const T c = cos[i * dr / 2 + k], s = sin[i * dr / 2 + k], a = x[2 * k], e = x[2 * k + 1];
+          x[2 * k] = a * c - e * s;
+          x[2 * k + 1] = a * s + e * c;
+        }
+      }
+}
+
 }  // namespace
 
 MultiHeadLatentAttention::MultiHeadLatentAttention(const MlaOptions& options, Generator& gen) : opts_(options) {
@@ -136,23 +163,23 @@ MultiHeadLatentAttention::MultiHeadLatentAttention(const MlaOptions& options, Ge
   if (o.dtype != kFloat32) to(o.dtype);
 }
 
-Tensor MultiHeadLatentAttention::queries(const Tensor& x, int64_t offset, bool decoding) const {
+Tensor MultiHeadLatentAttention::queries(const Tensor& x) const {
   const int64_t B = x.size(0), L = x.size(1), H = opts_.n_heads;
   const int64_t dn = opts_.qk_nope_head_dim, dr = opts_.qk_rope_head_dim;
   Tensor q = opts_.q_lora_rank == 0
-                 ? project(*wq, x, decoding)
-                 : project(*wq_b, q_norm->forward(project(*wq_a, x, decoding)), decoding);  // (B, L, H d_qk)
+                 ? linear(x, wq->weight)
+                 : linear(q_norm->forward(linear(x, wq_a->weight)), wq_b->weight);  // (B, L, H d_qk)
   q = reshape(q, {B, L, H, dn + dr});
   Tensor q_pe = reshape(narrow(q, -1, dn, dr), {B, L, H * dr});
-  q_pe = reshape(apply_rotary_emb(q_pe, offset, opts_.rope_base, dr), {B, L, H, dr});
+  q_pe = reshape(apply_rotary_emb(q_pe, 0, opts_.rope_base, dr), {B, L, H, dr});
   return cat({narrow(q, -1, 0, dn), q_pe}, -1);  // (B, L, H, d_qk)
 }
 
-Tensor MultiHeadLatentAttention::latents(const Tensor& x, int64_t offset, bool decoding) const {
+Tensor MultiHeadLatentAttention::latents(const Tensor& x) const {
   const int64_t dc = opts_.kv_lora_rank, dr = opts_.qk_rope_head_dim;
-  Tensor kv = project(*wkv_a, x, decoding);                            // (B, L, d_c + d_rope)
+  Tensor kv = linear(x, wkv_a->weight);                                // (B, L, d_c + d_rope)
   Tensor c = kv_norm->forward(narrow(kv, -1, 0, dc));                  // (B, L, d_c)
-  Tensor r = apply_rotary_emb(narrow(kv, -1, dc, dr), offset, opts_.rope_base);  // (B, L, d_rope)
+  Tensor r = apply_rotary_emb(narrow(kv, -1, dc, dr), 0, opts_.rope_base);  // (B, L, d_rope)
   return cat({c, r}, -1);
 }
 
@@ -163,8 +190,8 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x) {
   const int64_t B = x.size(0), L = x.size(1), H = opts_.n_heads;
   const int64_t dn = opts_.qk_nope_head_dim, dr = opts_.qk_rope_head_dim, dv = opts_.v_head_dim;
   const int64_t dc = opts_.kv_lora_rank;
-  Tensor q = reshape(queries(x, 0, false), {B, L, H * (dn + dr)});
-  Tensor lat = latents(x, 0, false);
+  Tensor q = reshape(queries(x), {B, L, H * (dn + dr)});
+  Tensor lat = latents(x);
   Tensor kvb = reshape(linear(narrow(lat, -1, 0, dc), wkv_b->weight), {B, L, H, dn + dv});
   Tensor k_r = broadcast_to(unsqueeze(narrow(lat, -1, dc, dr), 2), {B, L, H, dr});
   Tensor k = reshape(cat({narrow(kvb, -1, 0, dn), k_r}, -1), {B, L, H * (dn + dr)});
@@ -202,14 +229,32 @@ Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, int64_
   ATTO_CHECK(start >= 0 && Tk <= C, me, "positions [", start, ", ", Tk, ") fall outside the cache's ", C,
              " positions");
   NoGradGuard no_grad;
-  // Write the new positions' [c_KV | k_R] in place.
-  Tensor lat = latents(x, start, true);  // (B, N, W)
+  // The new positions' queries and [c_KV | k_R] (decode_linear, then RMSNorm and RoPE in place), the latter
+  // copied into the cache.
+  Tensor kv = decode_linear(x, wkv_a->weight);  // (B, N, W)
+  Tensor q;                                     // (B, N, H d_qk)
+  if (opts_.q_lora_rank == 0) {
+    q = decode_linear(x, wq->weight);
+  } else {
+    Tensor cq = decode_linear(x, wq_a->weight);  // (B, N, q_lora_rank)
+    dispatch_float(x.dtype(), me, [&]<typename T>() {
+      rms_rows<T>(cq.data<T>(), B * N, opts_.q_lora_rank, opts_.q_lora_rank, std::as_const(q_norm->weight).data<T>(),
+                  q_norm->eps);
+    });
+    q = decode_linear(cq, wq_b->weight);
+  }
+  const auto [cos, sin] = rotary_cos_sin(N, dr, start, opts_.rope_base, x.dtype());
   const size_t es = dtype_size(x.dtype());
-  const char* src = static_cast<const char*>(lat.const_raw_data());
+  dispatch_float(x.dtype(), me, [&]<typename T>() {
+    T* kp = kv.data<T>();
+    rms_rows<T>(kp, B * N, dc, W, std::as_const(kv_norm->weight).data<T>(), kv_norm->eps);
+    rope_rows<T>(kp, B, N, 1, W, dc, dr, cos.data<T>(), sin.data<T>());
+    rope_rows<T>(q.data<T>(), B, N, H, dn + dr, dn, dr, cos.data<T>(), sin.data<T>());
+  });
   char* dst = static_cast<char*>(cache.latent.raw_data());
+  const char* src = static_cast<const char*>(kv.const_raw_data());
   for (int64_t b = 0; b < B; ++b)
     std::memcpy(dst + ((b * C + start) * W) * es, src + (b * N * W) * es, static_cast<size_t>(N * W) * es);
-  const Tensor q = queries(x, start, true);  // (B, N, H, d_qk)
   const double scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));
   const Tensor& cached = cache.latent;
   Tensor o;  // (B, N, H d_v)
@@ -224,7 +269,7 @@ Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, int64_
     if (N > 1)
       ao.attn_mask = x.dtype() == kFloat64 ? causal_offset_mask<double>(N, Tk, start, x.dtype())
                                            : causal_offset_mask<float>(N, Tk, start, x.dtype());
-    o = multi_head_attention(reshape(q, {B, N, H * (dn + dr)}), k, v, H, ao).output;
+    o = multi_head_attention(q, k, v, H, ao).output;
   } else {
     o = empty({B, N, H * dv}, {.dtype = x.dtype()});
     const Tensor& w = wkv_b->weight;  // read through const: the weight is not marked as written

@@ -108,8 +108,8 @@ class MultiHeadLatentAttention : public Module {
   std::string extra_repr() const override;
 
  private:
-  Tensor queries(const Tensor& x, int64_t offset, bool decoding) const;  // (B, L, H, d_qk), RoPE applied
-  Tensor latents(const Tensor& x, int64_t offset, bool decoding) const;  // (B, L, d_c + d_rope) [c_KV | k_R]
+  Tensor queries(const Tensor& x) const;  // (B, L, H, d_qk) at positions 0 .. L-1, RoPE applied
+  Tensor latents(const Tensor& x) const;  // (B, L, d_c + d_rope) [c_KV | k_R] at positions 0 .. L-1
   MlaOptions opts_;
 };
 
