@@ -44,8 +44,12 @@ int main(int argc, char** argv) {
   Generator gen(1);
   nn::MultiheadAttention mha({.embed_dim = D, .num_heads = H}, gen);
   mha.eval();
-  nn::MultiHeadLatentAttention mla({.d_model = D, .n_heads = H, .qk_nope_head_dim = D / H,
-                                    .qk_rope_head_dim = D / (2 * H), .v_head_dim = D / H, .kv_lora_rank = D / 4},
+  nn::MultiHeadLatentAttention mla({.d_model = D,
+                                    .n_heads = H,
+                                    .qk_nope_head_dim = D / H,
+                                    .qk_rope_head_dim = D / (2 * H),
+                                    .v_head_dim = D / H,
+                                    .kv_lora_rank = D / 4},
                                    gen);
   mla.eval();
   Tensor x = rand({B, L, D}, gen);

@@ -50,7 +50,6 @@ std::shared_ptr<Linear> xavier_linear(int64_t in, int64_t out, Generator& gen) {
   return l;
 }
 
-
 // The additive causal mask (N, T) of queries at positions start .. start + N - 1 over keys 0 .. T - 1.
 template <class T>
 Tensor causal_offset_mask(int64_t N, int64_t Tk, int64_t start, Dtype dtype) {
@@ -60,7 +59,6 @@ Tensor causal_offset_mask(int64_t N, int64_t Tk, int64_t start, Dtype dtype) {
     for (int64_t j = start + i + 1; j < Tk; ++j) p[i * Tk + j] = -std::numeric_limits<T>::infinity();
   return m;
 }
-
 
 // The absorbed path's attention for every row, query and head, reading the cache and wkv_b in place:
 //   q' = [q_C,h W_UK,h | q_R,h] (d_c + d_rope), scores = q' [c_KV | k_R]^T * scale over the positions the query sees,
@@ -101,7 +99,6 @@ void absorbed_attention(const T* q, const T* cache, const T* wkvb, T* out, int64
     }
   }
 }
-
 
 // A decoding step's queries and latents in place, as queries() and latents() compute them: RMSNorm (eps, weight
 // w) of n features of each row of q_lat (rows of stride `stride`), then RoPE at positions start .. start + N - 1
@@ -166,9 +163,8 @@ MultiHeadLatentAttention::MultiHeadLatentAttention(const MlaOptions& options, Ge
 Tensor MultiHeadLatentAttention::queries(const Tensor& x) const {
   const int64_t B = x.size(0), L = x.size(1), H = opts_.n_heads;
   const int64_t dn = opts_.qk_nope_head_dim, dr = opts_.qk_rope_head_dim;
-  Tensor q = opts_.q_lora_rank == 0
-                 ? linear(x, wq->weight)
-                 : linear(q_norm->forward(linear(x, wq_a->weight)), wq_b->weight);  // (B, L, H d_qk)
+  Tensor q = opts_.q_lora_rank == 0 ? linear(x, wq->weight)
+                                    : linear(q_norm->forward(linear(x, wq_a->weight)), wq_b->weight);  // (B, L, H d_qk)
   q = reshape(q, {B, L, H, dn + dr});
   Tensor q_pe = reshape(narrow(q, -1, dn, dr), {B, L, H * dr});
   q_pe = reshape(apply_rotary_emb(q_pe, 0, opts_.rope_base, dr), {B, L, H, dr});
@@ -177,16 +173,17 @@ Tensor MultiHeadLatentAttention::queries(const Tensor& x) const {
 
 Tensor MultiHeadLatentAttention::latents(const Tensor& x) const {
   const int64_t dc = opts_.kv_lora_rank, dr = opts_.qk_rope_head_dim;
-  Tensor kv = linear(x, wkv_a->weight);                                // (B, L, d_c + d_rope)
-  Tensor c = kv_norm->forward(narrow(kv, -1, 0, dc));                  // (B, L, d_c)
+  Tensor kv = linear(x, wkv_a->weight);                                     // (B, L, d_c + d_rope)
+  Tensor c = kv_norm->forward(narrow(kv, -1, 0, dc));                       // (B, L, d_c)
   Tensor r = apply_rotary_emb(narrow(kv, -1, dc, dr), 0, opts_.rope_base);  // (B, L, d_rope)
   return cat({c, r}, -1);
 }
 
 Tensor MultiHeadLatentAttention::forward(const Tensor& x) {
   const char* me = "MultiHeadLatentAttention";
-  ATTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == opts_.d_model, me, "input must be (B, L, d_model=",
-             opts_.d_model, ")", x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
+  ATTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == opts_.d_model, me,
+             "input must be (B, L, d_model=", opts_.d_model, ")",
+             x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
   const int64_t B = x.size(0), L = x.size(1), H = opts_.n_heads;
   const int64_t dn = opts_.qk_nope_head_dim, dr = opts_.qk_rope_head_dim, dv = opts_.v_head_dim;
   const int64_t dc = opts_.kv_lora_rank;
@@ -204,8 +201,7 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x) {
 }
 
 MlaCache MultiHeadLatentAttention::make_cache(int64_t B, int64_t C) const {
-  ATTO_CHECK(B > 0 && C > 0, "MultiHeadLatentAttention::make_cache", "B and C must be positive, got B=", B, ", C=",
-             C);
+  ATTO_CHECK(B > 0 && C > 0, "MultiHeadLatentAttention::make_cache", "B and C must be positive, got B=", B, ", C=", C);
   return {zeros({B, C, opts_.kv_lora_rank + opts_.qk_rope_head_dim}, {.dtype = wkv_a->weight.dtype()})};
 }
 
@@ -226,8 +222,7 @@ Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, int64_
              me, "cache must be (B=", B, ", C, ", W, ") of the input's dtype (make_cache), got ",
              cache.latent.defined() ? str_cat(cache.latent.shape()) : std::string("an undefined tensor"));
   const int64_t C = cache.latent.size(1), Tk = start + N;
-  ATTO_CHECK(start >= 0 && Tk <= C, me, "positions [", start, ", ", Tk, ") fall outside the cache's ", C,
-             " positions");
+  ATTO_CHECK(start >= 0 && Tk <= C, me, "positions [", start, ", ", Tk, ") fall outside the cache's ", C, " positions");
   NoGradGuard no_grad;
   // The new positions' queries and [c_KV | k_R] (decode_linear, then RMSNorm and RoPE in place), the latter
   // copied into the cache.
@@ -274,11 +269,11 @@ Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, int64_
     o = empty({B, N, H * dv}, {.dtype = x.dtype()});
     const Tensor& w = wkv_b->weight;  // read through const: the weight is not marked as written
     if (x.dtype() == kFloat64)
-      absorbed_attention<double>(q.data<double>(), cached.data<double>(), w.data<double>(), o.data<double>(), B, N,
-                                 C, start, H, dn, dr, dv, dc, scale);
+      absorbed_attention<double>(q.data<double>(), cached.data<double>(), w.data<double>(), o.data<double>(), B, N, C,
+                                 start, H, dn, dr, dv, dc, scale);
     else
-      absorbed_attention<float>(q.data<float>(), cached.data<float>(), w.data<float>(), o.data<float>(), B, N, C,
-                                start, H, dn, dr, dv, dc, scale);
+      absorbed_attention<float>(q.data<float>(), cached.data<float>(), w.data<float>(), o.data<float>(), B, N, C, start,
+                                H, dn, dr, dv, dc, scale);
   }
   return decode_linear(o, wo->weight);
 }

@@ -94,14 +94,14 @@ class MultiHeadLatentAttention : public Module {
   /// cache positions <= its own. absorbed picks the absorbed path, else the plain one (see the file comment).
   Tensor decode(const Tensor& x, MlaCache& cache, int64_t start, bool absorbed = true) const;
 
-  std::shared_ptr<Linear> wq;       ///< D -> H d_qk (q_lora_rank == 0), else undefined
-  std::shared_ptr<Linear> wq_a;     ///< D -> q_lora_rank (W_DQ), when q_lora_rank > 0
-  std::shared_ptr<RMSNorm> q_norm;  ///< on c_Q, when q_lora_rank > 0
-  std::shared_ptr<Linear> wq_b;     ///< q_lora_rank -> H d_qk, when q_lora_rank > 0
-  std::shared_ptr<Linear> wkv_a;    ///< D -> kv_lora_rank + d_rope ([W_DKV; W_KR])
-  std::shared_ptr<RMSNorm> kv_norm; ///< on c_KV
-  std::shared_ptr<Linear> wkv_b;    ///< kv_lora_rank -> H (d_nope + d_v) (per head [W_UK,h; W_UV,h])
-  std::shared_ptr<Linear> wo;       ///< H d_v -> D
+  std::shared_ptr<Linear> wq;        ///< D -> H d_qk (q_lora_rank == 0), else undefined
+  std::shared_ptr<Linear> wq_a;      ///< D -> q_lora_rank (W_DQ), when q_lora_rank > 0
+  std::shared_ptr<RMSNorm> q_norm;   ///< on c_Q, when q_lora_rank > 0
+  std::shared_ptr<Linear> wq_b;      ///< q_lora_rank -> H d_qk, when q_lora_rank > 0
+  std::shared_ptr<Linear> wkv_a;     ///< D -> kv_lora_rank + d_rope ([W_DKV; W_KR])
+  std::shared_ptr<RMSNorm> kv_norm;  ///< on c_KV
+  std::shared_ptr<Linear> wkv_b;     ///< kv_lora_rank -> H (d_nope + d_v) (per head [W_UK,h; W_UV,h])
+  std::shared_ptr<Linear> wo;        ///< H d_v -> D
 
  protected:
   /// "d_model=256, n_heads=4, qk_nope_head_dim=64, ...".

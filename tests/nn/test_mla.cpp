@@ -19,8 +19,15 @@ namespace attograd::nn {
 namespace {
 
 MlaOptions small_options(int64_t q_lora_rank, Dtype dtype) {
-  return {.d_model = 12, .n_heads = 3, .qk_nope_head_dim = 4, .qk_rope_head_dim = 4, .v_head_dim = 3,
-          .kv_lora_rank = 5, .q_lora_rank = q_lora_rank, .rope_base = 100.0, .dtype = dtype};
+  return {.d_model = 12,
+          .n_heads = 3,
+          .qk_nope_head_dim = 4,
+          .qk_rope_head_dim = 4,
+          .v_head_dim = 3,
+          .kv_lora_rank = 5,
+          .q_lora_rank = q_lora_rank,
+          .rope_base = 100.0,
+          .dtype = dtype};
 }
 
 double max_abs(const Tensor& t) {
@@ -46,12 +53,17 @@ TEST(RMSNorm, NormalisesTheLastDimension) {
 
 TEST(MultiHeadLatentAttention, NamesShapesAndXavierInit) {
   Generator gen(1);
-  MultiHeadLatentAttention m({.d_model = 64, .n_heads = 4, .qk_nope_head_dim = 16, .qk_rope_head_dim = 8,
-                              .v_head_dim = 12, .kv_lora_rank = 32, .q_lora_rank = 24},
+  MultiHeadLatentAttention m({.d_model = 64,
+                              .n_heads = 4,
+                              .qk_nope_head_dim = 16,
+                              .qk_rope_head_dim = 8,
+                              .v_head_dim = 12,
+                              .kv_lora_rank = 32,
+                              .q_lora_rank = 24},
                              gen);
-  EXPECT_EQ(testing::names_of(m), (std::vector<std::string>{"wq_a.weight", "q_norm.weight", "wq_b.weight",
-                                                             "wkv_a.weight", "kv_norm.weight", "wkv_b.weight",
-                                                             "wo.weight"}));
+  EXPECT_EQ(testing::names_of(m),
+            (std::vector<std::string>{"wq_a.weight", "q_norm.weight", "wq_b.weight", "wkv_a.weight", "kv_norm.weight",
+                                      "wkv_b.weight", "wo.weight"}));
   EXPECT_EQ(m.wq_a->weight.shape(), (Shape{24, 64}));
   EXPECT_EQ(m.wq_b->weight.shape(), (Shape{4 * 24, 24}));
   EXPECT_EQ(m.wkv_a->weight.shape(), (Shape{32 + 8, 64}));
@@ -72,8 +84,8 @@ TEST(MultiHeadLatentAttention, NamesShapesAndXavierInit) {
   EXPECT_EQ(sum(m.kv_norm->weight).item(), 32.0);
   // Without query compression: one wq.
   MultiHeadLatentAttention plain(small_options(0, kFloat32), gen);
-  EXPECT_EQ(testing::names_of(plain), (std::vector<std::string>{"wq.weight", "wkv_a.weight", "kv_norm.weight",
-                                                                 "wkv_b.weight", "wo.weight"}));
+  EXPECT_EQ(testing::names_of(plain),
+            (std::vector<std::string>{"wq.weight", "wkv_a.weight", "kv_norm.weight", "wkv_b.weight", "wo.weight"}));
   EXPECT_EQ(plain.wq->weight.shape(), (Shape{3 * 8, 12}));
   EXPECT_FALSE(plain.wq_a);
   EXPECT_NE(plain.to_string().find("kv_lora_rank=5, q_lora_rank=0"), std::string::npos) << plain.to_string();
@@ -92,8 +104,8 @@ void check_golden(const std::string& file, int64_t q_lora_rank) {
   out.backward(g.at("grad_output"));
   EXPECT_TRUE(testing::all_close(x.grad(), g.at("grad_input"), 1e-12, 1e-12)) << file;
   for (const auto& p : gp)
-    EXPECT_TRUE(testing::all_close(m.parameter(p.name).grad(),
-                                   g.at("grad." + std::to_string(p.index) + "." + p.name), 1e-12, 1e-12))
+    EXPECT_TRUE(testing::all_close(m.parameter(p.name).grad(), g.at("grad." + std::to_string(p.index) + "." + p.name),
+                                   1e-12, 1e-12))
         << file << " " << p.name;
 }
 
@@ -105,8 +117,13 @@ TEST(MultiHeadLatentAttention, GoldenPyTorchDeepSeekV3) {
 TEST(MultiHeadLatentAttention, GradcheckFloat64) {
   for (int64_t q_lora_rank : {0, 3}) {
     Generator gen(3);
-    MultiHeadLatentAttention m({.d_model = 6, .n_heads = 2, .qk_nope_head_dim = 2, .qk_rope_head_dim = 2,
-                                .v_head_dim = 3, .kv_lora_rank = 3, .q_lora_rank = q_lora_rank,
+    MultiHeadLatentAttention m({.d_model = 6,
+                                .n_heads = 2,
+                                .qk_nope_head_dim = 2,
+                                .qk_rope_head_dim = 2,
+                                .v_head_dim = 3,
+                                .kv_lora_rank = 3,
+                                .q_lora_rank = q_lora_rank,
                                 .dtype = kFloat64},
                                gen);
     Tensor x = testing::rand_leaf({2, 4, 6}, gen);
@@ -158,8 +175,8 @@ TEST(MultiHeadLatentAttention, PlainAndAbsorbedDecodingEqualTheForward) {
         Tensor whole = decode_in_chunks(m, x, {9}, absorbed, 9);  // the whole prompt in one step
         EXPECT_TRUE(testing::all_close(whole, full, tol, tol)) << what << " whole";
       }
-      EXPECT_TRUE(testing::all_close(decode_in_chunks(m, x, groups, true, 9),
-                                     decode_in_chunks(m, x, groups, false, 9), tol, tol));
+      EXPECT_TRUE(testing::all_close(decode_in_chunks(m, x, groups, true, 9), decode_in_chunks(m, x, groups, false, 9),
+                                     tol, tol));
     }
   }
 }
@@ -182,8 +199,12 @@ TEST(MultiHeadLatentAttention, CacheHoldsOnlyTheLatentAndTheRopeKey) {
   EXPECT_EQ(max_abs(narrow(cache.latent, 1, 0, 3)), 0.0);
   EXPECT_EQ(max_abs(narrow(cache.latent, 1, 5, 1)), 0.0);
   // The measured configuration of docs/MLA.md: D = 256, 4 heads, float32.
-  MultiHeadLatentAttention big({.d_model = 256, .n_heads = 4, .qk_nope_head_dim = 64, .qk_rope_head_dim = 32,
-                                .v_head_dim = 64, .kv_lora_rank = 64},
+  MultiHeadLatentAttention big({.d_model = 256,
+                                .n_heads = 4,
+                                .qk_nope_head_dim = 64,
+                                .qk_rope_head_dim = 32,
+                                .v_head_dim = 64,
+                                .kv_lora_rank = 64},
                                gen);
   EXPECT_EQ(big.cache_bytes_per_token(), (64 + 32) * 4);
   EXPECT_LE(big.cache_bytes_per_token() * 4, 2 * 256 * 4);  // at most 1/4 of MultiheadAttention's K and V
