@@ -34,6 +34,7 @@
 #include "nn/layers.h"
 #include "nn/linear_attention.h"
 #include "nn/masks.h"
+#include "nn/mla.h"
 #include "nn/models.h"
 #include "nn/module.h"
 #include "nn/positional.h"

@@ -303,12 +303,13 @@ TEST_F(Cli, GradcheckWithNoArgumentsChecksEveryOpAndModule) {
         "scaled_dot_product_attention.block_sparse", "Linear", "Embedding", "LayerNorm", "Dropout",
         "PositionwiseFeedForward", "MultiheadAttention", "MultiheadAttention.variants", "seed::AttentionSublayer",
         "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM", "seed::Transformer", "apply_rotary_emb",
-        "linear_attention", "checkpoint", "RotaryEmbedding", "LinearAttention", "Checkpointed"}) {
+        "linear_attention", "checkpoint", "RotaryEmbedding", "LinearAttention", "Checkpointed",
+        "MultiHeadLatentAttention"}) {
     bool found = false;
     for (const std::string& l : lines(r.out)) found = found || l.rfind(std::string(name) + " ", 0) == 0;
     EXPECT_TRUE(found) << name;
   }
-  EXPECT_NE(r.out.find("72 of 72 checks passed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("73 of 73 checks passed"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos);
 }
 

@@ -30,6 +30,7 @@
 #include "nn/layers.h"
 #include "nn/linear_attention.h"
 #include "nn/masks.h"
+#include "nn/mla.h"
 #include "nn/models.h"
 #include "nn/positional.h"
 #include "nn/transformer.h"
@@ -885,6 +886,20 @@ std::vector<Check> build_registry() {
                  return module_run("Checkpointed", module_conf(c) + " TransformerEncoderLayer post-LN", m, {x},
                                    [&] { return m.forward_with(x, masks); }, c, o, gen, &drop);
                }});
+  r.push_back({"MultiHeadLatentAttention", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 46);
+                 // Always causal self-attention; small head dims, query compression on (q_lora_rank = E / 2).
+                 const int64_t rank = std::max<int64_t>(2, c.d_model / 2);
+                 nn::MultiHeadLatentAttention m({.d_model = c.d_model, .n_heads = c.heads, .qk_nope_head_dim = 2,
+                                                 .qk_rope_head_dim = 2, .v_head_dim = 3, .kv_lora_rank = rank,
+                                                 .q_lora_rank = rank},
+                                                gen);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 return module_run("MultiHeadLatentAttention",
+                                   str_cat(module_conf(c, false, false), " causal kv_lora_rank=", rank,
+                                           " q_lora_rank=", rank),
+                                   m, {x}, [&] { return m.forward(x); }, c, o, gen, nullptr);
+               }});
   return r;
 }
 
@@ -930,6 +945,7 @@ const Check& find_check(const std::string& name) {
     if (c.name == name) return c;
   static const std::map<std::string, std::string> aliases = {
       {"mha", "MultiheadAttention"},
+      {"mla", "MultiHeadLatentAttention"},
       {"multihead_attention", "MultiheadAttention"},
       {"seed_mha", "seed::AttentionSublayer"},
       {"seed-mha", "seed::AttentionSublayer"},

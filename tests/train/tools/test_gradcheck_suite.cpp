@@ -85,7 +85,8 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                             "seed::Transformer",
                                             "RotaryEmbedding",
                                             "LinearAttention",
-                                            "Checkpointed"};
+                                            "Checkpointed",
+                                            "MultiHeadLatentAttention"};
   std::vector<std::string> names, kinds;
   for (const checks::Check& c : checks::registry()) names.push_back(c.name), kinds.push_back(c.kind);
   std::vector<std::string> expected = ops;
