@@ -66,7 +66,8 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                         "packed_self_attention",
                                         "scaled_dot_product_attention.gqa",
                                         "scaled_dot_product_attention.window",
-                                        "scaled_dot_product_attention.block_sparse"};
+                                        "scaled_dot_product_attention.block_sparse",
+                                        "scaled_dot_product_attention.entropy"};
   const std::vector<std::string> modules = {"Linear",
                                             "Embedding",
                                             "LayerNorm",
