@@ -47,7 +47,7 @@ struct AttentionOptions {
 struct AttentionResult {
   Tensor output;   ///< (B, H, Lq, d_v), or (N, Lq, d_v) for 3-D inputs
   Tensor weights;  ///< (B, H, Lq, Lk) or (N, Lq, Lk) when need_weights, else undefined
-  Tensor entropy;  ///< (B, H, Lq) or (N, Lq) when need_entropy (differentiable), else undefined
+  Tensor entropy = {};  ///< (B, H, Lq) or (N, Lq) when need_entropy (differentiable), else undefined
 };
 
 /// The attention-entropy regulariser: -lambda * mean of the entropies (as AttentionResult::entropy) over the rows that

@@ -70,7 +70,7 @@ struct MhaResult {
   Tensor weights;
   /// (B, H, Lq): -sum_j p_ij log p_ij of each head's row before dropout (0 for a row with no visible key), with
   /// history back to the projections. Undefined unless need_entropy.
-  Tensor entropy;
+  Tensor entropy = {};
 };
 
 /// torch.nn.MultiheadAttention with batch_first=True (always: inputs and outputs are (B, L, features)).

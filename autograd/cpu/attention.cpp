@@ -219,13 +219,12 @@ inline float dot<float>(const float* a, const float* b, int64_t n) {
 // Number of keys a block of query rows [i0, i0 + n) can see: causal blocks skip the keys past their last row.
 inline int64_t visible_keys(const Plan& p, int64_t i0, int64_t n) { return p.causal ? std::min(p.Lk, i0 + n) : p.Lk; }
 
-// H = -sum_j p_j log p_j over a row of probabilities (0 log 0 = 0: blocked and flushed keys add nothing).
+// H = -sum_j p_j log p_j over a row of probabilities (0 log 0 = 0: blocked and flushed keys add nothing, as
+// p_j log max(p_j, min normal) is exactly 0 there). Vectorised (Eigen's log), a fixed order for any thread count.
 template <class T>
 T row_entropy(const T* row, int64_t n) {
-  T h = 0;
-  for (int64_t j = 0; j < n; ++j)
-    if (row[j] > T(0)) h -= row[j] * std::log(row[j]);
-  return h;
+  const Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> a(row, n);
+  return -(a * a.max(std::numeric_limits<T>::min()).log()).sum();
 }
 
 // drow += ge * scale * dH/ds = -ge * scale * p_j (log p_j + H) over a row (zero where p_j = 0): the entropy's share of
@@ -233,9 +232,9 @@ T row_entropy(const T* row, int64_t n) {
 template <class T>
 void add_entropy_grad(const T* prow, int64_t n, T ent, T ge, T scale, T* drow) {
   if (ge == T(0)) return;
-  const T c = -ge * scale;
-  for (int64_t j = 0; j < n; ++j)
-    if (prow[j] > T(0)) drow[j] += c * prow[j] * (std::log(prow[j]) + ent);
+  const Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> a(prow, n);
+  RowMap<T> d(drow, n);
+  d += (-ge * scale) * a * (a.max(std::numeric_limits<T>::min()).log() + ent);
 }
 
 // Per-thread scratch (64-byte aligned, so that the forward and the backward run Eigen's exp over identically
