@@ -168,7 +168,7 @@ AttentionResult run_attention(const Plan& plan, const std::vector<Tensor>& input
   AttentionResult result;
   if (opts.need_weights) result.weights = empty(w_shape, {.dtype = dt});
   // With need_entropy the op's one recorded output is a flat buffer [output | entropy (B, H, Lq)], so that both
-  // parts' gradients reach one backward; output and entropy are then views of its two parts.
+  // parts' gradients reach one backward; output and entropy are then copied out of its two parts (narrow).
   const bool ent = opts.need_entropy;
   const int64_t n_out = shape_numel(out_shape), n_ent = plan.B * plan.H * plan.Lq;
   if (ent) out = empty({n_out + n_ent}, {.dtype = dt});

@@ -863,6 +863,9 @@ const std::vector<UncheckedOp>& unchecked_ops() {
       v.push_back({n, "boolean or index result: no gradient"});
     v.push_back({"record", "the engine's primitive that records an op's node, not an op"});
     v.push_back({"bigbird_block_layout", "builds a Bool block layout from block counts: no tensor input"});
+    v.push_back({"attention_entropy_loss",
+                 "-lambda * a (masked) mean, composed of mul, sum and mean (each checked); the entropy it reads is "
+                 "checked as scaled_dot_product_attention.entropy"});
     for (const char* n : {"reuse_or_empty_like", "reuse_temporary_or_empty"})
       v.push_back({n, "the engine's buffer reuse for backward functions, not an op"});
     for (const char* n : {"map_float", "zip_float"}) v.push_back({n, "a kernel helper that records no node"});
