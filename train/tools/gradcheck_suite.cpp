@@ -624,7 +624,7 @@ std::vector<Check> build_registry() {
                      in, o);
                }});
   // The attention entropy (need_entropy) through the fused backward, together with the output (grouped-query heads,
-  // so that a shared key head sums the entropy gradients of its query heads): sum(output^2) + sum(entropy^2).
+  // so that a shared key head sums the entropy gradients of its query heads): the Jacobian of [output | entropy].
   r.push_back({"scaled_dot_product_attention.entropy", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 37), drop(0);
                  const int64_t dk = c.d_model / c.heads;
@@ -637,12 +637,12 @@ std::vector<Check> build_registry() {
                  if (c.mask == "padding") opts.attn_mask = reshape(key_padding(c), {c.batch, 1, 1, c.len});
                  return run_check(
                      "scaled_dot_product_attention.entropy", "op",
-                     str_cat("q ", sh(sq), ", k, v ", sh(skv), " sum(out^2) + sum(entropy^2) mask=", c.mask,
+                     str_cat("q ", sh(sq), ", k, v ", sh(skv), " [output | entropy] mask=", c.mask,
                              " dropout=", double_str(c.dropout)),
                      [&] {
                        drop.manual_seed(c.seed + 7);
                        AttentionResult r2 = scaled_dot_product_attention(in[0], in[1], in[2], opts);
-                       return add(sum(mul(r2.output, r2.output)), sum(mul(r2.entropy, r2.entropy)));
+                       return cat({flatten(r2.output), flatten(r2.entropy)}, 0);
                      },
                      in, o);
                }});
