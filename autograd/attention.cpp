@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "autograd/cpu/kernels.h"
+#include "autograd/elementwise.h"
+#include "autograd/reduce.h"
+#include "autograd/shape.h"
 
 namespace attograd {
 
@@ -164,27 +167,41 @@ AttentionResult run_attention(const Plan& plan, const std::vector<Tensor>& input
                      : Tensor();
   AttentionResult result;
   if (opts.need_weights) result.weights = empty(w_shape, {.dtype = dt});
+  // With need_entropy the op's one recorded output is a flat buffer [output | entropy (B, H, Lq)], so that both
+  // parts' gradients reach one backward; output and entropy are then copied out of its two parts (narrow).
+  const bool ent = opts.need_entropy;
+  const int64_t n_out = shape_numel(out_shape), n_ent = plan.B * plan.H * plan.Lq;
+  if (ent) out = empty({n_out + n_ent}, {.dtype = dt});
 
   dispatch_float(dt, kOp, [&]<typename T>() {
     const auto forward = ATTO_CPU(attention_forward<T>);
     forward(plan, view_of<const T>(inputs[qi].data<T>(), lq), view_of<const T>(inputs[ki].data<T>(), lk),
             view_of<const T>(inputs[vi].data<T>(), lv), mask_data, view_of<T>(out.data<T>(), lo),
             save ? stats.data<T>() : nullptr, opts.need_weights ? result.weights.data<T>() : nullptr,
-            probs.defined() ? probs.data<T>() : nullptr);
+            probs.defined() ? probs.data<T>() : nullptr, ent ? out.data<T>() + n_out : nullptr);
   });
-
-  if (!save) {
-    result.output = out;
+  // (B, H, Lq), or (N, Lq) for 3-D inputs (w_shape without its last dimension).
+  const Shape ent_shape(w_shape.begin(), w_shape.end() - 1);
+  auto split_result = [&](const Tensor& packed) {
+    if (!ent) {
+      result.output = packed;
+      return result;
+    }
+    result.output = reshape(narrow(packed, 0, 0, n_out), out_shape);
+    result.entropy = reshape(narrow(packed, 0, n_out, n_ent), ent_shape);
     return result;
-  }
+  };
+
+  if (!save) return split_result(out);
   std::vector<Tensor> saved;
   saved.reserve(inputs.size());
   for (const Tensor& t : inputs) saved.push_back(t.detach());
   Tensor md = mask.defined() ? mask.detach() : Tensor();
   Tensor od = out.detach();
-  result.output = record(
+  Tensor recorded = record(
       kOp, out, inputs,
-      [plan, saved, md, layout, od, stats, probs, qi, ki, vi, lq, lk, lv, lo](const Tensor& g, GradInputs& gi) {
+      [plan, saved, md, layout, od, stats, probs, qi, ki, vi, lq, lk, lv, lo, ent, n_out](const Tensor& g,
+                                                                                           GradInputs& gi) {
         ATTO_CHECK(g.dtype() == od.dtype(), kOp, "gradient dtype ", dtype_name(g.dtype()),
                    " differs from the output's ", dtype_name(od.dtype()));
         std::vector<Tensor> grads(saved.size());
@@ -198,12 +215,13 @@ AttentionResult run_attention(const Plan& plan, const std::vector<Tensor>& input
           backward(plan, view_of<const T>(saved[qi].data<T>(), lq), view_of<const T>(saved[ki].data<T>(), lk),
                    view_of<const T>(saved[vi].data<T>(), lv), md.defined() ? md.raw_data() : nullptr,
                    view_of<const T>(od.data<T>(), lo), stats.data<T>(), probs.defined() ? probs.data<T>() : nullptr,
-                   view_of<const T>(g.data<T>(), lo), grad_view(qi, lq), grad_view(ki, lk), grad_view(vi, lv));
+                   view_of<const T>(g.data<T>(), lo), grad_view(qi, lq), grad_view(ki, lk), grad_view(vi, lv),
+                   ent ? od.data<T>() + n_out : nullptr, ent ? g.data<T>() + n_out : nullptr);
         });
         for (size_t i = 0; i < saved.size(); ++i)
           if (gi.needs(i)) gi[i] = grads[i];
       });
-  return result;
+  return split_result(recorded);
 }
 
 }  // namespace
@@ -232,6 +250,20 @@ Tensor bigbird_block_layout(const BigBirdLayoutOptions& o) {
     }
   }
   return layout;
+}
+
+Tensor attention_entropy_loss(const Tensor& entropies, double lambda, const Tensor& has_keys) {
+  constexpr const char* op = "attention_entropy_loss";
+  ATTO_CHECK(entropies.defined() && is_floating(entropies.dtype()), op,
+             "entropies must be a defined float32 or float64 tensor (AttentionResult::entropy with need_entropy)");
+  ATTO_CHECK(std::isfinite(lambda), op, "lambda must be finite, got ", lambda, " for entropies ", entropies.shape());
+  if (!has_keys.defined()) return mul(mean(entropies), -lambda);
+  ATTO_CHECK(has_keys.dtype() == kBool, op, "has_keys must be bool, got ", dtype_name(has_keys.dtype()), " ",
+             has_keys.shape(), " for entropies ", entropies.shape());
+  Tensor w = broadcast_to(has_keys.to(entropies.dtype()), entropies.shape());
+  const double rows = sum(w).item<double>();
+  if (rows == 0) return mul(sum(mul(entropies, w)), 0.0);
+  return mul(sum(mul(entropies, w)), -lambda / rows);
 }
 
 int64_t& detail::attention_saved_probs_limit() {

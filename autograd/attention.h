@@ -36,13 +36,25 @@ struct AttentionOptions {
   /// Key/value heads H_kv of multi_head_attention and packed_self_attention (0 = num_heads); must divide num_heads
   /// (grouped-query attention; 1 = multi-query). scaled_dot_product_attention reads H_kv from k's shape instead.
   int64_t num_kv_heads = 0;
+  /// Also return each query row's attention entropy H_i = -sum_j P_ij log P_ij (natural log, 0 log 0 = 0) of the
+  /// probabilities BEFORE dropout, computed by the fused kernel from each row's probabilities (never an Lq x Lk
+  /// tensor) and differentiable through q and k (its gradient joins the output's in the same fused backward; v gets
+  /// none from it). A fully blocked row has entropy 0 and no gradient. Off by default (the results are then unchanged).
+  bool need_entropy = false;
 };
 
 /// What scaled_dot_product_attention returns.
 struct AttentionResult {
   Tensor output;   ///< (B, H, Lq, d_v), or (N, Lq, d_v) for 3-D inputs
   Tensor weights;  ///< (B, H, Lq, Lk) or (N, Lq, Lk) when need_weights, else undefined
+  Tensor entropy = {};  ///< (B, H, Lq) or (N, Lq) when need_entropy (differentiable), else undefined
 };
+
+/// The attention-entropy regulariser: -lambda * mean of the entropies (as AttentionResult::entropy) over the rows that
+/// have at least one visible key (`has_keys`, bool broadcastable to entropies; undefined = every row). A POSITIVE lambda
+/// rewards higher entropy when the term is added to the loss being minimised (it discourages over-concentrated heads);
+/// a negative one sharpens them. A scalar; 0 when no row has a key.
+Tensor attention_entropy_loss(const Tensor& entropies, double lambda, const Tensor& has_keys = {});
 
 /// out = softmax(q k^T * scale + mask) v over the last two dims, optionally with causal masking and dropout.
 /// q (B, H, Lq, d_k), k (B, H_kv, Lk, d_k), v (B, H_kv, Lk, d_v); 3-D inputs (N, L, d) are treated as H = 1 and

@@ -198,6 +198,7 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
   ao.dropout_p = is_training() ? opts_.dropout : 0.0;
   ao.generator = dropout_gen_;
   ao.need_weights = opts.need_weights;
+  ao.need_entropy = opts.need_entropy;
   ao.num_kv_heads = Hkv;
   ao.window = opts_.window;
   if (opts_.block_size > 0) {
@@ -243,6 +244,7 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
   MhaResult out;
   out.output = out_proj->forward(r.output);  // (B, Lq, E)
   if (opts.need_weights) out.weights = opts.average_attn_weights ? mean(r.weights, {1}) : r.weights;
+  out.entropy = r.entropy;  // (B, H, Lq) when need_entropy
   return out;
 }
 

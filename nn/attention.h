@@ -58,6 +58,8 @@ struct MhaForwardOptions {
   /// Also block key j > query i (over the given keys; bias_kv / zero-attn keys stay visible). Combines with
   /// the masks above (PyTorch 1.13 has no is_causal: pass the causal attn_mask there).
   bool is_causal = false;
+  /// Also return each query row's attention entropy (differentiable; for attention_entropy_loss).
+  bool need_entropy = false;
 };
 
 /// What MultiheadAttention::forward returns.
@@ -66,6 +68,9 @@ struct MhaResult {
   /// (B, Lq, Lk') averaged over heads, or (B, H, Lq, Lk'); Lk' counts bias_kv / zero-attn keys. Undefined
   /// unless need_weights. After dropout in training (as PyTorch 1.13). Not differentiable (no history).
   Tensor weights;
+  /// (B, H, Lq): -sum_j p_ij log p_ij of each head's row before dropout (0 for a row with no visible key), with
+  /// history back to the projections. Undefined unless need_entropy.
+  Tensor entropy = {};
 };
 
 /// torch.nn.MultiheadAttention with batch_first=True (always: inputs and outputs are (B, L, features)).

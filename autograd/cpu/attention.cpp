@@ -219,6 +219,24 @@ inline float dot<float>(const float* a, const float* b, int64_t n) {
 // Number of keys a block of query rows [i0, i0 + n) can see: causal blocks skip the keys past their last row.
 inline int64_t visible_keys(const Plan& p, int64_t i0, int64_t n) { return p.causal ? std::min(p.Lk, i0 + n) : p.Lk; }
 
+// H = -sum_j p_j log p_j over a row of probabilities (0 log 0 = 0: blocked and flushed keys add nothing, as
+// p_j log max(p_j, min normal) is exactly 0 there). Vectorised (Eigen's log), a fixed order for any thread count.
+template <class T>
+T row_entropy(const T* row, int64_t n) {
+  const Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> a(row, n);
+  return -(a * a.max(std::numeric_limits<T>::min()).log()).sum();
+}
+
+// drow += ge * scale * dH/ds = -ge * scale * p_j (log p_j + H) over a row (zero where p_j = 0): the entropy's share of
+// dS, added in the pass that forms the softmax backward's.
+template <class T>
+void add_entropy_grad(const T* prow, int64_t n, T ent, T ge, T scale, T* drow) {
+  if (ge == T(0)) return;
+  const Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> a(prow, n);
+  RowMap<T> d(drow, n);
+  d += (-ge * scale) * a * (a.max(std::numeric_limits<T>::min()).log() + ent);
+}
+
 // Per-thread scratch (64-byte aligned, so that the forward and the backward run Eigen's exp over identically
 // aligned rows and get bitwise the same probabilities).
 Scratch& scratch() {
@@ -358,7 +376,7 @@ void scatter_add_rows(const T* src, int64_t d, const int64_t* idx, int64_t m, T*
 
 template <class T>
 void sparse_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, const void* mask,
-                    HeadView<T> out, T* stats, T* weights, T* probs) {
+                    HeadView<T> out, T* stats, T* weights, T* probs, T* entropy) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const int64_t M = max_key_set(p), nb = block_rows(p.Lq, p.causal), G = p.group();
   const bool gathers = p.block > 0;
@@ -392,6 +410,7 @@ void sparse_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, Hea
               stats[2 * (bh * p.Lq + i0 + r)] = kNegInf;
               stats[2 * (bh * p.Lq + i0 + r) + 1] = 0;
             }
+            if (entropy) entropy[bh * p.Lq + i0 + r] = 0;
           }
           continue;
         }
@@ -415,6 +434,7 @@ void sparse_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, Hea
             inv_sum = T(1) / exp_shifted(row, m, mx);
             for (int64_t t = 0; t < m; ++t) row[t] *= inv_sum;
           }
+          if (entropy) entropy[bh * p.Lq + i0 + r] = row_entropy(row, m);  // before dropout
           if (stats) {
             stats[2 * (bh * p.Lq + i0 + r)] = mx;
             stats[2 * (bh * p.Lq + i0 + r) + 1] = inv_sum;
@@ -444,7 +464,7 @@ void sparse_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, Hea
 template <class T>
 void sparse_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, const void* mask,
                      HeadView<const T> out, const T* stats, const T* probs, HeadView<const T> dout, HeadView<T> dq,
-                     HeadView<T> dk, HeadView<T> dv) {
+                     HeadView<T> dk, HeadView<T> dv, const T* entropy, const T* dentropy) {
   const int64_t M = max_key_set(p), nb = block_rows(p.Lq, p.causal), G = p.group();
   const bool need_ds = dq || dk, gathers = p.block > 0;
   const T scale = static_cast<T>(p.scale);
@@ -545,6 +565,10 @@ void sparse_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k, He
             } else {
               for (int64_t t = 0; t < m; ++t) drow[t] = prow[t] * (drow[t] - d) * scale;
             }
+            if (dentropy) {
+              const int64_t row_i = bh * p.Lq + i0 + r;
+              add_entropy_grad(prow, m, entropy[row_i], dentropy[row_i], scale, drow);
+            }
           }
           if (dq)
             detail::gemm(n, p.dk, m, operand<T>(ds, m), operand(kg, kg_sl), dq.head(b, h) + i0 * dq.sl, dq.sl, false,
@@ -575,9 +599,9 @@ void sparse_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k, He
 // recomputing them.
 template <class T>
 void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, const void* mask,
-                       HeadView<T> out, T* stats, T* weights, T* probs) {
+                       HeadView<T> out, T* stats, T* weights, T* probs, T* entropy) {
   if (p.sparse()) {
-    sparse_forward(p, q, k, v, mask, out, stats, weights, probs);
+    sparse_forward(p, q, k, v, mask, out, stats, weights, probs, entropy);
     return;
   }
   const int64_t nb = block_rows(p.Lq, p.causal), G = p.group();
@@ -612,6 +636,7 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
               stats[2 * (bh * p.Lq + i0 + r)] = kNegInf;
               stats[2 * (bh * p.Lq + i0 + r) + 1] = 0;
             }
+          if (entropy) std::fill(entropy + bh * p.Lq + i0, entropy + bh * p.Lq + i0 + n, T(0));
           if (w_blk) std::fill(w_blk, w_blk + n * p.Lk, T(0));
           continue;
         }
@@ -637,6 +662,7 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
             inv_sum = T(1) / row_sum[r];
             for (int64_t j = 0; j < lk; ++j) row[j] *= inv_sum;
           }
+          if (entropy) entropy[bh * p.Lq + i0 + r] = row_entropy(row, lk);  // before dropout
           if (stats) {
             stats[2 * (bh * p.Lq + i0 + r)] = m;
             stats[2 * (bh * p.Lq + i0 + r) + 1] = inv_sum;
@@ -672,9 +698,9 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
 template <class T>
 void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, const void* mask,
                         HeadView<const T> out, const T* stats, const T* probs, HeadView<const T> dout, HeadView<T> dq,
-                        HeadView<T> dk, HeadView<T> dv) {
+                        HeadView<T> dk, HeadView<T> dv, const T* entropy, const T* dentropy) {
   if (p.sparse()) {
-    sparse_backward(p, q, k, v, mask, out, stats, probs, dout, dq, dk, dv);
+    sparse_backward(p, q, k, v, mask, out, stats, probs, dout, dq, dk, dv, entropy, dentropy);
     return;
   }
   const int64_t nb = block_rows(p.Lq, p.causal), G = p.group();
@@ -772,6 +798,11 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
           } else {
             for (int64_t j = 0; j < lk; ++j) drow[j] = prow[j] * (drow[j] - d) * scale;
           }
+          // The entropy's gradient joins dS in the same pass (no second sweep over the scores).
+          if (dentropy) {
+            const int64_t row_i = bh * p.Lq + i0 + r;
+            add_entropy_grad(prow, lk, entropy[row_i], dentropy[row_i], scale, drow);
+          }
         }
         // dQ = dS K * scale  (scale already in ds).
         if (dq) kk.mul(n, p.dk, lk, operand<T>(ds, lk), dq.head(b, h) + i0 * dq.sl, dq.sl, false);
@@ -785,17 +816,17 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
 }
 
 template void attention_forward<float>(const Plan&, HeadView<const float>, HeadView<const float>, HeadView<const float>,
-                                       const void*, HeadView<float>, float*, float*, float*);
+                                       const void*, HeadView<float>, float*, float*, float*, float*);
 template void attention_forward<double>(const Plan&, HeadView<const double>, HeadView<const double>,
                                         HeadView<const double>, const void*, HeadView<double>, double*, double*,
-                                        double*);
+                                        double*, double*);
 template void attention_backward<float>(const Plan&, HeadView<const float>, HeadView<const float>,
                                         HeadView<const float>, const void*, HeadView<const float>, const float*,
                                         const float*, HeadView<const float>, HeadView<float>, HeadView<float>,
-                                        HeadView<float>);
+                                        HeadView<float>, const float*, const float*);
 template void attention_backward<double>(const Plan&, HeadView<const double>, HeadView<const double>,
                                          HeadView<const double>, const void*, HeadView<const double>, const double*,
                                          const double*, HeadView<const double>, HeadView<double>, HeadView<double>,
-                                         HeadView<double>);
+                                         HeadView<double>, const double*, const double*);
 
 }  // namespace attograd::cpu::ATTOGRAD_CPU_ISA

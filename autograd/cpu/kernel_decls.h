@@ -99,15 +99,18 @@ void cross_entropy_backward(const T* x, const int64_t* t, const T* lse, const T*
 // ---- attention.cpp: scaled dot-product attention
 
 /// The forward over all heads (split between threads): out, and per row {max score, 1 / sum exp} in stats (B, H, Lq,
-/// 2); stats, weights (B, H, Lq, Lk) and probs (the probabilities before dropout, block by block) may be null.
+/// 2); stats, weights (B, H, Lq, Lk) and probs (the probabilities before dropout, block by block) may be null; so may
+/// entropy (B, H, Lq), which receives each row's -sum_j p_j log p_j before dropout (0 for a fully blocked row).
 template <class T>
 void attention_forward(const AttentionPlan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
-                       const void* mask, HeadView<T> out, T* stats, T* weights, T* probs);
+                       const void* mask, HeadView<T> out, T* stats, T* weights, T* probs, T* entropy);
 /// The backward over all heads (split between threads): dq assigned, dk and dv (zero-filled by the caller)
-/// accumulated; each may be null. P is recomputed from stats, or read from the forward's probs when non-null.
+/// accumulated; each may be null. P is recomputed from stats, or read from the forward's probs when non-null. When
+/// dentropy (B, H, Lq) is non-null, the gradient of the rows' entropies (the forward's, in entropy) joins dS in the
+/// same pass: dS_ij += dentropy_i * -P_ij (log P_ij + H_i).
 template <class T>
 void attention_backward(const AttentionPlan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
                         const void* mask, HeadView<const T> out, const T* stats, const T* probs, HeadView<const T> dout,
-                        HeadView<T> dq, HeadView<T> dk, HeadView<T> dv);
+                        HeadView<T> dq, HeadView<T> dk, HeadView<T> dv, const T* entropy, const T* dentropy);
 
 }  // namespace attograd::cpu::ATTOGRAD_CPU_NS

@@ -300,8 +300,8 @@ TEST_F(Cli, GradcheckWithNoArgumentsChecksEveryOpAndModule) {
         "transpose", "reshape", "slice", "cat", "stack", "split", "sum", "mean", "max", "softmax", "log_softmax",
         "masked_fill", "where", "dropout", "embedding", "layer_norm", "cross_entropy", "mse_loss",
         "scaled_dot_product_attention", "scaled_dot_product_attention.gqa", "scaled_dot_product_attention.window",
-        "scaled_dot_product_attention.block_sparse", "Linear", "Embedding", "LayerNorm", "Dropout",
-        "PositionwiseFeedForward", "MultiheadAttention", "MultiheadAttention.variants", "seed::AttentionSublayer",
+        "scaled_dot_product_attention.block_sparse", "scaled_dot_product_attention.entropy", "Linear", "Embedding",
+        "LayerNorm", "Dropout", "PositionwiseFeedForward", "MultiheadAttention", "MultiheadAttention.variants", "seed::AttentionSublayer",
         "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM", "seed::Transformer", "apply_rotary_emb",
         "linear_attention", "checkpoint", "RotaryEmbedding", "LinearAttention", "Checkpointed",
         "MultiHeadLatentAttention"}) {
@@ -309,7 +309,7 @@ TEST_F(Cli, GradcheckWithNoArgumentsChecksEveryOpAndModule) {
     for (const std::string& l : lines(r.out)) found = found || l.rfind(std::string(name) + " ", 0) == 0;
     EXPECT_TRUE(found) << name;
   }
-  EXPECT_NE(r.out.find("73 of 73 checks passed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("74 of 74 checks passed"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos);
 }
 

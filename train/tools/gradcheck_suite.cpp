@@ -630,6 +630,29 @@ std::vector<Check> build_registry() {
                      },
                      in, o);
                }});
+  // The attention entropy (need_entropy) through the fused backward, together with the output (grouped-query heads,
+  // so that a shared key head sums the entropy gradients of its query heads): the Jacobian of [output | entropy].
+  r.push_back({"scaled_dot_product_attention.entropy", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 37), drop(0);
+                 const int64_t dk = c.d_model / c.heads;
+                 const Shape sq{c.batch, 2 * c.heads, c.len, dk}, skv{c.batch, c.heads, c.len, dk};
+                 Inputs in{leaf(sq, gen, c.dtype), leaf(skv, gen, c.dtype), leaf(skv, gen, c.dtype)};
+                 AttentionOptions opts{.is_causal = c.mask == "causal",
+                                       .dropout_p = c.dropout,
+                                       .generator = &drop,
+                                       .need_entropy = true};
+                 if (c.mask == "padding") opts.attn_mask = reshape(key_padding(c), {c.batch, 1, 1, c.len});
+                 return run_check(
+                     "scaled_dot_product_attention.entropy", "op",
+                     str_cat("q ", sh(sq), ", k, v ", sh(skv), " [output | entropy] mask=", c.mask,
+                             " dropout=", double_str(c.dropout)),
+                     [&] {
+                       drop.manual_seed(c.seed + 7);
+                       AttentionResult r2 = scaled_dot_product_attention(in[0], in[1], in[2], opts);
+                       return cat({flatten(r2.output), flatten(r2.entropy)}, 0);
+                     },
+                     in, o);
+               }});
 
   // Attention toolbox (issue 16): rotary embeddings, linear attention, gradient checkpointing.
   r.push_back(op(
@@ -925,6 +948,9 @@ const std::vector<UncheckedOp>& unchecked_ops() {
       v.push_back({n, "boolean or index result: no gradient"});
     v.push_back({"record", "the engine's primitive that records an op's node, not an op"});
     v.push_back({"bigbird_block_layout", "builds a Bool block layout from block counts: no tensor input"});
+    v.push_back({"attention_entropy_loss",
+                 "-lambda * a (masked) mean, composed of mul, sum and mean (each checked); the entropy it reads is "
+                 "checked as scaled_dot_product_attention.entropy"});
     for (const char* n : {"reuse_or_empty_like", "reuse_temporary_or_empty"})
       v.push_back({n, "the engine's buffer reuse for backward functions, not an op"});
     for (const char* n : {"map_float", "zip_float"}) v.push_back({n, "a kernel helper that records no node"});
