@@ -301,8 +301,8 @@ TEST_F(Cli, GradcheckWithNoArgumentsChecksEveryOpAndModule) {
         "masked_fill", "where", "dropout", "embedding", "layer_norm", "cross_entropy", "mse_loss",
         "scaled_dot_product_attention", "scaled_dot_product_attention.gqa", "scaled_dot_product_attention.window",
         "scaled_dot_product_attention.block_sparse", "scaled_dot_product_attention.entropy", "Linear", "Embedding",
-        "LayerNorm", "Dropout", "PositionwiseFeedForward", "MultiheadAttention", "MultiheadAttention.variants", "seed::AttentionSublayer",
-        "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM", "seed::Transformer", "apply_rotary_emb",
+        "LayerNorm", "Dropout", "PositionwiseFeedForward", "MultiheadAttention", "MultiheadAttention.variants",
+        "seed::AttentionSublayer", "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM", "seed::Transformer", "apply_rotary_emb",
         "linear_attention", "checkpoint", "RotaryEmbedding", "LinearAttention", "Checkpointed",
         "MultiHeadLatentAttention"}) {
     bool found = false;
