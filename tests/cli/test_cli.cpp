@@ -302,9 +302,9 @@ TEST_F(Cli, GradcheckWithNoArgumentsChecksEveryOpAndModule) {
         "scaled_dot_product_attention", "scaled_dot_product_attention.gqa", "scaled_dot_product_attention.window",
         "scaled_dot_product_attention.block_sparse", "scaled_dot_product_attention.entropy", "Linear", "Embedding",
         "LayerNorm", "Dropout", "PositionwiseFeedForward", "MultiheadAttention", "MultiheadAttention.variants",
-        "seed::AttentionSublayer", "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM", "seed::Transformer", "apply_rotary_emb",
-        "linear_attention", "checkpoint", "RotaryEmbedding", "LinearAttention", "Checkpointed",
-        "MultiHeadLatentAttention"}) {
+        "seed::AttentionSublayer", "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM",
+        "seed::Transformer", "apply_rotary_emb", "linear_attention", "checkpoint", "RotaryEmbedding",
+        "LinearAttention", "Checkpointed", "MultiHeadLatentAttention"}) {
     bool found = false;
     for (const std::string& l : lines(r.out)) found = found || l.rfind(std::string(name) + " ", 0) == 0;
     EXPECT_TRUE(found) << name;
