@@ -19,6 +19,7 @@
 #include "autograd/linear_attention.h"
 #include "autograd/loss.h"
 #include "autograd/matmul.h"
+#include "autograd/memory.h"
 #include "autograd/norm.h"
 #include "autograd/parallel.h"
 #include "autograd/random.h"

@@ -238,7 +238,9 @@ Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, int64_
     });
     q = decode_linear(cq, wq_b->weight);
   }
-  const auto [cos, sin] = rotary_cos_sin(N, dr, start, opts_.rope_base, x.dtype());
+  const std::pair<Tensor, Tensor> cos_sin = rotary_cos_sin(N, dr, start, opts_.rope_base, x.dtype());
+  const Tensor& cos = cos_sin.first;  // a plain reference, not a structured binding: lambdas capture it (clang 14)
+  const Tensor& sin = cos_sin.second;
   const size_t es = dtype_size(x.dtype());
   dispatch_float(x.dtype(), me, [&]<typename T>() {
     T* kp = kv.data<T>();
