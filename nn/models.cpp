@@ -24,20 +24,25 @@ namespace {
 // The causal LM's input in one op: out[b, l, :] = weight[tokens[b, l], :] * scale + table[l, :].
 // weight (V, D), tokens (B, L) Int64 (validated by the caller), table (>= L, D) -> (B, L, D).
 // d weight[r] = scale * (sum of g[b, l] over the (b, l) with tokens[b, l] == r); the table gets no gradient.
+// An undefined table adds nothing (positions come from RoPE).
 Tensor embed_with_positions(const Tensor& weight, const Tensor& tokens, const Tensor& table, double scale) {
   const int64_t B = tokens.size(0), L = tokens.size(1), V = weight.size(0), D = weight.size(1);
   Tensor out = empty({B, L, D}, {.dtype = weight.dtype()});
   const int64_t* t = tokens.data<int64_t>();
   dispatch_float(weight.dtype(), "embed_with_positions", [&]<typename T>() {
     const T* w = weight.data<T>();
-    const T* pe = table.data<T>();
+    const T* pe = table.defined() ? table.data<T>() : nullptr;
     T* o = out.data<T>();
     const T s = static_cast<T>(scale);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t l = 0; l < L; ++l) {
         const T* row = w + t[b * L + l] * D;
-        const T* p = pe + l * D;
         T* q = o + (b * L + l) * D;
+        if (pe == nullptr) {
+          for (int64_t k = 0; k < D; ++k) q[k] = row[k] * s;
+          continue;
+        }
+        const T* p = pe + l * D;
         for (int64_t k = 0; k < D; ++k) q[k] = row[k] * s + p[k];
       }
   });
@@ -78,10 +83,37 @@ Tensor feed_forward(PositionwiseFeedForward& ff, const Tensor& x) {
 
 CausalLMBlock::CausalLMBlock(const CausalLMOptions& o, Generator& gen) {
   const double p = o.dropout;
+  const AttentionSpec& at = o.attention;
   norm1 = register_module("norm1", std::make_shared<LayerNorm>(o.d_model, 1e-6));
-  self_attn = register_module(
-      "self_attn", std::make_shared<MultiheadAttention>(
-                       MultiheadAttentionOptions{.embed_dim = o.d_model, .num_heads = o.n_head, .dropout = p}, gen));
+  if (at.kind == "mla") {
+    const int64_t d = o.d_model / o.n_head;
+    latent_attn = register_module(
+        "self_attn", std::make_shared<MultiHeadLatentAttention>(
+                         MlaOptions{.d_model = o.d_model,
+                                    .n_heads = o.n_head,
+                                    .qk_nope_head_dim = d,
+                                    .qk_rope_head_dim = at.rope_dim > 0 ? at.rope_dim : d / 2,
+                                    .v_head_dim = d,
+                                    .kv_lora_rank = at.kv_rank > 0 ? at.kv_rank : std::max<int64_t>(1, o.d_model / 4),
+                                    .q_lora_rank = at.q_rank},
+                         gen));
+  } else if (at.kind == "linear") {
+    linear_attn = register_module(
+        "self_attn", std::make_shared<LinearAttention>(
+                         LinearAttentionOptions{.embed_dim = o.d_model, .num_heads = o.n_head, .causal = true}, gen));
+  } else {
+    self_attn = register_module(
+        "self_attn", std::make_shared<MultiheadAttention>(
+                         MultiheadAttentionOptions{.embed_dim = o.d_model,
+                                                   .num_heads = o.n_head,
+                                                   .dropout = p,
+                                                   .num_kv_heads = at.kind == "gqa" ? at.kv_heads : 0,
+                                                   .window = at.kind == "local" ? at.window : 0,
+                                                   .block_size = at.kind == "block-sparse" ? at.block : 0,
+                                                   .block_local = 1,
+                                                   .block_global = at.kind == "block-sparse" ? 1 : 0},
+                         gen));
+  }
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
   norm2 = register_module("norm2", std::make_shared<LayerNorm>(o.d_model, 1e-6));
   ff = register_module(
@@ -93,6 +125,13 @@ Tensor CausalLMBlock::forward(const Tensor& x) { return forward(x, Tensor()); }
 
 Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
   Tensor h = norm1->forward(x);  // (B, L, D)
+  if (self_attn == nullptr) {
+    // mla, linear: causal self-attention without masks (right padding never reaches an earlier position).
+    Tensor a = latent_attn != nullptr ? latent_attn->forward(h) : linear_attn->forward(h);  // (B, L, D)
+    Tensor y = dropout_add(x, std::move(a), dropout1->p(), dropout1->is_training(), dropout1->generator());
+    return dropout_add(y, feed_forward(*ff, norm2->forward(y)), dropout2->p(), dropout2->is_training(),
+                       dropout2->generator());
+  }
   MhaResult r = self_attn->forward(h, h, h,
                                    {.key_padding_mask = key_padding_mask,
                                     .need_weights = store_attention_,
@@ -106,6 +145,7 @@ Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
 }
 
 Tensor CausalLMBlock::forward_cached(const Tensor& x, KVCache& cache, const CachedAttentionRows& rows) {
+  ATTO_CHECK(self_attn != nullptr, "CausalLMBlock", "no key/value cache path for this attention yet");
   const MultiheadAttention& a = *self_attn;
   const int64_t E = a.options().embed_dim;
   Tensor qkv = decode_linear(norm1->forward(x), a.in_proj_weight, a.in_proj_bias);  // (A, N, 3E) = [q | k | v]
@@ -130,7 +170,8 @@ CausalLM::CausalLM(const CausalLMOptions& o, Generator& gen) : options(o) {
            .dropout = o.dropout,
            .max_source_len = o.max_len - 1,
            .max_target_len = o.max_len - 1,
-           .specials = {.pad = o.pad_idx}};
+           .specials = {.pad = o.pad_idx},
+           .attention = o.attention};
   const char* me = "CausalLM";
   ATTO_CHECK(o.vocab > 0 && o.d_model > 0 && o.n_head > 0 && o.d_ff > 0 && o.max_len > 0, me,
              "vocab, d_model, n_head, d_ff and max_len must be positive, got vocab=", o.vocab, ", d_model=", o.d_model,
@@ -140,12 +181,13 @@ CausalLM::CausalLM(const CausalLMOptions& o, Generator& gen) : options(o) {
   ATTO_CHECK(o.n_layers >= 0, me, "n_layers must be non-negative, got ", o.n_layers);
   ATTO_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, me, "dropout must be in [0, 1), got ", o.dropout);
   ATTO_CHECK(o.pad_idx < o.vocab, me, "pad_idx ", o.pad_idx, " must be below vocab=", o.vocab);
+  o.attention.validate(o.n_head);
   embed = register_module("embed", std::make_shared<Embedding>(o.vocab, o.d_model, -1, gen));
   {
     NoGradGuard no_grad;
     init::normal_(embed->weight, 0.0, 1.0 / std::sqrt(static_cast<double>(o.d_model)), gen);
   }
-  pe = register_buffer("pe", sinusoidal_table(o.max_len, o.d_model));
+  if (uses_position_table()) pe = register_buffer("pe", sinusoidal_table(o.max_len, o.d_model));
   dropout = register_module("dropout", std::make_shared<Dropout>(o.dropout));
   blocks = register_module("blocks", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < o.n_layers; ++i) blocks->push_back(std::make_shared<CausalLMBlock>(o, gen));
@@ -159,7 +201,7 @@ Tensor CausalLM::forward(const Tensor& tokens, bool mask_padding) {
   const char* me = "CausalLM";
   check_tokens(tokens, options.vocab, options.max_len, me, "tokens", "max_len");
   const Tensor& w = embed->weight;  // (V, D), also the output projection
-  ATTO_CHECK(pe.dtype() == w.dtype(), me, "position table dtype ", dtype_name(pe.dtype()),
+  ATTO_CHECK(!pe.defined() || pe.dtype() == w.dtype(), me, "position table dtype ", dtype_name(pe.dtype()),
              " does not match the embedding's ", dtype_name(w.dtype()), " (convert the model with to())");
   const double scale = std::sqrt(static_cast<double>(options.d_model));
   Tensor x = dropout->forward(embed_with_positions(w, tokens, pe, scale));  // (B, L, D)
@@ -179,11 +221,15 @@ std::vector<Tensor> CausalLM::attention_weights() const {
 }
 
 
+bool CausalLM::uses_position_table() const { return !options.attention.rope && options.attention.kind != "mla"; }
+
 std::string CausalLM::extra_repr() const {
   const CausalLMOptions& o = options;
   return str_cat("vocab=", o.vocab, ", d_model=", o.d_model, ", n_head=", o.n_head, ", d_ff=", o.d_ff,
              ", n_layers=", o.n_layers, ", dropout=", detail::py_float(o.dropout), ", max_len=", o.max_len,
-             ", pad_idx=", o.pad_idx);
+             ", pad_idx=", o.pad_idx,
+             o.attention == AttentionSpec{} ? std::string() : ", attention=" + o.attention.kind,
+             o.attention.rope ? ", rope=True" : "", o.attention.checkpoint ? ", checkpoint=True" : "");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -200,7 +246,8 @@ std::shared_ptr<SequenceModel> CausalLM::build(const ModelSpec& s, Generator& ge
                                                       .n_layers = s.layers,
                                                       .dropout = s.dropout,
                                                       .max_len = max_len,
-                                                      .pad_idx = s.specials.pad},
+                                                      .pad_idx = s.specials.pad,
+                                                      .attention = s.attention},
                                       gen);
   m->spec_ = s;
   return m;
@@ -299,6 +346,9 @@ DecodeState CausalLM::begin_decode(const TokenRows& sources) {
   const int64_t capacity = std::min(options.max_len, longest + std::min(max_decode_len(), options.max_len));
   const auto B = static_cast<int64_t>(sources.size());
   const Dtype dt = embed->weight.dtype();
+  // Attention variants without a cache path decode by recomputing (an empty st.cache).
+  const AttentionSpec& at = options.attention;
+  if (at.kind != "mha" || at.rope) return st;
   for (const auto& m : *blocks) {
     const MultiheadAttention& a = *static_cast<CausalLMBlock&>(*m).self_attn;
     auto [k, v] = make_kv_cache(B, options.n_head, capacity, a.head_dim(), a.head_dim(), dt);
@@ -350,7 +400,7 @@ Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows
   Tensor x = empty({A, N, D}, {.dtype = embed->weight.dtype()});  // (A, N, D)
   dispatch_float(x.dtype(), me, [&]<typename T>() {
     const T* w = embed->weight.data<T>();
-    const T* table = pe.data<T>();
+    const T* table = pe.defined() ? pe.data<T>() : nullptr;
     const int64_t* t = tokens.data<int64_t>();
     T* o = x.data<T>();
     const T scale = static_cast<T>(std::sqrt(static_cast<double>(D)));
@@ -358,9 +408,8 @@ Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows
       for (int64_t i = 0; i < N; ++i) {
         const int64_t pos = std::min(rows.start[static_cast<size_t>(a)] + i, options.max_len - 1);  // padding
         const T* row = w + t[a * N + i] * D;
-        const T* p = table + pos * D;
         T* q = o + (a * N + i) * D;
-        for (int64_t k = 0; k < D; ++k) q[k] = row[k] * scale + p[k];
+        for (int64_t k = 0; k < D; ++k) q[k] = row[k] * scale + (table != nullptr ? table[pos * D + k] : T(0));
       }
   });
   for (size_t l = 0; l < blocks->size(); ++l)
@@ -411,7 +460,8 @@ std::vector<AttentionMap> CausalLM::attention_maps(const std::vector<int64_t>& s
     weights = attention_weights();
   }
   std::vector<AttentionMap> maps;
-  for (size_t i = 0; i < weights.size(); ++i) maps.push_back({str_cat("layer ", i), weights[i], tokens, tokens});
+  for (size_t i = 0; i < weights.size(); ++i)  // mla and linear attention keep no weights
+    if (weights[i].defined()) maps.push_back({str_cat("layer ", i), weights[i], tokens, tokens});
   return maps;
 }
 

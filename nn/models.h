@@ -20,6 +20,8 @@
 #include "nn/attention.h"
 #include "nn/feedforward.h"
 #include "nn/layers.h"
+#include "nn/linear_attention.h"
+#include "nn/mla.h"
 #include "nn/module.h"
 #include "nn/positional.h"
 #include "nn/seed/transformer.h"
@@ -43,11 +45,14 @@ struct CausalLMOptions {
   int64_t max_len = 512;  ///< longest sequence (rows of the position table)
   int64_t pad_idx = 0;    ///< padding token, masked as a key by forward(tokens, true); < 0: none
   Dtype dtype = kFloat32; ///< parameter and buffer dtype (drawn as float32, then converted, as to() does)
+  AttentionSpec attention = {};  ///< the attention variant and position scheme (docs/ATTENTION.md)
 };
 
 /// One pre-LN block of CausalLM: x + dropout1(self_attn(norm1(x))) with a causal mask, then
-/// x + dropout2(ff(norm2(x))). Children: norm1, self_attn (MultiheadAttention), dropout1, norm2, ff
-/// (PositionwiseFeedForward: ff.linear1, ff.dropout, ff.linear2), dropout2.
+/// x + dropout2(ff(norm2(x))). Children: norm1, self_attn, dropout1, norm2, ff (PositionwiseFeedForward: ff.linear1,
+/// ff.dropout, ff.linear2), dropout2. The child "self_attn" is, by options.attention.kind, a MultiheadAttention (mha,
+/// gqa, local, block-sparse: the member self_attn), a MultiHeadLatentAttention (mla: latent_attn) or a
+/// LinearAttention (linear: linear_attn); the other two members are null.
 class CausalLMBlock : public Module {
  public:
   /// Draws initial weights from `gen` (self_attn, then ff).
@@ -68,7 +73,10 @@ class CausalLMBlock : public Module {
   const Tensor& last_attention() const { return last_attention_; }
 
   std::shared_ptr<LayerNorm> norm1;               ///< before self-attention (eps 1e-6)
-  std::shared_ptr<MultiheadAttention> self_attn;  ///< causal self-attention with attention dropout
+  std::shared_ptr<MultiheadAttention> self_attn;  ///< causal softmax self-attention with attention dropout (mha,
+                                                 ///< gqa, local, block-sparse), else null
+  std::shared_ptr<MultiHeadLatentAttention> latent_attn;  ///< "self_attn" when the attention is mla, else null
+  std::shared_ptr<LinearAttention> linear_attn;           ///< "self_attn" when the attention is linear, else null
   std::shared_ptr<Dropout> dropout1;              ///< on the attention branch
   std::shared_ptr<LayerNorm> norm2;               ///< before the feed-forward block (eps 1e-6)
   std::shared_ptr<PositionwiseFeedForward> ff;    ///< Linear(D, F), ReLU, Dropout, Linear(F, D)
@@ -136,7 +144,8 @@ class CausalLM : public SequenceModel {
 
   const CausalLMOptions options;       ///< the options it was built with
   std::shared_ptr<Embedding> embed;    ///< "embed" (vocab, D), also the output projection
-  Tensor pe;                           ///< "pe" buffer (max_len, D), the sinusoidal table
+  Tensor pe;                           ///< "pe" buffer (max_len, D), the sinusoidal table; undefined (no buffer)
+                                       ///< when positions come from RoPE (options.attention.rope, or mla)
   std::shared_ptr<Dropout> dropout;    ///< on the embedded input
   std::shared_ptr<ModuleList> blocks;  ///< "blocks": n_layers CausalLMBlock
   std::shared_ptr<LayerNorm> norm;     ///< final LayerNorm (eps 1e-6)
@@ -157,6 +166,8 @@ class CausalLM : public SequenceModel {
   Tensor recompute_logits(const DecodeState& state, const std::vector<int64_t>& rows);
   // Logits (A, V) of the listed rows' last positions from the cache, feeding only their new positions.
   Tensor cached_logits(DecodeState& state, const std::vector<int64_t>& rows);
+  // Whether the input adds the sinusoidal table (else positions come from RoPE inside the attention).
+  bool uses_position_table() const;
   // make_batch for a stream model.
   SequenceBatch make_stream_batch(const std::vector<Example>& examples) const;
 

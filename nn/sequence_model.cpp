@@ -93,9 +93,82 @@ std::string kinds_list(const std::vector<Entry>& entries) {
 // ---------------------------------------------------------------------------------------------
 // ModelSpec
 
+namespace {
+
+// Calls f(name, field) for every AttentionSpec field, in declaration order (the JSON order).
+template <class S, class F>
+void for_each_attention_field(S& s, F&& f) {
+  f("kind", s.kind);
+  f("kv_heads", s.kv_heads);
+  f("kv_rank", s.kv_rank);
+  f("q_rank", s.q_rank);
+  f("rope_dim", s.rope_dim);
+  f("window", s.window);
+  f("block", s.block);
+  f("rope", s.rope);
+  f("checkpoint", s.checkpoint);
+}
+
+}  // namespace
+
+void AttentionSpec::validate(int64_t heads) const {
+  const char* me = "AttentionSpec";
+  static const char* kinds[] = {"mha", "gqa", "mla", "local", "block-sparse", "linear"};
+  ATTO_CHECK(std::find(std::begin(kinds), std::end(kinds), kind) != std::end(kinds), me, "unknown attention \"", kind,
+             "\" (expected mha, gqa, mla, local, block-sparse or linear)");
+  ATTO_CHECK(kv_heads >= 0 && kv_rank >= 0 && q_rank >= 0 && rope_dim >= 0 && window >= 0 && block >= 0, me,
+             "sizes must be non-negative, got kv_heads=", kv_heads, ", kv_rank=", kv_rank, ", q_rank=", q_rank,
+             ", rope_dim=", rope_dim, ", window=", window, ", block=", block);
+  auto only = [&](const char* field, bool set, const char* variant) {
+    ATTO_CHECK(!set || kind == variant, me, field, " applies to attention ", variant, ", not ", kind);
+  };
+  only("kv_heads", kv_heads != 0, "gqa");
+  only("kv_rank", kv_rank != 0, "mla");
+  only("q_rank", q_rank != 0, "mla");
+  only("rope_dim", rope_dim != 0, "mla");
+  only("window", window != 0, "local");
+  only("block", block != 0, "block-sparse");
+  if (kind == "gqa")
+    ATTO_CHECK(kv_heads > 0 && kv_heads < heads && heads % kv_heads == 0, me,
+               "gqa needs kv_heads (--kv-heads) dividing heads=", heads, " and below it, got kv_heads=", kv_heads);
+  if (kind == "local") ATTO_CHECK(window > 0, me, "local attention needs window (--window) > 0, got ", window);
+  if (kind == "block-sparse") ATTO_CHECK(block > 0, me, "block-sparse attention needs block (--block) > 0, got ", block);
+  ATTO_CHECK(!rope || (kind != "mla" && kind != "linear"), me, "rope applies to softmax attention with a query/key ",
+             "per head (mha, gqa, local, block-sparse); ", kind == "mla" ? "mla always uses its own decoupled RoPE"
+                                                                          : "linear attention has no positions in it");
+}
+
+namespace {
+
+void read_attention(const json& v, AttentionSpec& a) {
+  ATTO_CHECK(v.is_object(), kSpec, "field \"attention\" must be an object");
+  for (const auto& item : v.items()) {
+    const std::string& key = item.key();
+    bool known = false;
+    for_each_attention_field(a, [&](const char* name, auto& field) {
+      if (key != name) return;
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::string>) {
+        ATTO_CHECK(item.value().is_string(), kSpec, "field \"attention.", key, "\" must be a string");
+        field = item.value().template get<std::string>();
+      } else {
+        read_field(item.value(), "attention." + key, field);
+      }
+      known = true;
+    });
+    ATTO_CHECK(known, kSpec, "unknown field \"attention.", key, "\"");
+  }
+}
+
+}  // namespace
+
 std::string ModelSpec::to_json() const {
   json j = json::object();
   for_each_field(*this, [&](const char* name, const auto& v) { j[name] = v; });
+  if (attention != AttentionSpec{}) {
+    json a = json::object();
+    for_each_attention_field(attention, [&](const char* name, const auto& v) { a[name] = v; });
+    j["attention"] = a;
+  }
   return j.dump();
 }
 
@@ -106,6 +179,10 @@ ModelSpec ModelSpec::from_json(const std::string& text) {
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
     const json& value = item.value();
+    if (key == "attention") {
+      read_attention(value, s.attention);
+      continue;
+    }
     bool known = false;
     for_each_field(s, [&](const char* name, auto& field) {
       if (key != name) return;
@@ -131,6 +208,10 @@ DecodeState DecodeState::start(const TokenRows& sources) {
 
 std::vector<AttentionMap> SequenceModel::attention_maps(const std::vector<int64_t>&, const std::vector<int64_t>&) {
   return {};
+}
+
+void SequenceModel::track_attention_entropy(bool on) {
+  ATTO_CHECK(!on, "SequenceModel", "model kind \"", kind(), "\" does not report attention entropies");
 }
 
 void SequenceModel::check_examples(const std::vector<Example>& examples, const char* what) const {

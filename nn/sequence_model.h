@@ -49,6 +49,28 @@ struct SpecialTokens {
   bool operator==(const SpecialTokens&) const = default;
 };
 
+/// The attention variant and position scheme of a model (docs/ATTENTION.md). The defaults are the textbook model:
+/// multi-head softmax attention and, in the decoder-only model, the sinusoidal position table. A model kind states
+/// which variants it supports and refuses the others with an Error naming the kind and the variant.
+struct AttentionSpec {
+  std::string kind = "mha";  ///< "mha", "gqa", "mla", "local", "block-sparse" or "linear"
+  int64_t kv_heads = 0;      ///< gqa: key/value heads (must divide heads and be below it; 1 = multi-query)
+  int64_t kv_rank = 0;       ///< mla: kv_lora_rank, the cached latent's width (0 = d_model / 4)
+  int64_t q_rank = 0;        ///< mla: q_lora_rank, the query latent's width (0 = no query compression)
+  int64_t rope_dim = 0;      ///< mla: qk_rope_head_dim, the decoupled RoPE features (0 = head size / 2)
+  int64_t window = 0;        ///< local: keys i - window < j <= i (required > 0 for "local")
+  int64_t block = 0;         ///< block-sparse: block size of the BigBird layout (required > 0 for "block-sparse")
+  bool rope = false;         ///< rotary position embeddings on queries and keys instead of the sinusoidal table
+                             ///< (mla always uses its own decoupled RoPE)
+  bool checkpoint = false;   ///< gradient checkpointing: every block but the last recomputes its activations in
+                             ///< the backward instead of keeping them (the same gradients, bitwise)
+  /// Error naming the field for an unknown kind, a field that the kind does not use, or an invalid value (heads
+  /// is the model's, to check kv_heads).
+  void validate(int64_t heads) const;
+  /// Field-wise equality.
+  bool operator==(const AttentionSpec&) const = default;
+};
+
 /// Everything a model kind needs to be built, and what a training run saves beside the weights (as JSON). The
 /// size defaults are attograd's training defaults (TrainConfig's, `attograd train`'s).
 struct ModelSpec {
@@ -66,7 +88,10 @@ struct ModelSpec {
   /// targets seq[1:] with loss at EVERY position, no SEP and no EOS; a decoding prompt is the source without SEP,
   /// decoding never stops on EOS, and a sequence longer than the model's window is cropped to its last tokens.
   bool stream = false;
-  /// The spec as a JSON object (every field).
+  /// The attention variant (in the JSON as an object "attention", only when it is not the default).
+  AttentionSpec attention = {};
+  /// The spec as a JSON object (every field; "attention" only when not the default, so that older readers and
+  /// files stay unchanged).
   std::string to_json() const;
   /// Parses to_json()'s output (Error naming an unknown field or a wrong type).
   static ModelSpec from_json(const std::string& text);
@@ -109,6 +134,13 @@ struct SequenceBatch {
   std::vector<Example> examples = {};   ///< the examples it was made from
 };
 
+/// One softmax attention layer's row entropies from the last forward (see SequenceModel::track_attention_entropy).
+struct AttentionEntropy {
+  std::string label = {};  ///< the layer, as a metrics column stem: "layer0" (decoder-only), "enc0", "dec0.self", ...
+  Tensor entropy = {};     ///< (B, H, Lq): -sum_j p_ij log p_ij per head and query row, with history (differentiable)
+  Tensor rows = {};        ///< (B, Lq) Bool, TRUE where the query row is a real token (not padding); undefined: all
+};
+
 /// One attention layer's probabilities for a figure, with the tokens along both axes.
 struct AttentionMap {
   std::string label = {};              ///< e.g. "layer 0", "decoder 1 cross"
@@ -148,6 +180,12 @@ class SequenceModel : public Module {
   /// without gradients, and returns every attention layer's probabilities. Default: none.
   virtual std::vector<AttentionMap> attention_maps(const std::vector<int64_t>& src,
                                                    const std::vector<int64_t>& output);
+
+  /// Makes every softmax attention layer also compute its rows' entropies in the forwards that follow (on), or
+  /// stops (off: no cost). Default: an Error naming the kind when on (a model without attention entropies).
+  virtual void track_attention_entropy(bool on);
+  /// Per softmax attention layer, in a fixed order, the row entropies of the last forward (empty unless tracked).
+  virtual std::vector<AttentionEntropy> attention_entropies() const { return {}; }
 
  protected:
   /// Error naming the example and `what` unless every token of every example is in [0, vocab) and lengths fit
