@@ -136,8 +136,10 @@ Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
                                    {.key_padding_mask = key_padding_mask,
                                     .need_weights = store_attention_,
                                     .average_attn_weights = false,
-                                    .is_causal = true});
+                                    .is_causal = true,
+                                    .need_entropy = track_entropy_});
   if (store_attention_) last_attention_ = r.weights;  // (B, H, L, L)
+  if (track_entropy_) last_entropy_ = r.entropy;      // (B, H, L)
   // x + dropout(branch) as one fused op each (the same values and mask draws as the modules').
   Tensor y = dropout_add(x, std::move(r.output), dropout1->p(), dropout1->is_training(), dropout1->generator());
   return dropout_add(y, feed_forward(*ff, norm2->forward(y)), dropout2->p(), dropout2->is_training(),
@@ -154,6 +156,14 @@ Tensor CausalLMBlock::forward_cached(const Tensor& x, KVCache& cache, const Cach
                                   1.0 / std::sqrt(static_cast<double>(a.head_dim())), true);  // (A, N, E)
   Tensor y = x + decode_linear(heads, a.out_proj->weight, a.out_proj->bias);
   return y + decode_feed_forward(*ff, norm2->forward(y));  // (A, N, D); dropout is off in eval mode
+}
+
+void CausalLMBlock::set_track_entropy(bool on) {
+  ATTO_CHECK(!on || linear_attn == nullptr, "CausalLMBlock",
+             "linear attention has no softmax rows, so no attention entropy to track or regularise");
+  ATTO_CHECK(!on || latent_attn == nullptr, "CausalLMBlock", "mla does not report attention entropies yet");
+  track_entropy_ = on;
+  if (!on) last_entropy_ = Tensor();
 }
 
 void CausalLMBlock::set_store_attention(bool on) {
@@ -206,12 +216,28 @@ Tensor CausalLM::forward(const Tensor& tokens, bool mask_padding) {
   const double scale = std::sqrt(static_cast<double>(options.d_model));
   Tensor x = dropout->forward(embed_with_positions(w, tokens, pe, scale));  // (B, L, D)
   const Tensor kpm = mask_padding && options.pad_idx >= 0 ? key_padding_mask(tokens, options.pad_idx) : Tensor();
+  if (track_entropy_) entropy_rows_ = ne(tokens, static_cast<double>(options.pad_idx));  // (B, L) real query rows
   for (const auto& m : *blocks) x = static_cast<CausalLMBlock&>(*m).forward(x, kpm);
   return linear(norm->forward(x), w);  // (B, L, V)
 }
 
 void CausalLM::store_attention(bool on) {
   for (const auto& m : *blocks) static_cast<CausalLMBlock&>(*m).set_store_attention(on);
+}
+
+void CausalLM::track_attention_entropy(bool on) {
+  for (const auto& m : *blocks) static_cast<CausalLMBlock&>(*m).set_track_entropy(on);
+  track_entropy_ = on;
+  if (!on) entropy_rows_ = Tensor();
+}
+
+std::vector<AttentionEntropy> CausalLM::attention_entropies() const {
+  std::vector<AttentionEntropy> out;
+  if (!track_entropy_) return out;
+  for (size_t i = 0; i < blocks->size(); ++i)
+    out.push_back({str_cat("layer", i), blocks->at<CausalLMBlock>(static_cast<int64_t>(i))->last_entropy(),
+                   options.pad_idx >= 0 ? entropy_rows_ : Tensor()});
+  return out;
 }
 
 std::vector<Tensor> CausalLM::attention_weights() const {

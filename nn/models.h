@@ -71,6 +71,10 @@ class CausalLMBlock : public Module {
   void set_store_attention(bool on);
   /// Self-attention probabilities (B, H, L, L) of the last forward; undefined unless stored.
   const Tensor& last_attention() const { return last_attention_; }
+  /// Keeps (true) or stops keeping and drops (false) the row entropies of the forwards that follow.
+  void set_track_entropy(bool on);
+  /// Row entropies (B, H, L) of the last forward, with history; undefined unless tracked.
+  const Tensor& last_entropy() const { return last_entropy_; }
 
   std::shared_ptr<LayerNorm> norm1;               ///< before self-attention (eps 1e-6)
   std::shared_ptr<MultiheadAttention> self_attn;  ///< causal softmax self-attention with attention dropout (mha,
@@ -85,6 +89,8 @@ class CausalLMBlock : public Module {
  private:
   bool store_attention_ = false;
   Tensor last_attention_;
+  bool track_entropy_ = false;
+  Tensor last_entropy_;
 };
 
 /// Decoder-only pre-LN language model (see the file comment). Parameters: embed.weight (vocab, D) ~ N(0, 1/D)
@@ -138,6 +144,11 @@ class CausalLM : public SequenceModel {
   /// recomputes its cropped window. Without, every active row recomputes its window (right-padded: the causal
   /// mask keeps padding out of a row's last position). Both give the same tokens.
   Tensor decode_step(DecodeState& state) override;
+  /// Every block computes its self-attention row entropies (on) or stops (off); softmax attention only (Error for
+  /// linear attention).
+  void track_attention_entropy(bool on) override;
+  /// Per block ("layer0", ...): its entropies (B, H, L) from the last forward, rows = the non-padding tokens.
+  std::vector<AttentionEntropy> attention_entropies() const override;
   /// One map per block over src SEP output.
   std::vector<AttentionMap> attention_maps(const std::vector<int64_t>& src,
                                            const std::vector<int64_t>& output) override;
@@ -172,6 +183,8 @@ class CausalLM : public SequenceModel {
   SequenceBatch make_stream_batch(const std::vector<Example>& examples) const;
 
   ModelSpec spec_;
+  bool track_entropy_ = false;
+  Tensor entropy_rows_;  // (B, L) Bool of the last forward's non-padding tokens, when tracking
 };
 
 }  // namespace attograd::nn

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "autograd/loss.h"
+#include "autograd/reduce.h"
 #include "autograd/shape.h"
 #include "nn/models.h"
 #include "testing.h"
@@ -84,4 +85,34 @@ TEST(AttentionSpec, EveryVariantBuildsRunsAndKeepsItsModuleUnderSelfAttn) {
   const auto gqa = std::dynamic_pointer_cast<CausalLM>(make_model("lm", lm_spec({.kind = "gqa", .kv_heads = 2})));
   ASSERT_NE(gqa, nullptr);
   EXPECT_EQ(gqa->block(0)->self_attn->in_proj_weight.shape(), (Shape{(4 + 2 * 2) * 4, 16}));
+}
+
+TEST(AttentionSpec, TrackedEntropiesArePerBlockAndDifferentiable) {
+  Generator gen(5);
+  auto model = make_model("lm", lm_spec({.kind = "gqa", .kv_heads = 2}), gen);
+  EXPECT_TRUE(model->attention_entropies().empty());
+  model->track_attention_entropy(true);
+  const SequenceBatch b = model->make_batch({{.src = {4, 5, 6}, .tgt = {6, 5, 4}}, {.src = {7}, .tgt = {7}}});
+  model->forward_batch(b);
+  const std::vector<AttentionEntropy> e = model->attention_entropies();
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[1].label, "layer1");
+  ASSERT_EQ(e[0].entropy.shape(), (Shape{2, 4, 7}));  // (B, H, L)
+  EXPECT_EQ(e[0].rows.shape(), (Shape{2, 7}));
+  EXPECT_EQ(e[0].rows.data<bool>()[7 + 3], false);  // row 1 = 7 SEP 7 then padding
+  const Tensor& h = e[1].entropy;
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    const int64_t l = i % 7;  // a causal query at position l sees l + 1 keys
+    EXPECT_GE(h.data<float>()[i], 0.0f);
+    EXPECT_LE(h.data<float>()[i], std::log(static_cast<float>(l + 1)) + 1e-5f);
+    if (l == 0) {
+      EXPECT_EQ(h.data<float>()[i], 0.0f);
+    }
+  }
+  sum(e[0].entropy).backward();
+  EXPECT_TRUE(std::dynamic_pointer_cast<CausalLM>(model)->block(0)->self_attn->in_proj_weight.grad().defined());
+  model->track_attention_entropy(false);
+  EXPECT_TRUE(model->attention_entropies().empty());
+  auto linear = make_model("lm", lm_spec({.kind = "linear"}));
+  EXPECT_ATTO_ERROR(linear->track_attention_entropy(true), "linear attention has no softmax rows");
 }
