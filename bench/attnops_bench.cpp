@@ -1,4 +1,4 @@
-// attnops_bench: measurements of docs/ATTENTION_OPS.md.
+// attnops_bench: measurements of docs/ATTENTION.md.
 //   attnops_bench checkpoint [B L D H F N reps]   a stack of N CausalLMBlocks (default: the large preset's sizes,
 //        D=256 H=8 F=1024 N=4 B=16, at L=512, dropout 0.1), forward + backward without and with nn::Checkpointed on
 //        every block, and with nn::Checkpointed on every block but the last; prints per side the allocator peak above

@@ -1,4 +1,4 @@
-// mla_bench: the decoding measurements of docs/MLA.md. One attention layer, B rows, float32, 1 thread:
+// mla_bench: the decoding measurements of docs/ATTENTION.md (MLA). One attention layer, B rows, float32, 1 thread:
 //   mla_bench [L B reps D H]   (defaults 512 1 7 256 4)
 // decodes L tokens one at a time (positions 0 .. L-1, each step attending to every earlier position) through
 //   mha       nn::MultiheadAttention with the key/value cache of nn/attention.h (decode_linear of in_proj,

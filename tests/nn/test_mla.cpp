@@ -198,7 +198,7 @@ TEST(MultiHeadLatentAttention, CacheHoldsOnlyTheLatentAndTheRopeKey) {
   EXPECT_FALSE(testing::all_close(narrow(written, -1, 5, 4), narrow(kv, -1, 5, 4), 1e-3));  // rotated at 3, 4
   EXPECT_EQ(max_abs(narrow(cache.latent, 1, 0, 3)), 0.0);
   EXPECT_EQ(max_abs(narrow(cache.latent, 1, 5, 1)), 0.0);
-  // The measured configuration of docs/MLA.md: D = 256, 4 heads, float32.
+  // The measured configuration of docs/ATTENTION.md (MLA): D = 256, 4 heads, float32.
   MultiHeadLatentAttention big({.d_model = 256,
                                 .n_heads = 4,
                                 .qk_nope_head_dim = 64,
