@@ -87,7 +87,9 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                             "RotaryEmbedding",
                                             "LinearAttention",
                                             "Checkpointed",
-                                            "MultiHeadLatentAttention"};
+                                            "MultiHeadLatentAttention",
+                                            "CausalLM.mla",
+                                            "CausalLM.linear"};
   std::vector<std::string> names, kinds;
   for (const checks::Check& c : checks::registry()) names.push_back(c.name), kinds.push_back(c.kind);
   std::vector<std::string> expected = ops;
