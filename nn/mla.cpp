@@ -122,7 +122,7 @@ void rms_rows(T* p, int64_t rows, int64_t n, int64_t stride, const T* w, double 
   }
 }
 
-// Row a's position i is at absolute position first[a] + i (tables indexed by the absolute position).
+// Row a's position i is row first[a] + i of the tables.
 template <class T>
 void rope_rows(T* p, int64_t A, int64_t N, int64_t groups, int64_t group, int64_t col, int64_t dr,
                const std::vector<int64_t>& first, const T* cos, const T* sin) {
@@ -263,7 +263,9 @@ Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, const 
                  rows.count.size() == static_cast<size_t>(A),
              me, "rows must list cache_row, start and count for each of the ", A, " input rows, got ",
              rows.cache_row.size(), ", ", rows.start.size(), ", ", rows.count.size());
-  int64_t reach = 0;  // the RoPE table's positions: every fed position, padding included
+  // The RoPE tables cover the fed positions [lo, hi), padding included (only the new positions: a step's cost must
+  // not grow with the positions already cached).
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
   for (size_t a = 0; a < rows.start.size(); ++a) {
     ATTO_CHECK(rows.cache_row[a] >= 0 && rows.cache_row[a] < B, me, "row ", a, ": cache row ", rows.cache_row[a],
                " is outside the cache's ", B, " rows");
@@ -271,7 +273,8 @@ Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, const 
                " must be in [0, N=", N, "]");
     ATTO_CHECK(rows.start[a] >= 0 && rows.start[a] + rows.count[a] <= C, me, "row ", a, ": positions [",
                rows.start[a], ", ", rows.start[a] + rows.count[a], ") fall outside the cache's ", C, " positions");
-    reach = std::max(reach, rows.start[a] + N);
+    lo = std::min(lo, rows.start[a]);
+    hi = std::max(hi, rows.start[a] + N);
   }
   NoGradGuard no_grad;
   // The new positions' queries and [c_KV | k_R] (decode_linear, then RMSNorm and RoPE in place at each row's own
@@ -288,15 +291,18 @@ Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, const 
     });
     q = decode_linear(cq, wq_b->weight);
   }
-  const std::pair<Tensor, Tensor> cos_sin = rotary_cos_sin(reach, dr, 0, opts_.rope_base, x.dtype());
+  if (A == 0) lo = 0;
+  std::vector<int64_t> first(rows.start);  // each row's first position, relative to the tables' first (lo)
+  for (int64_t& f : first) f -= lo;
+  const std::pair<Tensor, Tensor> cos_sin = rotary_cos_sin(hi - lo, dr, lo, opts_.rope_base, x.dtype());
   const Tensor& cos = cos_sin.first;  // a plain reference, not a structured binding: lambdas capture it (clang 14)
   const Tensor& sin = cos_sin.second;
   const size_t es = dtype_size(x.dtype());
   dispatch_float(x.dtype(), me, [&]<typename T>() {
     T* kp = kv.data<T>();
     rms_rows<T>(kp, A * N, dc, W, std::as_const(kv_norm->weight).data<T>(), kv_norm->eps);
-    rope_rows<T>(kp, A, N, 1, W, dc, dr, rows.start, cos.data<T>(), sin.data<T>());
-    rope_rows<T>(q.data<T>(), A, N, H, dn + dr, dn, dr, rows.start, cos.data<T>(), sin.data<T>());
+    rope_rows<T>(kp, A, N, 1, W, dc, dr, first, cos.data<T>(), sin.data<T>());
+    rope_rows<T>(q.data<T>(), A, N, H, dn + dr, dn, dr, first, cos.data<T>(), sin.data<T>());
   });
   char* dst = static_cast<char*>(cache.latent.raw_data());
   const char* src = static_cast<const char*>(kv.const_raw_data());
