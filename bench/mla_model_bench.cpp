@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
     m->eval();
     return m;
   };
-  auto mha = make({}), mla = make({.kind = "mla"}), mla_plain = make({.kind = "mla"}), linear = make({.kind = "linear"});
+  auto mha = make({}), mla = make({.kind = "mla"}), mla_plain = make({.kind = "mla"}),
+       linear = make({.kind = "linear"});
   mla_plain->set_mla_absorbed_decode(false);
   struct Side {
     std::string name;

@@ -114,8 +114,8 @@ Tensor LinearAttention::decode(const Tensor& x, Tensor& state, Tensor& normalize
                                const CachedAttentionRows& rows) const {
   const char* me = "LinearAttention::decode";
   const int64_t E = opts_.embed_dim, H = opts_.num_heads, d = E / H;
-  ATTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == E && x.size(1) > 0, me, "input must be (A, N > 0, E=", E,
-             ")", x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
+  ATTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == E && x.size(1) > 0, me, "input must be (A, N > 0, E=", E, ")",
+             x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
   const int64_t A = x.size(0), N = x.size(1);
   ATTO_CHECK(state.defined() && state.dim() == 4 && state.size(1) == H && state.size(2) == d && state.size(3) == d &&
                  state.dtype() == x.dtype(),
@@ -126,8 +126,8 @@ Tensor LinearAttention::decode(const Tensor& x, Tensor& state, Tensor& normalize
              "normalizer must be (B=", B, ", H=", H, ", ", d, ") of the input's dtype (make_state), got ",
              normalizer.defined() ? str_cat(normalizer.shape()) : std::string("an undefined tensor"));
   ATTO_CHECK(rows.cache_row.size() == static_cast<size_t>(A) && rows.count.size() == static_cast<size_t>(A), me,
-             "rows must list cache_row and count for each of the ", A, " input rows, got ", rows.cache_row.size(),
-             ", ", rows.count.size());
+             "rows must list cache_row and count for each of the ", A, " input rows, got ", rows.cache_row.size(), ", ",
+             rows.count.size());
   for (size_t a = 0; a < rows.count.size(); ++a) {
     ATTO_CHECK(rows.cache_row[a] >= 0 && rows.cache_row[a] < B, me, "row ", a, ": state row ", rows.cache_row[a],
                " is outside the state's ", B, " rows");
@@ -136,10 +136,9 @@ Tensor LinearAttention::decode(const Tensor& x, Tensor& state, Tensor& normalize
   }
   NoGradGuard no_grad;
   const Tensor qkv = decode_linear(x, in_proj_weight, in_proj_bias);  // (A, N, 3E) = [q | k | v]
-  Tensor o = zeros({A, N, E}, {.dtype = x.dtype()});                 // (A, N, E)
+  Tensor o = zeros({A, N, E}, {.dtype = x.dtype()});                  // (A, N, E)
   dispatch_float(x.dtype(), me, [&]<typename T>() {
-    decode_recurrence<T>(qkv.data<T>(), state.data<T>(), normalizer.data<T>(), o.data<T>(), N, H, d, rows,
-                         opts_.eps);
+    decode_recurrence<T>(qkv.data<T>(), state.data<T>(), normalizer.data<T>(), o.data<T>(), N, H, d, rows, opts_.eps);
   });
   return decode_linear(o, out_proj->weight, out_proj->bias);
 }

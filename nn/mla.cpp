@@ -228,8 +228,9 @@ int64_t MultiHeadLatentAttention::cache_bytes_per_token() const {
 }
 
 Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, int64_t start, bool absorbed) const {
-  ATTO_CHECK(x.defined() && x.dim() == 3, "MultiHeadLatentAttention::decode", "input must be (B, N > 0, d_model=",
-             opts_.d_model, ")", x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
+  ATTO_CHECK(x.defined() && x.dim() == 3, "MultiHeadLatentAttention::decode",
+             "input must be (B, N > 0, d_model=", opts_.d_model, ")",
+             x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
   const int64_t W = opts_.kv_lora_rank + opts_.qk_rope_head_dim;
   ATTO_CHECK(cache.latent.defined() && cache.latent.dim() == 3 && cache.latent.size(0) == x.size(0) &&
                  cache.latent.size(2) == W && cache.latent.dtype() == x.dtype(),
@@ -271,8 +272,8 @@ Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, const 
                " is outside the cache's ", B, " rows");
     ATTO_CHECK(rows.count[a] >= 0 && rows.count[a] <= N, me, "row ", a, ": count ", rows.count[a],
                " must be in [0, N=", N, "]");
-    ATTO_CHECK(rows.start[a] >= 0 && rows.start[a] + rows.count[a] <= C, me, "row ", a, ": positions [",
-               rows.start[a], ", ", rows.start[a] + rows.count[a], ") fall outside the cache's ", C, " positions");
+    ATTO_CHECK(rows.start[a] >= 0 && rows.start[a] + rows.count[a] <= C, me, "row ", a, ": positions [", rows.start[a],
+               ", ", rows.start[a] + rows.count[a], ") fall outside the cache's ", C, " positions");
     lo = std::min(lo, rows.start[a]);
     hi = std::max(hi, rows.start[a] + N);
   }
@@ -330,7 +331,7 @@ Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, const 
       if (n > 1)
         ao.attn_mask = x.dtype() == kFloat64 ? causal_offset_mask<double>(n, Tk, first, x.dtype())
                                              : causal_offset_mask<float>(n, Tk, first, x.dtype());
-      const Tensor qa = narrow(narrow(q, 0, a, 1), 1, 0, n);                  // (1, n, H d_qk)
+      const Tensor qa = narrow(narrow(q, 0, a, 1), 1, 0, n);           // (1, n, H d_qk)
       const Tensor oa = multi_head_attention(qa, k, v, H, ao).output;  // (1, n, H d_v)
       std::memcpy(static_cast<char*>(o.raw_data()) + (a * N * H * dv) * es, oa.const_raw_data(),
                   static_cast<size_t>(n * H * dv) * es);
@@ -341,8 +342,8 @@ Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, const 
       absorbed_attention<double>(q.data<double>(), cached.data<double>(), w.data<double>(), o.data<double>(), N, C,
                                  rows, H, dn, dr, dv, dc, scale);
     else
-      absorbed_attention<float>(q.data<float>(), cached.data<float>(), w.data<float>(), o.data<float>(), N, C, rows,
-                                H, dn, dr, dv, dc, scale);
+      absorbed_attention<float>(q.data<float>(), cached.data<float>(), w.data<float>(), o.data<float>(), N, C, rows, H,
+                                dn, dr, dv, dc, scale);
   }
   return decode_linear(o, wo->weight);
 }

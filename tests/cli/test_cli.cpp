@@ -304,7 +304,8 @@ TEST_F(Cli, GradcheckWithNoArgumentsChecksEveryOpAndModule) {
         "LayerNorm", "Dropout", "PositionwiseFeedForward", "MultiheadAttention", "MultiheadAttention.variants",
         "seed::AttentionSublayer", "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM",
         "seed::Transformer", "apply_rotary_emb", "linear_attention", "checkpoint", "RotaryEmbedding",
-        "LinearAttention", "Checkpointed", "MultiHeadLatentAttention", "CausalLM.mla", "CausalLM.linear"}) {
+        "LinearAttention", "Checkpointed", "MultiHeadLatentAttention", "CausalLM.mla",
+        "CausalLM.linear"}) {
     bool found = false;
     for (const std::string& l : lines(r.out)) found = found || l.rfind(std::string(name) + " ", 0) == 0;
     EXPECT_TRUE(found) << name;

@@ -251,8 +251,7 @@ TEST(MlaLinearCache, CropBeyondMaxLen) {
 TEST(MlaLinearCache, BytesPerToken) {
   auto bytes = [](AttentionSpec a, Dtype dt = kFloat32, int64_t D = 32) {
     Generator gen(1);
-    return CausalLM({.vocab = 7, .d_model = D, .n_head = 4, .d_ff = 8, .n_layers = 1, .dtype = dt, .attention = a},
-                    gen)
+    return CausalLM({.vocab = 7, .d_model = D, .n_head = 4, .d_ff = 8, .n_layers = 1, .dtype = dt, .attention = a}, gen)
         .kv_cache_bytes_per_token();
   };
   // D = 32, H = 4, d = 8.
@@ -290,8 +289,8 @@ std::vector<double> mla_entropy_reference(MultiHeadLatentAttention& m, const Ten
   Tensor q = o.q_lora_rank == 0 ? linear(x, m.wq->weight)
                                 : linear(m.q_norm->forward(linear(x, m.wq_a->weight)), m.wq_b->weight);
   q = reshape(q, {B, L, H, dq});
-  Tensor q_pe = reshape(apply_rotary_emb(reshape(narrow(q, -1, dn, dr), {B, L, H * dr}), 0, o.rope_base, dr),
-                        {B, L, H, dr});
+  Tensor q_pe =
+      reshape(apply_rotary_emb(reshape(narrow(q, -1, dn, dr), {B, L, H * dr}), 0, o.rope_base, dr), {B, L, H, dr});
   const std::vector<double> qn = narrow(q, -1, 0, dn).to_vector<double>(), qr = q_pe.to_vector<double>();
   Tensor kv = linear(x, m.wkv_a->weight);
   Tensor c = m.kv_norm->forward(narrow(kv, -1, 0, dc));
@@ -310,7 +309,8 @@ std::vector<double> mla_entropy_reference(MultiHeadLatentAttention& m, const Ten
             acc += qn[static_cast<size_t>(((b * L + i) * H + h) * dn + e)] *
                    kn[static_cast<size_t>(((b * L + j) * H + h) * dn + e)];
           for (int64_t e = 0; e < dr; ++e)
-            acc += qr[static_cast<size_t>(((b * L + i) * H + h) * dr + e)] * kr[static_cast<size_t>((b * L + j) * dr + e)];
+            acc +=
+                qr[static_cast<size_t>(((b * L + i) * H + h) * dr + e)] * kr[static_cast<size_t>((b * L + j) * dr + e)];
           s[static_cast<size_t>(j)] = acc * scale;
         }
         const double mx = *std::max_element(s.begin(), s.end());
@@ -362,8 +362,13 @@ TEST(MlaLinearCache, MlaAttentionDropoutInTheModel) {
   // The block's dropout applies to MLA's probabilities in training mode (as MultiheadAttention's): the same
   // generator replays the same output, another seed gives another one, eval mode has none.
   Generator gen(3);
-  MultiHeadLatentAttention m({.d_model = 16, .n_heads = 2, .qk_nope_head_dim = 8, .qk_rope_head_dim = 4,
-                              .v_head_dim = 8, .kv_lora_rank = 4, .dropout = 0.5},
+  MultiHeadLatentAttention m({.d_model = 16,
+                              .n_heads = 2,
+                              .qk_nope_head_dim = 8,
+                              .qk_rope_head_dim = 4,
+                              .v_head_dim = 8,
+                              .kv_lora_rank = 4,
+                              .dropout = 0.5},
                              gen);
   const Tensor x = randn({2, 5, 16}, gen);
   Generator g1(7), g2(7), g3(8);
@@ -379,9 +384,13 @@ TEST(MlaLinearCache, MlaAttentionDropoutInTheModel) {
   const Tensor e1 = m.forward(x), e2 = m.forward(x);
   EXPECT_TRUE(bitwise_equal(e1, e2));
   EXPECT_FALSE(all_close(e1, a, 1e-3, 1e-3));
-  EXPECT_ATTO_ERROR((MultiHeadLatentAttention({.d_model = 16, .n_heads = 2, .qk_nope_head_dim = 8,
-                                                .qk_rope_head_dim = 4, .v_head_dim = 8, .kv_lora_rank = 4,
-                                                .dropout = 1.0})),
+  EXPECT_ATTO_ERROR((MultiHeadLatentAttention({.d_model = 16,
+                                               .n_heads = 2,
+                                               .qk_nope_head_dim = 8,
+                                               .qk_rope_head_dim = 4,
+                                               .v_head_dim = 8,
+                                               .kv_lora_rank = 4,
+                                               .dropout = 1.0})),
                     "dropout must be in [0, 1)");
   // In the model, the block's dropout is MLA's.
   auto lm = make_lm(kVariants[0], kFloat32);
