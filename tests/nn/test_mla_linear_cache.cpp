@@ -396,3 +396,62 @@ TEST(MlaLinearCache, MlaAttentionDropoutInTheModel) {
   auto lm = make_lm(kVariants[0], kFloat32);
   EXPECT_EQ(lm->block(0)->latent_attn->options().dropout, 0.1);
 }
+
+TEST(MlaLinearCache, ModuleDecodeRowsMatchForwardAndCheckTheirArguments) {
+  // The modules' row-wise decode: two rows of different lengths, fed in two steps with their own starts and a padded
+  // position, equal forward() of each row alone (float64); bad rows are errors naming the row.
+  Generator gen(4);
+  MultiHeadLatentAttention mla({.d_model = 12, .n_heads = 2, .qk_nope_head_dim = 4, .qk_rope_head_dim = 2,
+                                .v_head_dim = 3, .kv_lora_rank = 5, .q_lora_rank = 4, .dtype = kFloat64},
+                               gen);
+  LinearAttention lin({.embed_dim = 12, .num_heads = 3, .causal = true, .dtype = kFloat64}, gen);
+  const Tensor x = randn({2, 5, 12}, gen, {.dtype = kFloat64});  // row 0: 5 positions, row 1: the first 3
+  NoGradGuard no_grad;
+  const Tensor want_mla = mla.forward(x), want_lin = lin.forward(x);  // (2, 5, 12)
+  const Tensor want_mla1 = mla.forward(narrow(x, 1, 0, 3)), want_lin1 = lin.forward(narrow(x, 1, 0, 3));
+  for (bool absorbed : {true, false}) {
+    MlaCache cache = mla.make_cache(2, 6);
+    auto [S, z] = lin.make_state(2);
+    // Step 1: row 0 positions 0..2, row 1 positions 0..1 (its third slot is padding).
+    const CachedAttentionRows first{.cache_row = {0, 1}, .start = {0, 0}, .count = {3, 2}};
+    const Tensor a = mla.decode(narrow(x, 1, 0, 3), cache, first, absorbed);
+    const Tensor la = lin.decode(narrow(x, 1, 0, 3), S, z, first);
+    // Step 2, rows listed in the other order: row 1 position 2, row 0 positions 3..4.
+    const Tensor x2 = cat({narrow(narrow(x, 0, 1, 1), 1, 2, 2), narrow(narrow(x, 0, 0, 1), 1, 3, 2)}, 0);  // (2, 2, 12)
+    const CachedAttentionRows second{.cache_row = {1, 0}, .start = {2, 3}, .count = {1, 2}};
+    const Tensor b = mla.decode(x2, cache, second, absorbed);
+    const Tensor lb = lin.decode(x2, S, z, second);
+    auto at = [](const Tensor& t, int64_t r, int64_t i) { return narrow(narrow(t, 0, r, 1), 1, i, 1); };
+    for (int64_t i = 0; i < 3; ++i) {
+      EXPECT_TRUE(all_close(at(a, 0, i), at(want_mla, 0, i), 1e-12, 1e-12)) << absorbed << " " << i;
+      EXPECT_TRUE(all_close(at(la, 0, i), at(want_lin, 0, i), 1e-12, 1e-12)) << i;
+    }
+    for (int64_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(all_close(at(a, 1, i), at(want_mla1, 1, i), 1e-12, 1e-12)) << absorbed << " " << i;
+      EXPECT_TRUE(all_close(at(la, 1, i), at(want_lin1, 1, i), 1e-12, 1e-12)) << i;
+      EXPECT_TRUE(all_close(at(b, 1, i), at(want_mla, 0, 3 + i), 1e-12, 1e-12)) << absorbed << " " << i;
+      EXPECT_TRUE(all_close(at(lb, 1, i), at(want_lin, 0, 3 + i), 1e-12, 1e-12)) << i;
+    }
+    EXPECT_TRUE(all_close(at(b, 0, 0), at(want_mla1, 1, 2), 1e-12, 1e-12)) << absorbed;
+    EXPECT_TRUE(all_close(at(lb, 0, 0), at(want_lin1, 1, 2), 1e-12, 1e-12));
+    // Padding positions are not cached: cache row 1 position 3 onward is still zero.
+    EXPECT_EQ(sum(narrow(narrow(cache.latent, 0, 1, 1), 1, 3, 3)).item(), 0.0);
+  }
+  MlaCache cache = mla.make_cache(2, 4);
+  auto [S, z] = lin.make_state(2);
+  const Tensor x1 = narrow(x, 1, 0, 2);  // (2, 2, 12)
+  EXPECT_ATTO_ERROR(mla.decode(x1, cache, CachedAttentionRows{.cache_row = {0, 2}, .start = {0, 0}, .count = {2, 2}}),
+                    "row 1: cache row 2 is outside the cache's 2 rows");
+  EXPECT_ATTO_ERROR(mla.decode(x1, cache, CachedAttentionRows{.cache_row = {0, 1}, .start = {0, 3}, .count = {2, 2}}),
+                    "row 1: positions [3, 5) fall outside the cache's 4 positions");
+  EXPECT_ATTO_ERROR(mla.decode(x1, cache, CachedAttentionRows{.cache_row = {0, 1}, .start = {0, 0}, .count = {3, 2}}),
+                    "row 0: count 3 must be in [0, N=2]");
+  EXPECT_ATTO_ERROR(mla.decode(x1, cache, CachedAttentionRows{.cache_row = {0}, .start = {0}, .count = {2}}),
+                    "for each of the 2 input rows");
+  EXPECT_ATTO_ERROR(lin.decode(x1, S, z, CachedAttentionRows{.cache_row = {0, 5}, .start = {0, 0}, .count = {2, 2}}),
+                    "row 1: state row 5 is outside the state's 2 rows");
+  Tensor bad = zeros({2, 3, 4, 3}, {.dtype = kFloat64});
+  EXPECT_ATTO_ERROR(lin.decode(x1, bad, z, CachedAttentionRows{.cache_row = {0, 1}, .start = {0, 0}, .count = {2, 2}}),
+                    "state must be (B, H=3, 4, 4)");
+  EXPECT_EQ(lin.state_bytes_per_row(), 3 * 4 * 5 * 8);
+}
