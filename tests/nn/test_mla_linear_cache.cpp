@@ -401,8 +401,14 @@ TEST(MlaLinearCache, ModuleDecodeRowsMatchForwardAndCheckTheirArguments) {
   // The modules' row-wise decode: two rows of different lengths, fed in two steps with their own starts and a padded
   // position, equal forward() of each row alone (float64); bad rows are errors naming the row.
   Generator gen(4);
-  MultiHeadLatentAttention mla({.d_model = 12, .n_heads = 2, .qk_nope_head_dim = 4, .qk_rope_head_dim = 2,
-                                .v_head_dim = 3, .kv_lora_rank = 5, .q_lora_rank = 4, .dtype = kFloat64},
+  MultiHeadLatentAttention mla({.d_model = 12,
+                                .n_heads = 2,
+                                .qk_nope_head_dim = 4,
+                                .qk_rope_head_dim = 2,
+                                .v_head_dim = 3,
+                                .kv_lora_rank = 5,
+                                .q_lora_rank = 4,
+                                .dtype = kFloat64},
                                gen);
   LinearAttention lin({.embed_dim = 12, .num_heads = 3, .causal = true, .dtype = kFloat64}, gen);
   const Tensor x = randn({2, 5, 12}, gen, {.dtype = kFloat64});  // row 0: 5 positions, row 1: the first 3
