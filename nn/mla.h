@@ -90,9 +90,12 @@ class MultiHeadLatentAttention : public Module {
   /// Causal self-attention of x (B, L, D) at positions 0 .. L-1 -> (B, L, D), through the fused
   /// multi_head_attention op (differentiable).
   Tensor forward(const Tensor& x) override;
-  /// forward(x) and each head's attention row entropies -sum_j p_ij log p_ij (B, H, L) before dropout (the fused
-  /// op's need_entropy; both with history).
-  std::pair<Tensor, Tensor> forward_with_entropy(const Tensor& x);
+  /// Same, with keys blocked where key_padding_mask (B, L) Bool is TRUE (undefined: none); a query whose every
+  /// visible key is blocked gives wo(0) = 0.
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask);
+  /// forward(x, key_padding_mask) and each head's attention row entropies -sum_j p_ij log p_ij (B, H, L) before
+  /// dropout (the fused op's need_entropy; both with history).
+  std::pair<Tensor, Tensor> forward_with_entropy(const Tensor& x, const Tensor& key_padding_mask = Tensor());
   /// The constructor options.
   const MlaOptions& options() const { return opts_; }
 
@@ -126,7 +129,8 @@ class MultiHeadLatentAttention : public Module {
   void set_own_generator(Generator& gen) override { dropout_gen_ = &gen; }
 
  private:
-  std::pair<Tensor, Tensor> attend(const Tensor& x, bool need_entropy);  // (output, entropy or undefined)
+  // (output, entropy or undefined)
+  std::pair<Tensor, Tensor> attend(const Tensor& x, const Tensor& key_padding_mask, bool need_entropy);
   Tensor queries(const Tensor& x) const;  // (B, L, H, d_qk) at positions 0 .. L-1, RoPE applied
   Tensor latents(const Tensor& x) const;  // (B, L, d_c + d_rope) [c_KV | k_R] at positions 0 .. L-1
   MlaOptions opts_;

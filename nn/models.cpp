@@ -128,12 +128,14 @@ Tensor CausalLMBlock::forward(const Tensor& x) { return forward(x, Tensor()); }
 Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
   Tensor h = norm1->forward(x);  // (B, L, D)
   if (self_attn == nullptr) {
-    // mla, linear: causal self-attention without masks (right padding never reaches an earlier position).
+    // mla (with the key padding mask), linear (causal only: right padding never reaches an earlier position).
+    ATTO_CHECK(latent_attn != nullptr || !key_padding_mask.defined(), "CausalLMBlock",
+               "linear attention takes no key padding mask (its running sums have no per-key weights to block)");
     Tensor a;  // (B, L, D)
     if (latent_attn != nullptr && track_entropy_)
-      std::tie(a, last_entropy_) = latent_attn->forward_with_entropy(h);  // entropy (B, H, L)
+      std::tie(a, last_entropy_) = latent_attn->forward_with_entropy(h, key_padding_mask);  // entropy (B, H, L)
     else
-      a = latent_attn != nullptr ? latent_attn->forward(h) : linear_attn->forward(h);
+      a = latent_attn != nullptr ? latent_attn->forward(h, key_padding_mask) : linear_attn->forward(h);
     Tensor y = dropout_add(x, std::move(a), dropout1->p(), dropout1->is_training(), dropout1->generator());
     return dropout_add(y, feed_forward(*ff, norm2->forward(y)), dropout2->p(), dropout2->is_training(),
                        dropout2->generator());

@@ -119,7 +119,8 @@ class CausalLM : public SequenceModel {
   std::string type_name() const override { return "CausalLM"; }
   /// tokens (B, L) Int64 with L <= max_len and ids in [0, vocab) -> logits (B, L, vocab).
   Tensor forward(const Tensor& tokens) override;
-  /// Same; with mask_padding, keys equal to pad_idx are also blocked.
+  /// Same; with mask_padding, keys equal to pad_idx are also blocked (Error for linear attention, which has no
+  /// per-key weights to block).
   Tensor forward(const Tensor& tokens, bool mask_padding);
   /// Keeps (true) or stops keeping (false) every block's last attention weights.
   void store_attention(bool on);

@@ -461,3 +461,21 @@ TEST(MlaLinearCache, ModuleDecodeRowsMatchForwardAndCheckTheirArguments) {
                     "state must be (B, H=3, 4, 4)");
   EXPECT_EQ(lin.state_bytes_per_row(), 3 * 4 * 5 * 8);
 }
+
+TEST(MlaLinearCache, MlaBlocksPadKeysLinearRefusesTheMask) {
+  // forward(tokens, true) blocks pad keys in mla: with a LEFT pad, the real tokens' logits are those of the sequence
+  // without the pad (MLA's RoPE is relative: only the positions' differences enter the scores), float64 1e-10.
+  for (const Variant& v : {kVariants[0], kVariants[2]}) {
+    SCOPED_TRACE(v.name);
+    auto m = make_lm(v, kFloat64);
+    NoGradGuard no_grad;
+    const Tensor padded = m->forward(pack_rows({{0, 4, 5, 6, 3, 7}}, 6, 0), true);  // (1, 6, V), pad at 0
+    const Tensor plain = m->forward(pack_rows({{4, 5, 6, 3, 7}}, 5, 0));            // (1, 5, V)
+    EXPECT_TRUE(all_close(narrow(padded, 1, 1, 5), plain, 1e-10, 1e-10));
+    const Tensor unmasked = m->forward(pack_rows({{0, 4, 5, 6, 3, 7}}, 6, 0), false);
+    EXPECT_FALSE(all_close(narrow(unmasked, 1, 1, 5), plain, 1e-6, 1e-6));  // the mask did something
+  }
+  auto lin = make_lm(kVariants[4], kFloat32);
+  EXPECT_ATTO_ERROR(lin->forward(pack_rows({{4, 0}}, 2, 0), true), "linear attention takes no key padding mask");
+  EXPECT_NO_THROW(lin->forward(pack_rows({{4, 0}}, 2, 0), false));
+}
