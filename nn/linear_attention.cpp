@@ -2,6 +2,9 @@
 
 #include "nn/linear_attention.h"
 
+#include <cmath>
+#include <vector>
+
 #include "autograd/linear_attention.h"
 #include "autograd/matmul.h"
 #include "autograd/shape.h"
@@ -42,6 +45,102 @@ Tensor LinearAttention::forward(const Tensor& query, const Tensor& key, const Te
   Tensor q = project(query, 0, Lq), k = project(key, 1, Lk), v = project(value, 2, Lk);
   Tensor o = linear_attention(q, k, v, is_causal, opts_.eps);  // (B, H, Lq, d)
   return out_proj->forward(reshape(transpose(o, 1, 2), {B, Lq, E}));
+}
+
+std::pair<Tensor, Tensor> LinearAttention::make_state(int64_t B) const {
+  ATTO_CHECK(B > 0, "LinearAttention::make_state", "B must be positive, got ", B);
+  const int64_t H = opts_.num_heads, d = opts_.embed_dim / H;
+  const Dtype dt = in_proj_weight.dtype();
+  return {zeros({B, H, d, d}, {.dtype = dt}), zeros({B, H, d}, {.dtype = dt})};
+}
+
+int64_t LinearAttention::state_bytes_per_row() const {
+  const int64_t H = opts_.num_heads, d = opts_.embed_dim / H;
+  return H * d * (d + 1) * static_cast<int64_t>(dtype_size(in_proj_weight.dtype()));
+}
+
+namespace {
+
+// phi(x) = elu(x) + 1, autograd/linear_attention.cpp's feature map.
+template <typename T>
+T phi(T x) {
+  return x > T(0) ? x + T(1) : std::exp(x);
+}
+
+// The decoding recurrence (see linear_attention.h) for every real position of every fed row and head, in the causal
+// forward's order: S += phi(k) v^T, z += phi(k), then out = phi(q)^T S / (phi(q)^T z + eps).
+// qkv (A, N, 3E) = [q | k | v], S (B, H, d, d), z (B, H, d), out (A, N, E) (padding positions left as they are).
+template <typename T>
+void decode_recurrence(const T* qkv, T* S, T* z, T* out, int64_t N, int64_t H, int64_t d,
+                       const CachedAttentionRows& rows, double eps) {
+  const int64_t E = H * d;
+  std::vector<T> pk(static_cast<size_t>(d)), pq(static_cast<size_t>(d));
+  for (size_t a = 0; a < rows.count.size(); ++a) {
+    const int64_t b = rows.cache_row[a];
+    for (int64_t i = 0; i < rows.count[a]; ++i) {
+      const T* row = qkv + (static_cast<int64_t>(a) * N + i) * 3 * E;
+      for (int64_t h = 0; h < H; ++h) {
+        T* Sh = S + (b * H + h) * d * d;
+        T* zh = z + (b * H + h) * d;
+        const T* q = row + h * d;
+        const T* k = row + E + h * d;
+        const T* v = row + 2 * E + h * d;
+        for (int64_t j = 0; j < d; ++j) pk[static_cast<size_t>(j)] = phi(k[j]);
+        for (int64_t j = 0; j < d; ++j) {
+          const T p = pk[static_cast<size_t>(j)];
+          T* Sj = Sh + j * d;
+          for (int64_t c = 0; c < d; ++c) Sj[c] += p * v[c];
+          zh[j] += p;
+        }
+        for (int64_t j = 0; j < d; ++j) pq[static_cast<size_t>(j)] = phi(q[j]);
+        T* o = out + ((static_cast<int64_t>(a) * N + i) * H + h) * d;
+        T den = T(0);
+        for (int64_t j = 0; j < d; ++j) {
+          const T p = pq[static_cast<size_t>(j)];
+          const T* Sj = Sh + j * d;
+          for (int64_t c = 0; c < d; ++c) o[c] += p * Sj[c];
+          den += p * zh[j];
+        }
+        const T inv = T(1) / (den + static_cast<T>(eps));
+        for (int64_t c = 0; c < d; ++c) o[c] *= inv;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Tensor LinearAttention::decode(const Tensor& x, Tensor& state, Tensor& normalizer,
+                               const CachedAttentionRows& rows) const {
+  const char* me = "LinearAttention::decode";
+  const int64_t E = opts_.embed_dim, H = opts_.num_heads, d = E / H;
+  ATTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == E && x.size(1) > 0, me, "input must be (A, N > 0, E=", E, ")",
+             x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
+  const int64_t A = x.size(0), N = x.size(1);
+  ATTO_CHECK(state.defined() && state.dim() == 4 && state.size(1) == H && state.size(2) == d && state.size(3) == d &&
+                 state.dtype() == x.dtype(),
+             me, "state must be (B, H=", H, ", ", d, ", ", d, ") of the input's dtype (make_state), got ",
+             state.defined() ? str_cat(state.shape()) : std::string("an undefined tensor"));
+  const int64_t B = state.size(0);
+  ATTO_CHECK(normalizer.defined() && normalizer.shape() == (Shape{B, H, d}) && normalizer.dtype() == x.dtype(), me,
+             "normalizer must be (B=", B, ", H=", H, ", ", d, ") of the input's dtype (make_state), got ",
+             normalizer.defined() ? str_cat(normalizer.shape()) : std::string("an undefined tensor"));
+  ATTO_CHECK(rows.cache_row.size() == static_cast<size_t>(A) && rows.count.size() == static_cast<size_t>(A), me,
+             "rows must list cache_row and count for each of the ", A, " input rows, got ", rows.cache_row.size(), ", ",
+             rows.count.size());
+  for (size_t a = 0; a < rows.count.size(); ++a) {
+    ATTO_CHECK(rows.cache_row[a] >= 0 && rows.cache_row[a] < B, me, "row ", a, ": state row ", rows.cache_row[a],
+               " is outside the state's ", B, " rows");
+    ATTO_CHECK(rows.count[a] >= 0 && rows.count[a] <= N, me, "row ", a, ": count ", rows.count[a],
+               " must be in [0, N=", N, "]");
+  }
+  NoGradGuard no_grad;
+  const Tensor qkv = decode_linear(x, in_proj_weight, in_proj_bias);  // (A, N, 3E) = [q | k | v]
+  Tensor o = zeros({A, N, E}, {.dtype = x.dtype()});                  // (A, N, E)
+  dispatch_float(x.dtype(), me, [&]<typename T>() {
+    decode_recurrence<T>(qkv.data<T>(), state.data<T>(), normalizer.data<T>(), o.data<T>(), N, H, d, rows, opts_.eps);
+  });
+  return decode_linear(o, out_proj->weight, out_proj->bias);
 }
 
 std::string LinearAttention::extra_repr() const {

@@ -8,13 +8,21 @@
 // (kaiming_uniform_(a = sqrt(5)), drawn first, as PyTorch builds out_proj before resetting).
 //   out = out_proj(concat_h linear_attention(q_h, k_h, v_h, causal)),  q_h, k_h, v_h (B, H, L, E/H)
 // No softmax, so no 1/sqrt(d) scale, no attention weights and no attention dropout; masks: only causal.
+//
+// Incremental causal decoding (eval, no gradients): the causal form is a recurrence, so the state of a row is the
+// running sums S = sum_j phi(k_j) v_j^T (H, d, d) and z = sum_j phi(k_j) (H, d) over the positions seen so far;
+// a new position adds its key and value to them and reads out_i = phi(q_i)^T S / (phi(q_i)^T z + eps), the causal
+// forward's exact formula in its order of operations. A token costs O(H d^2) whatever its position, and the state
+// is H d (d + 1) numbers per row, not per position.
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "autograd/random.h"
 #include "autograd/tensor.h"
+#include "nn/attention.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 
@@ -43,6 +51,17 @@ class LinearAttention : public Module {
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal);
   /// The constructor options.
   const LinearAttentionOptions& options() const { return opts_; }
+
+  /// An empty decoding state for B rows: {S (B, H, d, d), z (B, H, d)}, zeros in the parameters' dtype.
+  std::pair<Tensor, Tensor> make_state(int64_t B) const;
+  /// Bytes of one row's decoding state: H d (d + 1) * element size, whatever the number of positions.
+  int64_t state_bytes_per_row() const;
+  /// Causal decoding step (no gradients): x (A, N, E) holds A rows' new positions, right-padded (see
+  /// CachedAttentionRows in nn/attention.h: row a's first rows.count[a] positions are real and continue the sums of
+  /// state row rows.cache_row[a]; rows.start is not needed, the sums carry the past). Adds each real position's
+  /// phi(k) v^T and phi(k) to state (B, H, d, d) and normalizer (B, H, d) in place and returns (A, N, E): each real
+  /// position's output as the causal forward gives it; padding positions give out_proj.bias and change no sum.
+  Tensor decode(const Tensor& x, Tensor& state, Tensor& normalizer, const CachedAttentionRows& rows) const;
 
   Tensor in_proj_weight;             ///< (3E, E) rows [W_q; W_k; W_v]
   Tensor in_proj_bias;               ///< (3E), undefined when !bias

@@ -2,10 +2,12 @@
 
 #include "nn/mla.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "autograd/activation.h"
 #include "autograd/attention.h"
@@ -60,22 +62,28 @@ Tensor causal_offset_mask(int64_t N, int64_t Tk, int64_t start, Dtype dtype) {
   return m;
 }
 
-// The absorbed path's attention for every row, query and head, reading the cache and wkv_b in place:
+// The absorbed path's attention for every fed row, real query and head, reading the cache and wkv_b in place:
 //   q' = [q_C,h W_UK,h | q_R,h] (d_c + d_rope), scores = q' [c_KV | k_R]^T * scale over the positions the query sees,
 //   o_h = (softmax(scores) c_KV) W_UV,h^T.
-// q (B, N, H, d_nope + d_rope), cache (B, C, d_c + d_rope), wkv_b (H (d_nope + d_v), d_c) -> out (B, N, H d_v).
-// All heads of one query at once: scores (H, T) = Q' K^T and (H, d_c) = P K_c are two small GEMMs.
+// q (A, N, H, d_nope + d_rope), cache (B, C, d_c + d_rope), wkv_b (H (d_nope + d_v), d_c) -> out (A, N, H d_v) (the
+// padding positions i >= rows.count[a] are left as they are). All heads of one query at once: scores (H, T) = Q' K^T
+// and (H, d_c) = P K_c are two small GEMMs.
 template <class T>
-void absorbed_attention(const T* q, const T* cache, const T* wkvb, T* out, int64_t B, int64_t N, int64_t C,
-                        int64_t start, int64_t H, int64_t dn, int64_t dr, int64_t dv, int64_t dc, double scale) {
+void absorbed_attention(const T* q, const T* cache, const T* wkvb, T* out, int64_t N, int64_t C,
+                        const CachedAttentionRows& rows, int64_t H, int64_t dn, int64_t dr, int64_t dv, int64_t dc,
+                        double scale) {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Row = Eigen::Matrix<T, 1, Eigen::Dynamic>;
   const int64_t W = dc + dr, dq = dn + dr;
-  Mat qq(H, W), sc(H, start + N), lat(H, dc);  // per decode call, reused by every query
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t i = 0; i < N; ++i) {
+  int64_t most = 1;  // the most positions any query sees
+  for (size_t a = 0; a < rows.start.size(); ++a) most = std::max(most, rows.start[a] + rows.count[a]);
+  Mat qq(H, W), sc(H, most), lat(H, dc);  // per decode call, reused by every query
+  for (size_t a = 0; a < rows.start.size(); ++a) {
+    const int64_t b = rows.cache_row[a], start = rows.start[a];
+    const auto ia = static_cast<int64_t>(a);
+    for (int64_t i = 0; i < rows.count[a]; ++i) {
       const int64_t nk = start + i + 1;  // positions this query sees
-      const T* qi = q + (b * N + i) * H * dq;
+      const T* qi = q + (ia * N + i) * H * dq;
       for (int64_t h = 0; h < H; ++h) {
         Eigen::Map<const Mat> w_uk(wkvb + h * (dn + dv) * dc, dn, dc);
         qq.row(h).head(dc).noalias() = Eigen::Map<const Row>(qi + h * dq, dn) * w_uk;
@@ -94,7 +102,7 @@ void absorbed_attention(const T* q, const T* cache, const T* wkvb, T* out, int64
       lat.noalias() = s * keys.leftCols(dc);  // (H, d_c)
       for (int64_t h = 0; h < H; ++h) {
         Eigen::Map<const Mat> w_uv(wkvb + (h * (dn + dv) + dn) * dc, dv, dc);
-        Eigen::Map<Row>(out + ((b * N + i) * H + h) * dv, dv).noalias() = lat.row(h) * w_uv.transpose();
+        Eigen::Map<Row>(out + ((ia * N + i) * H + h) * dv, dv).noalias() = lat.row(h) * w_uv.transpose();
       }
     }
   }
@@ -114,17 +122,19 @@ void rms_rows(T* p, int64_t rows, int64_t n, int64_t stride, const T* w, double 
   }
 }
 
+// Row a's position i is row first[a] + i of the tables.
 template <class T>
-void rope_rows(T* p, int64_t B, int64_t N, int64_t groups, int64_t group, int64_t col, int64_t dr, const T* cos,
-               const T* sin) {
-  for (int64_t b = 0; b < B; ++b)
+void rope_rows(T* p, int64_t A, int64_t N, int64_t groups, int64_t group, int64_t col, int64_t dr,
+               const std::vector<int64_t>& first, const T* cos, const T* sin) {
+  for (int64_t a = 0; a < A; ++a)
     for (int64_t i = 0; i < N; ++i)
       for (int64_t g = 0; g < groups; ++g) {
-        T* x = p + ((b * N + i) * groups + g) * group + col;
+        T* x = p + ((a * N + i) * groups + g) * group + col;
+        const int64_t t = first[static_cast<size_t>(a)] + i;
         for (int64_t k = 0; k < dr / 2; ++k) {
-          const T c = cos[i * dr / 2 + k], s = sin[i * dr / 2 + k], a = x[2 * k], e = x[2 * k + 1];
-          x[2 * k] = a * c - e * s;
-          x[2 * k + 1] = a * s + e * c;
+          const T c = cos[t * dr / 2 + k], s = sin[t * dr / 2 + k], a0 = x[2 * k], e = x[2 * k + 1];
+          x[2 * k] = a0 * c - e * s;
+          x[2 * k + 1] = a0 * s + e * c;
         }
       }
 }
@@ -144,6 +154,7 @@ MultiHeadLatentAttention::MultiHeadLatentAttention(const MlaOptions& options, Ge
   ATTO_CHECK(o.q_lora_rank >= 0, me, "q_lora_rank must be >= 0 (0 = no query compression), got ", o.q_lora_rank);
   ATTO_CHECK(o.rope_base > 0, me, "rope_base must be positive, got ", o.rope_base);
   ATTO_CHECK(o.norm_eps > 0, me, "norm_eps must be positive, got ", o.norm_eps);
+  ATTO_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, me, "dropout must be in [0, 1), got ", o.dropout);
   const int64_t D = o.d_model, H = o.n_heads, dqk = o.qk_nope_head_dim + o.qk_rope_head_dim;
   NoGradGuard no_grad;
   if (o.q_lora_rank == 0) {
@@ -179,7 +190,19 @@ Tensor MultiHeadLatentAttention::latents(const Tensor& x) const {
   return cat({c, r}, -1);
 }
 
-Tensor MultiHeadLatentAttention::forward(const Tensor& x) {
+Tensor MultiHeadLatentAttention::forward(const Tensor& x) { return attend(x, Tensor(), false).first; }
+
+Tensor MultiHeadLatentAttention::forward(const Tensor& x, const Tensor& key_padding_mask) {
+  return attend(x, key_padding_mask, false).first;
+}
+
+std::pair<Tensor, Tensor> MultiHeadLatentAttention::forward_with_entropy(const Tensor& x,
+                                                                         const Tensor& key_padding_mask) {
+  return attend(x, key_padding_mask, true);
+}
+
+std::pair<Tensor, Tensor> MultiHeadLatentAttention::attend(const Tensor& x, const Tensor& key_padding_mask,
+                                                           bool need_entropy) {
   const char* me = "MultiHeadLatentAttention";
   ATTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == opts_.d_model, me,
              "input must be (B, L, d_model=", opts_.d_model, ")",
@@ -196,8 +219,17 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x) {
   AttentionOptions ao;
   ao.is_causal = true;
   ao.scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));
-  Tensor o = multi_head_attention(q, k, v, H, ao).output;  // (B, L, H d_v)
-  return wo->forward(o);
+  ao.dropout_p = is_training() ? opts_.dropout : 0.0;
+  ao.generator = dropout_gen_;
+  ao.need_entropy = need_entropy;
+  if (key_padding_mask.defined()) {
+    ATTO_CHECK(key_padding_mask.dtype() == kBool && key_padding_mask.shape() == (Shape{B, L}), me,
+               "key_padding_mask must be Bool (B=", B, ", L=", L, "), got ", dtype_name(key_padding_mask.dtype()), " ",
+               key_padding_mask.shape());
+    ao.attn_mask = reshape(key_padding_mask, {B, 1, 1, L});  // TRUE = blocked, broadcast over heads and queries
+  }
+  AttentionResult r = multi_head_attention(q, k, v, H, ao);  // output (B, L, H d_v), entropy (B, H, L)
+  return {wo->forward(r.output), r.entropy};
 }
 
 MlaCache MultiHeadLatentAttention::make_cache(int64_t B, int64_t C) const {
@@ -210,72 +242,122 @@ int64_t MultiHeadLatentAttention::cache_bytes_per_token() const {
 }
 
 Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, int64_t start, bool absorbed) const {
+  ATTO_CHECK(x.defined() && x.dim() == 3, "MultiHeadLatentAttention::decode",
+             "input must be (B, N > 0, d_model=", opts_.d_model, ")",
+             x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
+  const int64_t W = opts_.kv_lora_rank + opts_.qk_rope_head_dim;
+  ATTO_CHECK(cache.latent.defined() && cache.latent.dim() == 3 && cache.latent.size(0) == x.size(0) &&
+                 cache.latent.size(2) == W && cache.latent.dtype() == x.dtype(),
+             "MultiHeadLatentAttention::decode", "cache must be (B=", x.size(0), ", C, ", W,
+             ") of the input's dtype (make_cache), got ",
+             cache.latent.defined() ? str_cat(cache.latent.shape()) : std::string("an undefined tensor"));
+  CachedAttentionRows rows;
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    rows.cache_row.push_back(b);
+    rows.start.push_back(start);
+    rows.count.push_back(x.size(1));
+  }
+  return decode(x, cache, rows, absorbed);
+}
+
+Tensor MultiHeadLatentAttention::decode(const Tensor& x, MlaCache& cache, const CachedAttentionRows& rows,
+                                        bool absorbed) const {
   const char* me = "MultiHeadLatentAttention::decode";
   const int64_t H = opts_.n_heads, dn = opts_.qk_nope_head_dim, dr = opts_.qk_rope_head_dim;
   const int64_t dv = opts_.v_head_dim, dc = opts_.kv_lora_rank, W = dc + dr;
   ATTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == opts_.d_model && x.size(1) > 0, me,
-             "input must be (B, N > 0, d_model=", opts_.d_model, ")",
+             "input must be (A, N > 0, d_model=", opts_.d_model, ")",
              x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
-  const int64_t B = x.size(0), N = x.size(1);
-  ATTO_CHECK(cache.latent.defined() && cache.latent.dim() == 3 && cache.latent.size(0) == B &&
-                 cache.latent.size(2) == W && cache.latent.dtype() == x.dtype(),
-             me, "cache must be (B=", B, ", C, ", W, ") of the input's dtype (make_cache), got ",
+  const int64_t A = x.size(0), N = x.size(1);
+  ATTO_CHECK(cache.latent.defined() && cache.latent.dim() == 3 && cache.latent.size(2) == W &&
+                 cache.latent.dtype() == x.dtype(),
+             me, "cache must be (B, C, ", W, ") of the input's dtype (make_cache), got ",
              cache.latent.defined() ? str_cat(cache.latent.shape()) : std::string("an undefined tensor"));
-  const int64_t C = cache.latent.size(1), Tk = start + N;
-  ATTO_CHECK(start >= 0 && Tk <= C, me, "positions [", start, ", ", Tk, ") fall outside the cache's ", C, " positions");
+  const int64_t B = cache.latent.size(0), C = cache.latent.size(1);
+  ATTO_CHECK(rows.cache_row.size() == static_cast<size_t>(A) && rows.start.size() == static_cast<size_t>(A) &&
+                 rows.count.size() == static_cast<size_t>(A),
+             me, "rows must list cache_row, start and count for each of the ", A, " input rows, got ",
+             rows.cache_row.size(), ", ", rows.start.size(), ", ", rows.count.size());
+  // The RoPE tables cover the fed positions [lo, hi), padding included (only the new positions: a step's cost must
+  // not grow with the positions already cached).
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
+  for (size_t a = 0; a < rows.start.size(); ++a) {
+    ATTO_CHECK(rows.cache_row[a] >= 0 && rows.cache_row[a] < B, me, "row ", a, ": cache row ", rows.cache_row[a],
+               " is outside the cache's ", B, " rows");
+    ATTO_CHECK(rows.count[a] >= 0 && rows.count[a] <= N, me, "row ", a, ": count ", rows.count[a],
+               " must be in [0, N=", N, "]");
+    ATTO_CHECK(rows.start[a] >= 0 && rows.start[a] + rows.count[a] <= C, me, "row ", a, ": positions [", rows.start[a],
+               ", ", rows.start[a] + rows.count[a], ") fall outside the cache's ", C, " positions");
+    lo = std::min(lo, rows.start[a]);
+    hi = std::max(hi, rows.start[a] + N);
+  }
   NoGradGuard no_grad;
-  // The new positions' queries and [c_KV | k_R] (decode_linear, then RMSNorm and RoPE in place), the latter
-  // copied into the cache.
-  Tensor kv = decode_linear(x, wkv_a->weight);  // (B, N, W)
-  Tensor q;                                     // (B, N, H d_qk)
+  // The new positions' queries and [c_KV | k_R] (decode_linear, then RMSNorm and RoPE in place at each row's own
+  // positions), the real ones copied into the cache.
+  Tensor kv = decode_linear(x, wkv_a->weight);  // (A, N, W)
+  Tensor q;                                     // (A, N, H d_qk)
   if (opts_.q_lora_rank == 0) {
     q = decode_linear(x, wq->weight);
   } else {
-    Tensor cq = decode_linear(x, wq_a->weight);  // (B, N, q_lora_rank)
+    Tensor cq = decode_linear(x, wq_a->weight);  // (A, N, q_lora_rank)
     dispatch_float(x.dtype(), me, [&]<typename T>() {
-      rms_rows<T>(cq.data<T>(), B * N, opts_.q_lora_rank, opts_.q_lora_rank, std::as_const(q_norm->weight).data<T>(),
+      rms_rows<T>(cq.data<T>(), A * N, opts_.q_lora_rank, opts_.q_lora_rank, std::as_const(q_norm->weight).data<T>(),
                   q_norm->eps);
     });
     q = decode_linear(cq, wq_b->weight);
   }
-  const std::pair<Tensor, Tensor> cos_sin = rotary_cos_sin(N, dr, start, opts_.rope_base, x.dtype());
+  if (A == 0) lo = 0;
+  std::vector<int64_t> first(rows.start);  // each row's first position, relative to the tables' first (lo)
+  for (int64_t& f : first) f -= lo;
+  const std::pair<Tensor, Tensor> cos_sin = rotary_cos_sin(hi - lo, dr, lo, opts_.rope_base, x.dtype());
   const Tensor& cos = cos_sin.first;  // a plain reference, not a structured binding: lambdas capture it (clang 14)
   const Tensor& sin = cos_sin.second;
   const size_t es = dtype_size(x.dtype());
   dispatch_float(x.dtype(), me, [&]<typename T>() {
     T* kp = kv.data<T>();
-    rms_rows<T>(kp, B * N, dc, W, std::as_const(kv_norm->weight).data<T>(), kv_norm->eps);
-    rope_rows<T>(kp, B, N, 1, W, dc, dr, cos.data<T>(), sin.data<T>());
-    rope_rows<T>(q.data<T>(), B, N, H, dn + dr, dn, dr, cos.data<T>(), sin.data<T>());
+    rms_rows<T>(kp, A * N, dc, W, std::as_const(kv_norm->weight).data<T>(), kv_norm->eps);
+    rope_rows<T>(kp, A, N, 1, W, dc, dr, first, cos.data<T>(), sin.data<T>());
+    rope_rows<T>(q.data<T>(), A, N, H, dn + dr, dn, dr, first, cos.data<T>(), sin.data<T>());
   });
   char* dst = static_cast<char*>(cache.latent.raw_data());
   const char* src = static_cast<const char*>(kv.const_raw_data());
-  for (int64_t b = 0; b < B; ++b)
-    std::memcpy(dst + ((b * C + start) * W) * es, src + (b * N * W) * es, static_cast<size_t>(N * W) * es);
+  for (int64_t a = 0; a < A; ++a) {
+    const auto ua = static_cast<size_t>(a);
+    std::memcpy(dst + ((rows.cache_row[ua] * C + rows.start[ua]) * W) * es, src + (a * N * W) * es,
+                static_cast<size_t>(rows.count[ua] * W) * es);
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));
   const Tensor& cached = cache.latent;
-  Tensor o;  // (B, N, H d_v)
+  Tensor o = zeros({A, N, H * dv}, {.dtype = x.dtype()});  // (A, N, H d_v); padding positions stay 0
   if (!absorbed) {
-    Tensor all = narrow(cached, 1, 0, Tk);  // (B, T, W)
-    Tensor kvb = reshape(linear(narrow(all, -1, 0, dc), wkv_b->weight), {B, Tk, H, dn + dv});
-    Tensor k_r = broadcast_to(unsqueeze(narrow(all, -1, dc, dr), 2), {B, Tk, H, dr});
-    Tensor k = reshape(cat({narrow(kvb, -1, 0, dn), k_r}, -1), {B, Tk, H * (dn + dr)});
-    Tensor v = reshape(narrow(kvb, -1, dn, dv), {B, Tk, H * dv});
-    AttentionOptions ao;
-    ao.scale = scale;
-    if (N > 1)
-      ao.attn_mask = x.dtype() == kFloat64 ? causal_offset_mask<double>(N, Tk, start, x.dtype())
-                                           : causal_offset_mask<float>(N, Tk, start, x.dtype());
-    o = multi_head_attention(q, k, v, H, ao).output;
+    // Per row: expand its cached latents into per-head keys and values, then attend.
+    for (int64_t a = 0; a < A; ++a) {
+      const auto ua = static_cast<size_t>(a);
+      const int64_t n = rows.count[ua], first = rows.start[ua], Tk = first + n;
+      if (n == 0) continue;
+      Tensor all = narrow(narrow(cached, 0, rows.cache_row[ua], 1), 1, 0, Tk);  // (1, T, W)
+      Tensor kvb = reshape(linear(narrow(all, -1, 0, dc), wkv_b->weight), {1, Tk, H, dn + dv});
+      Tensor k_r = broadcast_to(unsqueeze(narrow(all, -1, dc, dr), 2), {1, Tk, H, dr});
+      Tensor k = reshape(cat({narrow(kvb, -1, 0, dn), k_r}, -1), {1, Tk, H * (dn + dr)});
+      Tensor v = reshape(narrow(kvb, -1, dn, dv), {1, Tk, H * dv});
+      AttentionOptions ao;
+      ao.scale = scale;
+      if (n > 1)
+        ao.attn_mask = x.dtype() == kFloat64 ? causal_offset_mask<double>(n, Tk, first, x.dtype())
+                                             : causal_offset_mask<float>(n, Tk, first, x.dtype());
+      const Tensor qa = narrow(narrow(q, 0, a, 1), 1, 0, n);           // (1, n, H d_qk)
+      const Tensor oa = multi_head_attention(qa, k, v, H, ao).output;  // (1, n, H d_v)
+      std::memcpy(static_cast<char*>(o.raw_data()) + (a * N * H * dv) * es, oa.const_raw_data(),
+                  static_cast<size_t>(n * H * dv) * es);
+    }
   } else {
-    o = empty({B, N, H * dv}, {.dtype = x.dtype()});
     const Tensor& w = wkv_b->weight;  // read through const: the weight is not marked as written
     if (x.dtype() == kFloat64)
-      absorbed_attention<double>(q.data<double>(), cached.data<double>(), w.data<double>(), o.data<double>(), B, N, C,
-                                 start, H, dn, dr, dv, dc, scale);
+      absorbed_attention<double>(q.data<double>(), cached.data<double>(), w.data<double>(), o.data<double>(), N, C,
+                                 rows, H, dn, dr, dv, dc, scale);
     else
-      absorbed_attention<float>(q.data<float>(), cached.data<float>(), w.data<float>(), o.data<float>(), B, N, C, start,
-                                H, dn, dr, dv, dc, scale);
+      absorbed_attention<float>(q.data<float>(), cached.data<float>(), w.data<float>(), o.data<float>(), N, C, rows, H,
+                                dn, dr, dv, dc, scale);
   }
   return decode_linear(o, wo->weight);
 }

@@ -8,7 +8,9 @@
 //   [c | r]  = wkv_a(x);  c_KV = kv_norm(c) (B, L, kv_lora_rank);  k_R = RoPE(r) (B, L, d_rope), shared by the heads
 //   [k_C,h | v_h] = wkv_b(c_KV) per head (W_UK rows then W_UV rows of each head: (H (d_nope + d_v), kv_lora_rank))
 //   k_h      = [k_C,h | k_R]
-//   out      = wo(concat_h softmax(q_h k_h^T / sqrt(d_qk) + causal) v_h)
+//   out      = wo(concat_h dropout(softmax(q_h k_h^T / sqrt(d_qk) + causal)) v_h)
+// Attention dropout (options.dropout, training mode only) on the probabilities, as MultiheadAttention's (DeepSeek's
+// inference code has none; 0 by default).
 // RoPE is autograd/rope.h's interleaved pairing (2i, 2i+1), as DeepSeek-V3's complex-number apply_rotary_emb. The
 // norms are RMSNorm (eps 1e-6, weight ones) on the latents, as DeepSeek-V2/V3 (kv_a_layernorm / kv_norm); the
 // key/value cache holds the NORMALISED latent. No biases anywhere (DeepSeek's Linear has none).
@@ -22,13 +24,18 @@
 // - absorbed: fold W_UK into the query (q'_h = q_C,h W_UK,h, (kv_lora_rank)) and W_UV after the attention, so the
 //   heads attend to the latent directly: scores_h = q'_h c_KV^T + q_R,h k_R^T, o_h = (softmax(scores_h) c_KV)
 //   W_UV,h^T — multi-query attention over the cache with key [c_KV | k_R] and value c_KV.
+// decode() takes the rows of a batched decode as the key/value cache of MultiheadAttention does
+// (CachedAttentionRows, nn/attention.h): each fed row has its own cache row, first position and count of real
+// (not padding) new positions, so rows with different prompt lengths decode together.
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "autograd/random.h"
 #include "autograd/tensor.h"
+#include "nn/attention.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 
@@ -64,6 +71,7 @@ struct MlaOptions {
   int64_t q_lora_rank = 0;       ///< d_c', the query latent; 0 = no query compression (one wq)
   double rope_base = 10000.0;    ///< RoPE theta base
   double norm_eps = 1e-6;        ///< eps of kv_norm and q_norm
+  double dropout = 0.0;          ///< dropout on the attention probabilities in training mode, in [0, 1)
   Dtype dtype = kFloat32;        ///< parameter dtype (initialised in float32, then converted)
 };
 
@@ -82,6 +90,12 @@ class MultiHeadLatentAttention : public Module {
   /// Causal self-attention of x (B, L, D) at positions 0 .. L-1 -> (B, L, D), through the fused
   /// multi_head_attention op (differentiable).
   Tensor forward(const Tensor& x) override;
+  /// Same, with keys blocked where key_padding_mask (B, L) Bool is TRUE (undefined: none); a query whose every
+  /// visible key is blocked gives wo(0) = 0.
+  Tensor forward(const Tensor& x, const Tensor& key_padding_mask);
+  /// forward(x, key_padding_mask) and each head's attention row entropies -sum_j p_ij log p_ij (B, H, L) before
+  /// dropout (the fused op's need_entropy; both with history).
+  std::pair<Tensor, Tensor> forward_with_entropy(const Tensor& x, const Tensor& key_padding_mask = Tensor());
   /// The constructor options.
   const MlaOptions& options() const { return opts_; }
 
@@ -93,6 +107,11 @@ class MultiHeadLatentAttention : public Module {
   /// [c_KV | k_R] into cache positions [start, start + N) and returns their outputs (B, N, D), each query seeing
   /// cache positions <= its own. absorbed picks the absorbed path, else the plain one (see the file comment).
   Tensor decode(const Tensor& x, MlaCache& cache, int64_t start, bool absorbed = true) const;
+  /// Decoding step of a batch of rows (no gradients): x (A, N, D) holds A rows' new positions, right-padded (see
+  /// CachedAttentionRows): row a's first rows.count[a] positions are rows.start[a] .. of cache row
+  /// rows.cache_row[a]. Writes their [c_KV | k_R] into the cache and returns (A, N, D): each real position's output
+  /// over the cache positions <= its own; padding positions give wo(0) = 0 and are not cached.
+  Tensor decode(const Tensor& x, MlaCache& cache, const CachedAttentionRows& rows, bool absorbed = true) const;
 
   std::shared_ptr<Linear> wq;        ///< D -> H d_qk (q_lora_rank == 0), else undefined
   std::shared_ptr<Linear> wq_a;      ///< D -> q_lora_rank (W_DQ), when q_lora_rank > 0
@@ -106,11 +125,16 @@ class MultiHeadLatentAttention : public Module {
  protected:
   /// "d_model=256, n_heads=4, qk_nope_head_dim=64, ...".
   std::string extra_repr() const override;
+  /// Draws future attention-dropout masks from `gen` (default_generator() until set; set_generator's hook).
+  void set_own_generator(Generator& gen) override { dropout_gen_ = &gen; }
 
  private:
+  // (output, entropy or undefined)
+  std::pair<Tensor, Tensor> attend(const Tensor& x, const Tensor& key_padding_mask, bool need_entropy);
   Tensor queries(const Tensor& x) const;  // (B, L, H, d_qk) at positions 0 .. L-1, RoPE applied
   Tensor latents(const Tensor& x) const;  // (B, L, d_c + d_rope) [c_KV | k_R] at positions 0 .. L-1
   MlaOptions opts_;
+  Generator* dropout_gen_ = nullptr;
 };
 
 }  // namespace attograd::nn

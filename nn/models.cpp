@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "autograd/dropout.h"
 #include "autograd/indexing.h"
@@ -95,7 +96,8 @@ CausalLMBlock::CausalLMBlock(const CausalLMOptions& o, Generator& gen) {
                                     .qk_rope_head_dim = at.rope_dim > 0 ? at.rope_dim : d / 2,
                                     .v_head_dim = d,
                                     .kv_lora_rank = at.kv_rank > 0 ? at.kv_rank : std::max<int64_t>(1, o.d_model / 4),
-                                    .q_lora_rank = at.q_rank},
+                                    .q_lora_rank = at.q_rank,
+                                    .dropout = p},
                          gen));
   } else if (at.kind == "linear") {
     linear_attn = register_module(
@@ -126,8 +128,14 @@ Tensor CausalLMBlock::forward(const Tensor& x) { return forward(x, Tensor()); }
 Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
   Tensor h = norm1->forward(x);  // (B, L, D)
   if (self_attn == nullptr) {
-    // mla, linear: causal self-attention without masks (right padding never reaches an earlier position).
-    Tensor a = latent_attn != nullptr ? latent_attn->forward(h) : linear_attn->forward(h);  // (B, L, D)
+    // mla (with the key padding mask), linear (causal only: right padding never reaches an earlier position).
+    ATTO_CHECK(latent_attn != nullptr || !key_padding_mask.defined(), "CausalLMBlock",
+               "linear attention takes no key padding mask (its running sums have no per-key weights to block)");
+    Tensor a;  // (B, L, D)
+    if (latent_attn != nullptr && track_entropy_)
+      std::tie(a, last_entropy_) = latent_attn->forward_with_entropy(h, key_padding_mask);  // entropy (B, H, L)
+    else
+      a = latent_attn != nullptr ? latent_attn->forward(h, key_padding_mask) : linear_attn->forward(h);
     Tensor y = dropout_add(x, std::move(a), dropout1->p(), dropout1->is_training(), dropout1->generator());
     return dropout_add(y, feed_forward(*ff, norm2->forward(y)), dropout2->p(), dropout2->is_training(),
                        dropout2->generator());
@@ -147,7 +155,7 @@ Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
 }
 
 Tensor CausalLMBlock::forward_cached(const Tensor& x, KVCache& cache, const CachedAttentionRows& rows) {
-  ATTO_CHECK(self_attn != nullptr, "CausalLMBlock", "no key/value cache path for this attention yet");
+  if (self_attn == nullptr) return forward_cached_latent_or_linear(x, cache, rows);
   const MultiheadAttention& a = *self_attn;
   const int64_t E = a.options().embed_dim;
   Tensor qkv = decode_linear(norm1->forward(x), a.in_proj_weight, a.in_proj_bias);  // (A, N, 3E) = [q | k | v]
@@ -158,10 +166,22 @@ Tensor CausalLMBlock::forward_cached(const Tensor& x, KVCache& cache, const Cach
   return y + decode_feed_forward(*ff, norm2->forward(y));  // (A, N, D); dropout is off in eval mode
 }
 
+Tensor CausalLMBlock::forward_cached_latent_or_linear(const Tensor& x, KVCache& cache,
+                                                      const CachedAttentionRows& rows) {
+  const Tensor h = norm1->forward(x);  // (A, N, D)
+  Tensor y;
+  if (latent_attn != nullptr) {
+    MlaCache c{cache.latent};  // shares the storage: decode writes the new latents into cache.latent
+    y = x + latent_attn->decode(h, c, rows, mla_absorbed_);
+  } else {
+    y = x + linear_attn->decode(h, cache.state, cache.normalizer, rows);
+  }
+  return y + decode_feed_forward(*ff, norm2->forward(y));  // (A, N, D); dropout is off in eval mode
+}
+
 void CausalLMBlock::set_track_entropy(bool on) {
   ATTO_CHECK(!on || linear_attn == nullptr, "CausalLMBlock",
              "linear attention has no softmax rows, so no attention entropy to track or regularise");
-  ATTO_CHECK(!on || latent_attn == nullptr, "CausalLMBlock", "mla does not report attention entropies yet");
   track_entropy_ = on;
   if (!on) last_entropy_ = Tensor();
 }
@@ -365,15 +385,15 @@ DecodeState CausalLM::begin_decode(const TokenRows& sources) {
                " is empty (a stream model needs at least one token to continue)");
   DecodeState st = DecodeState::start(sources);
   if (sources.empty()) return st;
-  int64_t longest = 0;
-  for (const auto& s : sources) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompt_tokens(s).size()));
-  // The longest sequence a greedy decode reaches, and never more than the position table (beyond it the window
-  // slides and decode_step recomputes).
-  const int64_t capacity = std::min(options.max_len, longest + std::min(max_decode_len(), options.max_len));
+  const int64_t capacity = decode_capacity(sources);
   const auto B = static_cast<int64_t>(sources.size());
   const Dtype dt = embed->weight.dtype();
   // Attention variants without a cache path decode by recomputing (an empty st.cache).
   const AttentionSpec& at = options.attention;
+  if (at.kind == "mla" || at.kind == "linear") {
+    make_latent_or_linear_caches(st, capacity);
+    return st;
+  }
   if (at.kind != "mha" || at.rope) return st;
   for (const auto& m : *blocks) {
     const MultiheadAttention& a = *static_cast<CausalLMBlock&>(*m).self_attn;
@@ -381,6 +401,51 @@ DecodeState CausalLM::begin_decode(const TokenRows& sources) {
     st.cache.push_back({k, v});
   }
   return st;
+}
+
+int64_t CausalLM::decode_capacity(const TokenRows& sources) const {
+  int64_t longest = 0;
+  for (const auto& s : sources) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompt_tokens(s).size()));
+  // The longest sequence a greedy decode reaches, and never more than the position table (beyond it the window
+  // slides and decode_step recomputes).
+  return std::min(options.max_len, longest + std::min(max_decode_len(), options.max_len));
+}
+
+int64_t CausalLM::cache_capacity(const DecodeState& st) const {
+  if (blocks->empty()) return options.max_len;
+  const KVCache& c = st.cache[0];
+  if (c.value.defined()) return c.value.size(2);
+  if (c.latent.defined()) return c.latent.size(1);
+  return decode_capacity(st.sources);  // linear attention's running sums: as far as begin_decode planned
+}
+
+void CausalLM::make_latent_or_linear_caches(DecodeState& st, int64_t capacity) const {
+  const auto B = static_cast<int64_t>(st.sources.size());
+  for (const auto& m : *blocks) {
+    const CausalLMBlock& blk = static_cast<CausalLMBlock&>(*m);
+    if (blk.latent_attn != nullptr) {
+      st.cache.push_back({.latent = blk.latent_attn->make_cache(B, capacity).latent});
+    } else {
+      auto [s, z] = blk.linear_attn->make_state(B);
+      st.cache.push_back({.state = s, .normalizer = z});
+    }
+  }
+}
+
+int64_t CausalLM::kv_cache_bytes_per_token() const {
+  const AttentionSpec& at = options.attention;
+  const int64_t es = static_cast<int64_t>(dtype_size(embed->weight.dtype()));
+  const int64_t H = options.n_head, d = options.d_model / H;
+  if (at.kind == "mla") {
+    const int64_t rank = at.kv_rank > 0 ? at.kv_rank : std::max<int64_t>(1, options.d_model / 4);
+    return (rank + (at.rope_dim > 0 ? at.rope_dim : d / 2)) * es;
+  }
+  if (at.kind == "linear") return H * d * (d + 1) * es;  // per row, not per token
+  return 2 * (at.kind == "gqa" ? at.kv_heads : H) * d * es;
+}
+
+void CausalLM::set_mla_absorbed_decode(bool absorbed) {
+  for (const auto& m : *blocks) static_cast<CausalLMBlock&>(*m).set_mla_absorbed(absorbed);
 }
 
 Tensor CausalLM::recompute_logits(const DecodeState& st, const std::vector<int64_t>& rows_in) {
@@ -450,7 +515,7 @@ Tensor CausalLM::decode_step(DecodeState& st) {
   if (st.active.empty()) return empty({0, options.vocab}, {.dtype = embed->weight.dtype()});
   if (!st.use_cache || st.cache.size() != blocks->size()) return recompute_logits(st, st.active);
   // Rows whose sequence fits the cache decode from it; longer ones (cropped to max_len) recompute their window.
-  const int64_t capacity = blocks->empty() ? options.max_len : st.cache[0].value.size(2);
+  const int64_t capacity = cache_capacity(st);
   std::vector<int64_t> from_cache, recompute;
   for (int64_t b : st.active) {
     const auto ub = static_cast<size_t>(b);

@@ -75,6 +75,8 @@ class CausalLMBlock : public Module {
   void set_track_entropy(bool on);
   /// Row entropies (B, H, L) of the last forward, with history; undefined unless tracked.
   const Tensor& last_entropy() const { return last_entropy_; }
+  /// mla: decode through the absorbed path (true, the default) or the plain one (false); see nn/mla.h.
+  void set_mla_absorbed(bool absorbed) { mla_absorbed_ = absorbed; }
 
   std::shared_ptr<LayerNorm> norm1;               ///< before self-attention (eps 1e-6)
   std::shared_ptr<MultiheadAttention> self_attn;  ///< causal softmax self-attention with attention dropout (mha,
@@ -91,6 +93,9 @@ class CausalLMBlock : public Module {
   Tensor last_attention_;
   bool track_entropy_ = false;
   Tensor last_entropy_;
+  bool mla_absorbed_ = true;
+  // forward_cached for mla (cache.latent) and linear attention (cache.state, cache.normalizer).
+  Tensor forward_cached_latent_or_linear(const Tensor& x, KVCache& cache, const CachedAttentionRows& rows);
 };
 
 /// Decoder-only pre-LN language model (see the file comment). Parameters: embed.weight (vocab, D) ~ N(0, 1/D)
@@ -114,7 +119,8 @@ class CausalLM : public SequenceModel {
   std::string type_name() const override { return "CausalLM"; }
   /// tokens (B, L) Int64 with L <= max_len and ids in [0, vocab) -> logits (B, L, vocab).
   Tensor forward(const Tensor& tokens) override;
-  /// Same; with mask_padding, keys equal to pad_idx are also blocked.
+  /// Same; with mask_padding, keys equal to pad_idx are also blocked (Error for linear attention, which has no
+  /// per-key weights to block).
   Tensor forward(const Tensor& tokens, bool mask_padding);
   /// Keeps (true) or stops keeping (false) every block's last attention weights.
   void store_attention(bool on);
@@ -149,6 +155,14 @@ class CausalLM : public SequenceModel {
   void track_attention_entropy(bool on) override;
   /// Per block ("layer0", ...): its entropies (B, H, L) from the last forward, rows = the non-padding tokens.
   std::vector<AttentionEntropy> attention_entropies() const override;
+  /// Bytes one block's decoding cache keeps per token, from the options and the parameters' dtype (element size
+  /// es): mha, local, block-sparse 2 H d es; gqa 2 H_kv d es; mla (kv_rank + rope_dim) es. Linear attention keeps
+  /// no per-token cache: its running sums take H d (d + 1) es per ROW whatever the length, which this returns.
+  /// The whole model keeps n_layers times this.
+  int64_t kv_cache_bytes_per_token() const;
+  /// mla: decode through the absorbed path (true, the default: the up-projections folded into the query and the
+  /// output) or the plain one (false: the cached latents expanded into per-head keys and values); the same tokens.
+  void set_mla_absorbed_decode(bool absorbed);
   /// One map per block over src SEP output.
   std::vector<AttentionMap> attention_maps(const std::vector<int64_t>& src,
                                            const std::vector<int64_t>& output) override;
@@ -179,6 +193,12 @@ class CausalLM : public SequenceModel {
   Tensor cached_logits(DecodeState& state, const std::vector<int64_t>& rows);
   // Whether the input adds the sinusoidal table (else positions come from RoPE inside the attention).
   bool uses_position_table() const;
+  // The positions a decode of `sources` can reach: min(max_len, longest prompt + max_decode_len()).
+  int64_t decode_capacity(const TokenRows& sources) const;
+  // The positions st.cache can hold (the running sums of linear attention: decode_capacity).
+  int64_t cache_capacity(const DecodeState& st) const;
+  // begin_decode's caches for mla (one latent cache per block) and linear attention (running sums per block).
+  void make_latent_or_linear_caches(DecodeState& st, int64_t capacity) const;
   // make_batch for a stream model.
   SequenceBatch make_stream_batch(const std::vector<Example>& examples) const;
 

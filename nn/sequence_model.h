@@ -100,10 +100,18 @@ struct ModelSpec {
 };
 
 /// One attention layer's key/value cache (see cached_attention in nn/attention.h): the keys and values of the
-/// positions decoded so far, preallocated to the longest sequence the decode can reach and written in place.
+/// positions decoded so far, preallocated to the longest sequence the decode can reach and written in place. Which
+/// fields a layer uses depends on its attention (the others stay undefined):
+/// - softmax attention with per-head keys (mha, ...): key and value;
+/// - multi-head latent attention (mla): latent only (MlaCache's, nn/mla.h);
+/// - linear attention: state and normalizer, the causal form's running sums (no position axis: a new token costs
+///   O(H d^2) whatever its position; see LinearAttention::decode in nn/linear_attention.h).
 struct KVCache {
   Tensor key = {};    ///< (B, H, d_k, C): keys stored transposed, C = the cache's positions; undefined until made
   Tensor value = {};  ///< (B, H, C, d_v)
+  Tensor latent = {};      ///< mla: (B, C, kv_lora_rank + d_rope), [c_KV | k_R] of every cached position
+  Tensor state = {};       ///< linear: (B, H, d_k, d_v), S = sum_j phi(k_j) v_j^T over the cached positions
+  Tensor normalizer = {};  ///< linear: (B, H, d_k), z = sum_j phi(k_j) over the cached positions
 };
 
 /// The state of an incremental decode. The decoding loop owns `decoded`, `active` and `use_cache`; the model owns

@@ -304,12 +304,13 @@ TEST_F(Cli, GradcheckWithNoArgumentsChecksEveryOpAndModule) {
         "LayerNorm", "Dropout", "PositionwiseFeedForward", "MultiheadAttention", "MultiheadAttention.variants",
         "seed::AttentionSublayer", "TransformerEncoderLayer", "TransformerDecoderLayer", "CausalLM",
         "seed::Transformer", "apply_rotary_emb", "linear_attention", "checkpoint", "RotaryEmbedding",
-        "LinearAttention", "Checkpointed", "MultiHeadLatentAttention"}) {
+        "LinearAttention", "Checkpointed", "MultiHeadLatentAttention", "CausalLM.mla",
+        "CausalLM.linear"}) {
     bool found = false;
     for (const std::string& l : lines(r.out)) found = found || l.rfind(std::string(name) + " ", 0) == 0;
     EXPECT_TRUE(found) << name;
   }
-  EXPECT_NE(r.out.find("74 of 74 checks passed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("76 of 76 checks passed"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos);
 }
 

@@ -923,6 +923,54 @@ std::vector<Check> build_registry() {
                                            " q_lora_rank=", rank),
                                    m, {x}, [&] { return m.forward(x); }, c, o, gen, nullptr);
                }});
+  // CausalLM with multi-head latent attention (query compression on, attention dropout replayed, pad keys blocked
+  // with --mask padding) and with linear attention (causal only: it takes no key mask): every parameter of the model.
+  r.push_back({"CausalLM.mla", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 47), drop(0);
+                 const int64_t rank = std::max<int64_t>(2, c.d_model / 4);
+                 nn::CausalLM m({.vocab = 7,
+                                 .d_model = c.d_model,
+                                 .n_head = c.heads,
+                                 .d_ff = 2 * c.d_model,
+                                 .n_layers = c.layers,
+                                 .dropout = c.dropout,
+                                 .max_len = c.len,
+                                 .pad_idx = 0,
+                                 .attention = {.kind = "mla", .kv_rank = rank, .q_rank = rank, .rope_dim = 2}},
+                                gen);
+                 m.set_generator(drop);
+                 std::vector<int64_t> v = random_tokens(c.batch, c.len, 1, 7, gen);
+                 const bool padding = c.mask == "padding";
+                 if (padding) {
+                   const Tensor kpm = key_padding(c);
+                   for (int64_t i = 0; i < c.batch * c.len; ++i)
+                     if (kpm.flat(i) != 0) v[static_cast<size_t>(i)] = 0;
+                 }
+                 Tensor t = tokens(v, c.batch, c.len);
+                 return module_run("CausalLM.mla",
+                                   str_cat(module_conf(c, false), " layers=", c.layers, " causal",
+                                           padding ? "+padding" : "", " mla kv_rank=", rank, " q_rank=", rank,
+                                           " rope_dim=2"),
+                                   m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
+               }});
+  r.push_back({"CausalLM.linear", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 48), drop(0);
+                 nn::CausalLM m({.vocab = 7,
+                                 .d_model = c.d_model,
+                                 .n_head = c.heads,
+                                 .d_ff = 2 * c.d_model,
+                                 .n_layers = c.layers,
+                                 .dropout = c.dropout,
+                                 .max_len = c.len,
+                                 .pad_idx = 0,
+                                 .attention = {.kind = "linear"}},
+                                gen);
+                 m.set_generator(drop);
+                 Tensor t = tokens(random_tokens(c.batch, c.len, 1, 7, gen), c.batch, c.len);
+                 return module_run("CausalLM.linear",
+                                   str_cat(module_conf(c, false), " layers=", c.layers, " causal linear attention"), m,
+                                   {}, [&] { return m.forward(t); }, c, o, gen, &drop);
+               }});
   return r;
 }
 

@@ -87,7 +87,9 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                             "RotaryEmbedding",
                                             "LinearAttention",
                                             "Checkpointed",
-                                            "MultiHeadLatentAttention"};
+                                            "MultiHeadLatentAttention",
+                                            "CausalLM.mla",
+                                            "CausalLM.linear"};
   std::vector<std::string> names, kinds;
   for (const checks::Check& c : checks::registry()) names.push_back(c.name), kinds.push_back(c.kind);
   std::vector<std::string> expected = ops;
@@ -249,7 +251,8 @@ TEST(GradcheckSuite, AttentionModulesWithMasksDropoutAndFloat32) {
       c.batch = 2;
       c.seed = 3;
       for (const char* name :
-           {"sdpa", "mha", "seed_mha", "encoder_layer", "decoder_layer", "causal_lm", "transformer"}) {
+           {"sdpa", "mha", "seed_mha", "encoder_layer", "decoder_layer", "causal_lm", "transformer", "CausalLM.mla",
+            "CausalLM.linear"}) {
         const checks::CheckResult r = checks::run_checks(name, c).front();
         EXPECT_TRUE(r.result.passed) << name << " mask=" << mask << " " << dtype_name(dtype) << ": "
                                      << r.result.message;
