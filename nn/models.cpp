@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include "autograd/attention.h"
+#include "autograd/checkpoint.h"
 #include "autograd/dropout.h"
 #include "autograd/indexing.h"
 #include "autograd/matmul.h"
@@ -111,7 +113,9 @@ CausalLMBlock::CausalLMBlock(const CausalLMOptions& o, Generator& gen) {
                                                    .window = at.kind == "local" ? at.window : 0,
                                                    .block_size = at.kind == "block-sparse" ? at.block : 0,
                                                    .block_local = 1,
-                                                   .block_global = at.kind == "block-sparse" ? 1 : 0},
+                                                   .block_global = at.kind == "block-sparse" ? 1 : 0,
+                                                   .rope = at.rope,
+                                                   .rope_max_len = o.max_len},
                          gen));
   }
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
@@ -148,12 +152,29 @@ Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
 
 Tensor CausalLMBlock::forward_cached(const Tensor& x, KVCache& cache, const CachedAttentionRows& rows) {
   ATTO_CHECK(self_attn != nullptr, "CausalLMBlock", "no key/value cache path for this attention yet");
-  const MultiheadAttention& a = *self_attn;
-  const int64_t E = a.options().embed_dim;
-  Tensor qkv = decode_linear(norm1->forward(x), a.in_proj_weight, a.in_proj_bias);  // (A, N, 3E) = [q | k | v]
-  write_kv_cache(cache.key, cache.value, qkv, E, qkv, 2 * E, rows);
-  Tensor heads = cached_attention(qkv, 0, cache.key, cache.value, rows,
-                                  1.0 / std::sqrt(static_cast<double>(a.head_dim())), true);  // (A, N, E)
+  MultiheadAttention& a = *self_attn;
+  const MultiheadAttentionOptions& ao = a.options();
+  const int64_t E = ao.embed_dim, H = ao.num_heads, Hkv = a.num_kv_heads(), d = a.head_dim();
+  const int64_t Ekv = Hkv * d;
+  Tensor qkv = decode_linear(norm1->forward(x), a.in_proj_weight, a.in_proj_bias);  // (A, N, E + 2 Ekv) [q | k | v]
+  // RoPE: q and k are H + H_kv adjacent heads, each row rotated at its own absolute positions start[a] + i.
+  if (a.rotary()) rotate_cached_rows_(qkv, 0, H + Hkv, *a.rotary(), rows);
+  write_kv_cache(cache.key, cache.value, qkv, E, qkv, E + Ekv, rows);  // H_kv heads
+  CachedAttentionOptions variants{.num_heads = H, .window = ao.window};
+  if (ao.block_size > 0) {
+    // The model's layout has no random blocks (begin_decode caches nothing otherwise), so a layout over the
+    // cache's positions agrees, block for block, with the one forward() builds for any shorter length.
+    const int64_t C = cache.value.size(2), nb = (C + ao.block_size - 1) / ao.block_size;
+    variants.block_size = ao.block_size;
+    variants.block_layout = bigbird_block_layout({.q_blocks = nb,
+                                                  .k_blocks = nb,
+                                                  .local_blocks = ao.block_local,
+                                                  .global_blocks = ao.block_global,
+                                                  .random_blocks = ao.block_random,
+                                                  .seed = ao.block_seed});
+  }
+  Tensor heads = cached_attention(qkv, 0, cache.key, cache.value, rows, 1.0 / std::sqrt(static_cast<double>(d)), true,
+                                  nullptr, -1, variants);  // (A, N, E)
   Tensor y = x + decode_linear(heads, a.out_proj->weight, a.out_proj->bias);
   return y + decode_feed_forward(*ff, norm2->forward(y));  // (A, N, D); dropout is off in eval mode
 }
@@ -217,8 +238,22 @@ Tensor CausalLM::forward(const Tensor& tokens, bool mask_padding) {
   Tensor x = dropout->forward(embed_with_positions(w, tokens, pe, scale));  // (B, L, D)
   const Tensor kpm = mask_padding && options.pad_idx >= 0 ? key_padding_mask(tokens, options.pad_idx) : Tensor();
   if (track_entropy_) entropy_rows_ = ne(tokens, static_cast<double>(options.pad_idx));  // (B, L) real query rows
-  for (const auto& m : *blocks) x = static_cast<CausalLMBlock&>(*m).forward(x, kpm);
+  const auto n = static_cast<int64_t>(blocks->size());
+  for (int64_t i = 0; i < n; ++i) x = forward_block(i, x, kpm);
   return linear(norm->forward(x), w);  // (B, L, V)
+}
+
+Tensor CausalLM::forward_block(int64_t i, const Tensor& x, const Tensor& kpm) {
+  std::shared_ptr<CausalLMBlock> b = block(i);
+  // Gradient checkpointing: every block but the last (whose activations the backward needs first anyway), when
+  // there is a backward to recompute for. The recomputation replays the dropout masks: checkpoint() restores
+  // default_generator() and the generator given to set_generator(), the only ones the block draws from.
+  const bool ckpt = options.attention.checkpoint && i + 1 < static_cast<int64_t>(blocks->size()) &&
+                    is_grad_enabled() && x.requires_grad();
+  if (!ckpt) return b->forward(x, kpm);
+  CheckpointOptions co;
+  if (generator_ != nullptr) co.generators.push_back(generator_);
+  return checkpoint([b, kpm](const std::vector<Tensor>& in) { return b->forward(in[0], kpm); }, {x}, co);
 }
 
 void CausalLM::store_attention(bool on) {
@@ -226,6 +261,9 @@ void CausalLM::store_attention(bool on) {
 }
 
 void CausalLM::track_attention_entropy(bool on) {
+  ATTO_CHECK(!on || !options.attention.checkpoint, "CausalLM",
+             "attention-entropy tracking does not combine with gradient checkpointing (attention.checkpoint: the "
+             "recomputed blocks keep no entropies with history): turn off checkpointing or entropy tracking");
   for (const auto& m : *blocks) static_cast<CausalLMBlock&>(*m).set_track_entropy(on);
   track_entropy_ = on;
   if (!on) entropy_rows_ = Tensor();
@@ -374,13 +412,23 @@ DecodeState CausalLM::begin_decode(const TokenRows& sources) {
   const Dtype dt = embed->weight.dtype();
   // Attention variants without a cache path decode by recomputing (an empty st.cache).
   const AttentionSpec& at = options.attention;
-  if (at.kind != "mha" || at.rope) return st;
+  if (at.kind == "mla" || at.kind == "linear") return st;
+  make_mha_caches(st, B, capacity, dt);
+  return st;
+}
+
+void CausalLM::make_mha_caches(DecodeState& st, int64_t B, int64_t capacity, Dtype dt) const {
+  // MultiheadAttention kinds (mha, gqa, local, block-sparse; with or without RoPE): per block a cache of its H_kv
+  // key/value heads over every position a row can reach (a local window also caches the whole sequence, not a
+  // ring: cached_attention reads only the window). A block layout with random blocks depends on the sequence
+  // length, so such a model recomputes instead.
+  for (const auto& m : *blocks)
+    if (static_cast<CausalLMBlock&>(*m).self_attn->options().block_random > 0) return;
   for (const auto& m : *blocks) {
     const MultiheadAttention& a = *static_cast<CausalLMBlock&>(*m).self_attn;
-    auto [k, v] = make_kv_cache(B, options.n_head, capacity, a.head_dim(), a.head_dim(), dt);
+    auto [k, v] = make_kv_cache(B, a.num_kv_heads(), capacity, a.head_dim(), a.head_dim(), dt);
     st.cache.push_back({k, v});
   }
-  return st;
 }
 
 Tensor CausalLM::recompute_logits(const DecodeState& st, const std::vector<int64_t>& rows_in) {

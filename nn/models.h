@@ -164,6 +164,8 @@ class CausalLM : public SequenceModel {
  protected:
   /// "vocab=.., d_model=.., ...".
   std::string extra_repr() const override;
+  /// Remembers `gen` for checkpointing (the recomputation replays its draws).
+  void set_own_generator(Generator& gen) override { generator_ = &gen; }
 
  private:
   // The prompt row of a source: src SEP, or src alone for a stream model (the one place that frames a prompt).
@@ -179,10 +181,15 @@ class CausalLM : public SequenceModel {
   Tensor cached_logits(DecodeState& state, const std::vector<int64_t>& rows);
   // Whether the input adds the sinusoidal table (else positions come from RoPE inside the attention).
   bool uses_position_table() const;
+  // Block i of forward(): x (B, L, D) -> (B, L, D), under checkpoint() when options.attention.checkpoint asks.
+  Tensor forward_block(int64_t i, const Tensor& x, const Tensor& kpm);
+  // begin_decode's key/value caches for the MultiheadAttention kinds: one per block, H_kv heads, `capacity` positions.
+  void make_mha_caches(DecodeState& st, int64_t B, int64_t capacity, Dtype dt) const;
   // make_batch for a stream model.
   SequenceBatch make_stream_batch(const std::vector<Example>& examples) const;
 
   ModelSpec spec_;
+  Generator* generator_ = nullptr;  // the one set_generator() gave (the blocks' dropouts draw from it)
   bool track_entropy_ = false;
   Tensor entropy_rows_;  // (B, L) Bool of the last forward's non-padding tokens, when tracking
 };
