@@ -400,8 +400,10 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
     const T s = static_cast<T>(scale);
     std::vector<T> scores(static_cast<size_t>(C));
     std::vector<unsigned char> open(static_cast<size_t>(C));
-    std::vector<unsigned char> saved;  // the plain rule's open[], while a block layout narrows it for one query
-    if (lay != nullptr) saved.reserve(static_cast<size_t>(C));
+    // The keys a query sees, as runs [first, last) of positions: [lo, nk) (the causal rule and the window), cut
+    // to the key blocks its layout row allows; keys outside every run are never read.
+    std::vector<std::pair<int64_t, int64_t>> runs;
+    runs.reserve(lay != nullptr ? static_cast<size_t>(lay_cols) + 1 : 1);
     for (int64_t a = 0; a < A; ++a) {
       const auto ua = static_cast<size_t>(a);
       const int64_t b = rows.cache_row[ua];
@@ -416,43 +418,54 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
         const int64_t p = rows.start[ua] + i;     // the query's position
         const int64_t nk = causal ? p + 1 : C;    // keys this query sees: [lo, nk)
         const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
-        if (lay != nullptr) {
-          saved.assign(open.begin() + lo, open.begin() + nk);
+        runs.clear();
+        if (lay == nullptr) {
+          if (lo < nk) runs.emplace_back(lo, nk);
+        } else {
           const bool* lrow = lay + (p / bs) * lay_cols;
-          for (int64_t j = lo; j < nk; ++j)
-            if (!lrow[j / bs]) open[static_cast<size_t>(j)] = 0;
+          for (int64_t kb = lo / bs; kb * bs < nk; ++kb) {
+            if (!lrow[kb]) continue;
+            const int64_t first = std::max(lo, kb * bs), last = std::min(nk, (kb + 1) * bs);
+            if (!runs.empty() && runs.back().second == first)
+              runs.back().second = last;
+            else
+              runs.emplace_back(first, last);
+          }
         }
         for (int64_t h = 0; h < H; ++h) {
           const T* qv = qp + (a * N + i) * Wq + q_col + h * dk;
           const T* kt = kc + (b * Hkv + h / group) * dk * C;  // (d_k, C)
           T* sc = scores.data();
-          // scores[j] = q . k_j over the transposed keys: a vector of kLanes keys at a time accumulates in a
-          // register over the d_k features (the keys' columns are contiguous in j).
-          int64_t j0 = lo;
-          for (; j0 + kLanes <= nk; j0 += kLanes) {
-            V acc = {}, kv;
-            for (int64_t x = 0; x < dk; ++x) {
-              load64(kv, kt + x * C + j0);
-              acc += qv[x] * kv;
-            }
-            std::memcpy(sc + j0, &acc, sizeof acc);
-          }
-          for (int64_t j = j0; j < nk; ++j) {
-            T acc = 0;
-            for (int64_t x = 0; x < dk; ++x) acc += qv[x] * kt[x * C + j];
-            sc[j] = acc;
-          }
           T m = -std::numeric_limits<T>::infinity();
-          for (int64_t j = lo; j < nk; ++j) {
-            sc[j] = open[static_cast<size_t>(j)] ? sc[j] * s : -std::numeric_limits<T>::infinity();
-            m = std::max(m, sc[j]);
+          for (const auto& [first, last] : runs) {
+            // scores[j] = q . k_j over the transposed keys: a vector of kLanes keys at a time accumulates in a
+            // register over the d_k features (the keys' columns are contiguous in j).
+            int64_t j0 = first;
+            for (; j0 + kLanes <= last; j0 += kLanes) {
+              V acc = {}, kv;
+              for (int64_t x = 0; x < dk; ++x) {
+                load64(kv, kt + x * C + j0);
+                acc += qv[x] * kv;
+              }
+              std::memcpy(sc + j0, &acc, sizeof acc);
+            }
+            for (int64_t j = j0; j < last; ++j) {
+              T acc = 0;
+              for (int64_t x = 0; x < dk; ++x) acc += qv[x] * kt[x * C + j];
+              sc[j] = acc;
+            }
+            for (int64_t j = first; j < last; ++j) {
+              sc[j] = open[static_cast<size_t>(j)] ? sc[j] * s : -std::numeric_limits<T>::infinity();
+              m = std::max(m, sc[j]);
+            }
           }
           if (m == -std::numeric_limits<T>::infinity()) continue;  // every key blocked: zeros
           T sum = 0;
-          for (int64_t j = lo; j < nk; ++j) {
-            sc[j] = std::exp(sc[j] - m);
-            sum += sc[j];
-          }
+          for (const auto& [first, last] : runs)
+            for (int64_t j = first; j < last; ++j) {
+              sc[j] = std::exp(sc[j] - m);
+              sum += sc[j];
+            }
           T* o = op + (a * N + i) * H * dv + h * dv;
           const T* vh = vc + (b * Hkv + h / group) * C * dv;
           const T inv = T(1) / sum;
@@ -460,20 +473,21 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
           int64_t y0 = 0;
           for (; y0 + kLanes <= dv; y0 += kLanes) {
             V acc = {}, vv;
-            for (int64_t j = lo; j < nk; ++j) {
-              load64(vv, vh + j * dv + y0);
-              acc += sc[j] * vv;
-            }
+            for (const auto& [first, last] : runs)
+              for (int64_t j = first; j < last; ++j) {
+                load64(vv, vh + j * dv + y0);
+                acc += sc[j] * vv;
+              }
             acc *= inv;
             std::memcpy(o + y0, &acc, sizeof acc);
           }
           for (int64_t y = y0; y < dv; ++y) {
             T acc = 0;
-            for (int64_t j = lo; j < nk; ++j) acc += sc[j] * vh[j * dv + y];
+            for (const auto& [first, last] : runs)
+              for (int64_t j = first; j < last; ++j) acc += sc[j] * vh[j * dv + y];
             o[y] = acc * inv;
           }
         }
-        if (lay != nullptr) std::copy(saved.begin(), saved.end(), open.begin() + lo);
       }
     }
   });
