@@ -6,6 +6,9 @@
 //      logits = norm(x) embed.weight^T                 (output projection tied to the embedding, no bias)
 //    self_attn is torch.nn.MultiheadAttention's formulation (q, k, v, o projections with bias, attention
 //    dropout); ff = linear2(dropout(relu(linear1(x)))); every LayerNorm has eps 1e-6.
+//    options.attention picks the variant (docs/ATTENTION.md, "In the models"): grouped-query heads, a sliding
+//    window, a BigBird block layout, RoPE on q and k instead of pe (then no pe), mla or linear attention, and
+//    gradient checkpointing of every block but the last (bitwise the same gradients).
 //
 // Masks inside the model follow nn/masks.h (Bool, TRUE = BLOCKED). Attention weights for visualisation: after
 // store_attention(true) every block keeps its last per-head probabilities (B, H, Lq, Lk); off by default (no
@@ -133,7 +136,8 @@ class CausalLM : public SequenceModel {
   /// forward(inputs[0]) -> (B, L, vocab).
   Tensor forward_batch(const SequenceBatch& batch) override;
   /// Prompts src SEP (a stream model: src alone), one per row; allocates one key/value cache per block for every
-  /// row and min(max_len, longest prompt + max_decode_len()) positions.
+  /// row and min(max_len, longest prompt + max_decode_len()) positions, of the block's H_kv heads (every
+  /// MultiheadAttention kind, RoPE included; mla and linear attention decode by recomputing).
   DecodeState begin_decode(const TokenRows& sources) override;
   /// The spec's max_target_len + 1; unbounded for a stream model (sampling asks for any number of tokens).
   int64_t max_decode_len() const override;
@@ -145,7 +149,7 @@ class CausalLM : public SequenceModel {
   /// mask keeps padding out of a row's last position). Both give the same tokens.
   Tensor decode_step(DecodeState& state) override;
   /// Every block computes its self-attention row entropies (on) or stops (off); softmax attention only (Error for
-  /// linear attention).
+  /// linear attention, and with attention.checkpoint: the recomputed blocks keep no entropies with history).
   void track_attention_entropy(bool on) override;
   /// Per block ("layer0", ...): its entropies (B, H, L) from the last forward, rows = the non-padding tokens.
   std::vector<AttentionEntropy> attention_entropies() const override;
