@@ -237,7 +237,8 @@ class Transformer : public SequenceModel {
   /// "seq2seq".
   std::string kind() const override { return "seq2seq"; }
   /// The spec (from build(), or derived from the options: vocab = max(src_vocab, tgt_vocab), max_source_len =
-  /// n_position, max_target_len = n_position - 1).
+  /// n_position, max_target_len = n_position - 1; attention names one variant of the options, as a spec can:
+  /// enc_block, else enc_window, else n_kv_head, and checkpoint).
   const ModelSpec& spec() const override { return spec_; }
   /// inputs {src (B, S), tgt_in (B, T) = BOS tgt}, target (B, T) = tgt EOS (ignore_index after it).
   SequenceBatch make_batch(const std::vector<Example>& examples) const override;
