@@ -10,6 +10,7 @@
 #include "autograd/dropout.h"
 #include "autograd/indexing.h"
 #include "autograd/matmul.h"
+#include "autograd/shape.h"
 #include "nn/init.h"
 #include "nn/masks.h"
 #include "nn/model_helpers.h"
@@ -253,7 +254,20 @@ Tensor CausalLM::forward_block(int64_t i, const Tensor& x, const Tensor& kpm) {
   if (!ckpt) return b->forward(x, kpm);
   CheckpointOptions co;
   if (generator_ != nullptr) co.generators.push_back(generator_);
-  return checkpoint([b, kpm](const std::vector<Tensor>& in) { return b->forward(in[0], kpm); }, {x}, co);
+  if (!track_entropy_)
+    return checkpoint([b, kpm](const std::vector<Tensor>& in) { return b->forward(in[0], kpm); }, {x}, co);
+  // Entropy tracking: the checkpointed function returns [output | entropies] flattened into one tensor, so that
+  // the entropies keep their history through the recomputation (a loss on them reaches the block's parameters).
+  const int64_t B = x.size(0), L = x.size(1), D = x.size(2), H = options.n_head;
+  Tensor packed = checkpoint(
+      [b, kpm](const std::vector<Tensor>& in) {
+        Tensor y = b->forward(in[0], kpm);  // (B, L, D)
+        return cat({reshape(y, {-1}), reshape(b->last_entropy(), {-1})}, 0);
+      },
+      {x}, co);
+  std::vector<Tensor> parts = split(packed, {B * L * D, B * H * L}, 0);
+  b->last_entropy_ = reshape(parts[1], {B, H, L});  // (B, H, L), with history
+  return reshape(parts[0], {B, L, D});
 }
 
 void CausalLM::store_attention(bool on) {
@@ -261,9 +275,6 @@ void CausalLM::store_attention(bool on) {
 }
 
 void CausalLM::track_attention_entropy(bool on) {
-  ATTO_CHECK(!on || !options.attention.checkpoint, "CausalLM",
-             "attention-entropy tracking does not combine with gradient checkpointing (attention.checkpoint: the "
-             "recomputed blocks keep no entropies with history): turn off checkpointing or entropy tracking");
   for (const auto& m : *blocks) static_cast<CausalLMBlock&>(*m).set_track_entropy(on);
   track_entropy_ = on;
   if (!on) entropy_rows_ = Tensor();

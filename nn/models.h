@@ -90,6 +90,7 @@ class CausalLMBlock : public Module {
   std::shared_ptr<Dropout> dropout2;              ///< on the feed-forward branch
 
  private:
+  friend class CausalLM;  // a checkpointed forward hands the entropies with history back through last_entropy_
   bool store_attention_ = false;
   Tensor last_attention_;
   bool track_entropy_ = false;
@@ -149,7 +150,8 @@ class CausalLM : public SequenceModel {
   /// mask keeps padding out of a row's last position). Both give the same tokens.
   Tensor decode_step(DecodeState& state) override;
   /// Every block computes its self-attention row entropies (on) or stops (off); softmax attention only (Error for
-  /// linear attention, and with attention.checkpoint: the recomputed blocks keep no entropies with history).
+  /// linear attention). With attention.checkpoint the entropies of the checkpointed blocks come out of the
+  /// recomputation with their history (bitwise those of the model without checkpointing).
   void track_attention_entropy(bool on) override;
   /// Per block ("layer0", ...): its entropies (B, H, L) from the last forward, rows = the non-padding tokens.
   std::vector<AttentionEntropy> attention_entropies() const override;

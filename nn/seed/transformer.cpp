@@ -7,6 +7,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/matmul.h"
+#include "autograd/shape.h"
 #include "nn/init.h"
 #include "nn/masks.h"
 #include "nn/model_helpers.h"
@@ -138,8 +139,22 @@ Tensor Encoder::forward(const Tensor& src_seq, const Tensor& src_mask) {
     if (checkpoint_ && i + 1 < n && is_grad_enabled() && x.requires_grad()) {
       CheckpointOptions co;
       if (generator_ != nullptr) co.generators.push_back(generator_);
-      x = checkpoint([layer, src_mask](const std::vector<Tensor>& in) { return layer->forward(in[0], src_mask); },
-                     {x}, co);
+      if (!layer->track_entropy_) {
+        x = checkpoint([layer, src_mask](const std::vector<Tensor>& in) { return layer->forward(in[0], src_mask); },
+                       {x}, co);
+        continue;
+      }
+      // Entropy tracking: [output | entropies] flattened into one result, so that the entropies keep their history.
+      const int64_t B = x.size(0), S = x.size(1), D = x.size(2), H = layer->slf_attn->n_head;
+      Tensor packed = checkpoint(
+          [layer, src_mask](const std::vector<Tensor>& in) {
+            Tensor y = layer->forward(in[0], src_mask);  // (B, S, D)
+            return cat({reshape(y, {-1}), reshape(layer->last_entropy(), {-1})}, 0);
+          },
+          {x}, co);
+      std::vector<Tensor> parts = split(packed, {B * S * D, B * H * S}, 0);
+      layer->last_entropy_ = reshape(parts[1], {B, H, S});  // (B, H, S)
+      x = reshape(parts[0], {B, S, D});
     } else {
       x = layer->forward(x, src_mask);
     }
@@ -176,11 +191,28 @@ Tensor Decoder::forward(const Tensor& trg_seq, const Tensor& trg_mask, const Ten
     if (checkpoint_ && i + 1 < n && is_grad_enabled() && (x.requires_grad() || enc_output.requires_grad())) {
       CheckpointOptions co;
       if (generator_ != nullptr) co.generators.push_back(generator_);
-      x = checkpoint(
+      if (!layer->track_entropy_) {
+        x = checkpoint(
+            [layer, trg_mask, src_mask](const std::vector<Tensor>& in) {
+              return layer->forward_memory(in[0], in[2], in[1], trg_mask, src_mask);
+            },
+            {x, enc_output, enc_output}, co);
+        continue;
+      }
+      // Entropy tracking: [output | self entropies | cross entropies] flattened into one result (their history).
+      const int64_t B = x.size(0), T = x.size(1), D = x.size(2), H = layer->slf_attn->n_head;
+      Tensor packed = checkpoint(
           [layer, trg_mask, src_mask](const std::vector<Tensor>& in) {
-            return layer->forward_memory(in[0], in[2], in[1], trg_mask, src_mask);
+            Tensor y = layer->forward_memory(in[0], in[2], in[1], trg_mask, src_mask);  // (B, T, D)
+            return cat({reshape(y, {-1}), reshape(layer->last_self_entropy(), {-1}),
+                        reshape(layer->last_cross_entropy(), {-1})},
+                       0);
           },
           {x, enc_output, enc_output}, co);
+      std::vector<Tensor> parts = split(packed, {B * T * D, B * H * T, B * H * T}, 0);
+      layer->last_self_entropy_ = reshape(parts[1], {B, H, T});   // (B, H, T)
+      layer->last_cross_entropy_ = reshape(parts[2], {B, H, T});  // (B, H, T)
+      x = reshape(parts[0], {B, T, D});
     } else {
       x = layer->forward(x, enc_output, trg_mask, src_mask);
     }
@@ -294,9 +326,6 @@ std::vector<Tensor> Transformer::decoder_cross_attention() const {
 }
 
 void Transformer::track_attention_entropy(bool on) {
-  ATTO_CHECK(!on || !options.checkpoint, "Transformer",
-             "attention-entropy tracking does not combine with gradient checkpointing (attention.checkpoint: the "
-             "recomputed layers keep no entropies with history): turn off checkpointing or entropy tracking");
   for (const auto& m : *encoder->layer_stack) static_cast<EncoderLayer&>(*m).set_track_entropy(on);
   for (const auto& m : *decoder->layer_stack) static_cast<DecoderLayer&>(*m).set_track_entropy(on);
   track_entropy_ = on;

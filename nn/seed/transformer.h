@@ -85,6 +85,7 @@ class EncoderLayer : public Module {
   std::shared_ptr<PositionwiseFeedForward> pos_ffn;  ///< "pos_ffn"
 
  private:
+  friend class Encoder;  // a checkpointed forward hands the entropies with history back through last_entropy_
   bool store_attention_ = false;
   Tensor last_attention_;
   bool track_entropy_ = false;
@@ -135,6 +136,7 @@ class DecoderLayer : public Module {
   std::shared_ptr<PositionwiseFeedForward> pos_ffn;  ///< "pos_ffn"
 
  private:
+  friend class Decoder;  // a checkpointed forward hands the entropies with history back (last_*_entropy_)
   bool store_attention_ = false;
   Tensor last_self_attention_;
   Tensor last_cross_attention_;
@@ -254,7 +256,8 @@ class Transformer : public SequenceModel {
   Tensor decode_step(DecodeState& state) override;
   /// n_position (the decoder reads BOS plus at most n_position - 1 tokens).
   int64_t max_decode_len() const override { return options.n_position; }
-  /// Every attention computes its row entropies (on) or stops (off). Error with checkpointing.
+  /// Every attention computes its row entropies (on) or stops (off); with checkpointing, the checkpointed layers'
+  /// entropies come out of the recomputation with their history.
   void track_attention_entropy(bool on) override;
   /// "enc0", ... (rows: real source tokens), then "dec0.self", "dec0.cross", ... (rows: real target inputs).
   std::vector<AttentionEntropy> attention_entropies() const override;

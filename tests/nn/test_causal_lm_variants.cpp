@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/attention.h"
 #include "autograd/indexing.h"
 #include "autograd/loss.h"
 #include "autograd/memory.h"
@@ -226,18 +227,27 @@ TEST(CausalLMVariants, TrackedEntropiesEqualTheModuleCalledDirectly) {
 
 namespace {
 
-// Gradients of every parameter after one training-mode backward with dropout 0.1, dropout drawn from `gen`.
-std::vector<std::pair<std::string, Tensor>> gradients(AttentionSpec a, bool checkpoint, bool own_generator) {
+// Gradients of every parameter after one training-mode backward with dropout 0.1, dropout drawn from `gen`; with
+// `entropy_reg`, the loss adds the entropy regulariser of every block (lambda 0.1) and the entropies come last.
+std::vector<std::pair<std::string, Tensor>> gradients(AttentionSpec a, bool checkpoint, bool own_generator,
+                                                      bool entropy_reg = false) {
   a.checkpoint = checkpoint;
   auto m = make_lm(a, kFloat32, 24, 11, 0.1, 3);
   m->train();
+  if (entropy_reg) m->track_attention_entropy(true);
   Generator g(123);
   if (own_generator) m->set_generator(g);
   default_generator().manual_seed(77);
   const Tensor tokens = pack_rows({{4, 5, 6, 7, 8, 9, 10, 11}, {7, 8, 9}}, 8, 0);
   Tensor logits = m->forward(tokens);  // (2, 8, 13)
-  cross_entropy(reshape(logits, {16, 13}), reshape(tokens, {16})).backward();
+  Tensor loss = cross_entropy(reshape(logits, {16, 13}), reshape(tokens, {16}));
   std::vector<std::pair<std::string, Tensor>> out;
+  if (entropy_reg)
+    for (const AttentionEntropy& e : m->attention_entropies()) {
+      loss = loss + attention_entropy_loss(e.entropy, 0.1, unsqueeze(e.rows, 1));
+      out.emplace_back(e.label, e.entropy.detach());
+    }
+  loss.backward();
   for (auto& [n, p] : m->named_parameters()) out.emplace_back(n, p.grad());
   return out;
 }
@@ -297,8 +307,21 @@ TEST(CausalLMVariants, CheckpointingLowersThePeakAllocation) {
   EXPECT_LT(static_cast<double>(ckpt), 0.75 * static_cast<double>(plain)) << "plain " << plain << " ckpt " << ckpt;
 }
 
-TEST(CausalLMVariants, CheckpointingAndEntropyTrackingAreRefused) {
-  auto m = make_lm({.kind = "gqa", .kv_heads = 2, .checkpoint = true}, kFloat32);
-  EXPECT_ATTO_ERROR(m->track_attention_entropy(true), "gradient checkpointing");
-  m->track_attention_entropy(false);  // turning it off is always fine
+TEST(CausalLMVariants, CheckpointingWithTheEntropyRegulariserGivesBitwiseEntropiesAndGradients) {
+  // The checkpointed blocks' entropies come out of the recomputation with their history: the regulariser's
+  // gradient reaches every parameter exactly as without checkpointing.
+  for (const AttentionSpec& a : {AttentionSpec{}, AttentionSpec{.kind = "block-sparse", .block = 2, .rope = true}}) {
+    SCOPED_TRACE(a.kind);
+    const auto plain = gradients(a, false, true, true), ckpt = gradients(a, true, true, true);
+    ASSERT_EQ(plain.size(), ckpt.size());
+    ASSERT_EQ(plain[0].first, "layer0");
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_EQ(plain[i].first, ckpt[i].first);
+      ASSERT_TRUE(plain[i].second.defined()) << plain[i].first;
+      EXPECT_TRUE(bitwise_equal(ckpt[i].second, plain[i].second)) << plain[i].first;
+    }
+  }
+  // The regulariser changes the gradients (it is not a no-op through the checkpoint).
+  const auto with = gradients({}, true, true, true), without = gradients({}, true, true, false);
+  EXPECT_FALSE(bitwise_equal(with[3].second, without[0].second)) << with[3].first << " vs " << without[0].first;
 }
