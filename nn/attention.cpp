@@ -103,6 +103,15 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options,
              "window and block_size do not combine with add_bias_kv / add_zero_attn (their extra keys sit outside "
              "every window), got window=", opts_.window, ", block_size=", opts_.block_size);
   const int64_t Ekv = opts_.num_kv_heads * (E / H);  // E unless grouped-query
+  if (opts_.rope) {
+    ATTO_CHECK((E / H) % 2 == 0, kMha, "rope needs an even head_dim (pairs of features), got embed_dim=", E,
+               ", num_heads=", H, ", head_dim=", E / H);
+    ATTO_CHECK(!opts_.add_bias_kv && !opts_.add_zero_attn, kMha,
+               "rope does not combine with add_bias_kv / add_zero_attn (their extra keys have no position)");
+    ATTO_CHECK(opts_.rope_max_len > 0 && opts_.rope_base > 0, kMha, "rope needs rope_max_len > 0 and rope_base > 0, got ",
+               "rope_max_len=", opts_.rope_max_len, ", rope_base=", opts_.rope_base);
+    rotary_ = std::make_shared<RotaryEmbedding>(E / H, opts_.rope_max_len, opts_.rope_base);
+  }
 
   NoGradGuard no_grad;
   // PyTorch builds out_proj (a Linear: weight, then bias from the generator) before _reset_parameters.
@@ -179,7 +188,10 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
   // Self-attention (one tensor as query, key and value, no extra keys) projects q, k and v with one GEMM into a
   // packed (B, L, 3E) tensor that the attention reads in place; otherwise three projections (B, L, E) each.
   const int64_t extra = (opts_.add_bias_kv ? 1 : 0) + (opts_.add_zero_attn ? 1 : 0);
-  const bool packed = same_embed_ && extra == 0 && query.is_same(key) && key.is_same(value);
+  const bool packed = same_embed_ && extra == 0 && query.is_same(key) && key.is_same(value) && !rotary_;
+  if (rotary_)
+    ATTO_CHECK(Lq == Lk && opts.rope_offset >= 0, kMha, "rope needs one position per query and key (Lq == Lk) and ",
+               "rope_offset >= 0, got query ", qs, ", key ", ks, ", rope_offset=", opts.rope_offset);
   const int64_t Lk2 = Lk + extra;
 
   // One mask broadcastable to (B, H, Lq, Lk2). The op applies is_causal itself (and skips the blocked
@@ -217,17 +229,28 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
   } else {
     // In-projections: (B, L, features) -> (B, L, E).
     Tensor wq = q_proj_weight, wk = k_proj_weight, wv = v_proj_weight, bq, bk, bv;
-    if (same_embed_) {
-      std::vector<Tensor> w = Ekv == E ? split(in_proj_weight, E, 0) : split(in_proj_weight, {E, Ekv, Ekv}, 0);
-      wq = w[0], wk = w[1], wv = w[2];
+    Tensor q, k, v;
+    if (same_embed_ && rotary_ && query.is_same(key) && key.is_same(value)) {
+      // RoPE self-attention: one packed projection, split into q (B, L, E), k (B, L, Ekv), v (B, L, Ekv).
+      std::vector<Tensor> qkv = split(linear(query, in_proj_weight, in_proj_bias), {E, Ekv, Ekv}, 2);
+      q = qkv[0], k = qkv[1], v = qkv[2];
+    } else {
+      if (same_embed_) {
+        std::vector<Tensor> w = Ekv == E ? split(in_proj_weight, E, 0) : split(in_proj_weight, {E, Ekv, Ekv}, 0);
+        wq = w[0], wk = w[1], wv = w[2];
+      }
+      if (opts_.bias) {
+        std::vector<Tensor> b = Ekv == E ? split(in_proj_bias, E, 0) : split(in_proj_bias, {E, Ekv, Ekv}, 0);
+        bq = b[0], bk = b[1], bv = b[2];
+      }
+      q = linear(query, wq, bq);  // (B, Lq, E)
+      k = linear(key, wk, bk);    // (B, Lk, Ekv)
+      v = linear(value, wv, bv);  // (B, Lk, Ekv)
     }
-    if (opts_.bias) {
-      std::vector<Tensor> b = Ekv == E ? split(in_proj_bias, E, 0) : split(in_proj_bias, {E, Ekv, Ekv}, 0);
-      bq = b[0], bk = b[1], bv = b[2];
+    if (rotary_) {
+      q = rotary_->forward(q, opts.rope_offset);  // every head's features rotated at its position
+      k = rotary_->forward(k, opts.rope_offset);
     }
-    Tensor q = linear(query, wq, bq);  // (B, Lq, E)
-    Tensor k = linear(key, wk, bk);    // (B, Lk, Ekv)
-    Tensor v = linear(value, wv, bv);  // (B, Lk, Ekv)
     // Extra keys, in PyTorch's order: bias_k / bias_v, then a zero key / value.
     if (opts_.add_bias_kv) {
       k = cat({k, broadcast_to(bias_k, {B, 1, Ekv})}, 1);
@@ -338,16 +361,31 @@ void write_kv_cache(Tensor& key_cache, Tensor& value_cache, const Tensor& k, int
 
 Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache, const Tensor& value_cache,
                         const CachedAttentionRows& rows, double scale, bool causal,
-                        const std::vector<std::vector<int64_t>>* key_tokens, int64_t pad) {
+                        const std::vector<std::vector<int64_t>>* key_tokens, int64_t pad,
+                        const CachedAttentionOptions& variants) {
   ATTO_CHECK(key_cache.dim() == 4 && value_cache.dim() == 4 && q.dim() == 3 && q.dtype() == key_cache.dtype() &&
                  q.dtype() == value_cache.dtype(),
              kCache, "expected queries (A, N, W) and caches (B, H, d_k, C), (B, H, C, d_v) of one dtype, got ",
              q.shape(), ", ", key_cache.shape(), ", ", value_cache.shape());
-  const int64_t B = key_cache.size(0), H = key_cache.size(1), dk = key_cache.size(2), C = key_cache.size(3);
+  const int64_t B = key_cache.size(0), Hkv = key_cache.size(1), dk = key_cache.size(2), C = key_cache.size(3);
   const int64_t dv = value_cache.size(3);
   const int64_t A = q.size(0), N = q.size(1), Wq = q.size(2);
+  const int64_t H = variants.num_heads > 0 ? variants.num_heads : Hkv;
+  ATTO_CHECK(H % Hkv == 0, kCache, "the cache's ", Hkv, " key/value heads must divide the ", H, " query heads");
+  const int64_t group = H / Hkv;  // query heads per cache head
   ATTO_CHECK(q_col >= 0 && q_col + H * dk <= Wq, kCache, "queries ", q.shape(), " from feature ", q_col,
              " do not hold ", H, " heads of ", dk);
+  const int64_t window = variants.window, bs = variants.block_size;
+  ATTO_CHECK(window >= 0 && bs >= 0 && ((window == 0 && bs == 0) || causal), kCache,
+             "window and block_size must be >= 0 and need causal attention, got window=", window, ", block_size=", bs);
+  const Tensor& layout = variants.block_layout;
+  if (bs > 0)
+    ATTO_CHECK(layout.defined() && layout.dtype() == kBool && layout.dim() == 2 && layout.size(0) * bs >= C &&
+                   layout.size(1) * bs >= C,
+               kCache, "block_layout must be Bool covering ", C, " positions in blocks of ", bs, ", got ",
+               layout.defined() ? layout.shape() : Shape{});
+  const bool* lay = bs > 0 ? layout.data<bool>() : nullptr;
+  const int64_t lay_cols = bs > 0 ? layout.size(1) : 0;
   check_rows(rows, A, N, B, kCache);
   ATTO_CHECK(!key_tokens || static_cast<int64_t>(key_tokens->size()) >= B, kCache, "key_tokens has ",
              key_tokens ? key_tokens->size() : 0, " rows for a cache of ", B);
@@ -362,6 +400,10 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
     const T s = static_cast<T>(scale);
     std::vector<T> scores(static_cast<size_t>(C));
     std::vector<unsigned char> open(static_cast<size_t>(C));
+    // The keys a query sees, as runs [first, last) of positions: [lo, nk) (the causal rule and the window), cut
+    // to the key blocks its layout row allows; keys outside every run are never read.
+    std::vector<std::pair<int64_t, int64_t>> runs;
+    runs.reserve(lay != nullptr ? static_cast<size_t>(lay_cols) + 1 : 1);
     for (int64_t a = 0; a < A; ++a) {
       const auto ua = static_cast<size_t>(a);
       const int64_t b = rows.cache_row[ua];
@@ -373,55 +415,76 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
         open[uj] = !kt || (uj < kt->size() && (*kt)[uj] != pad);
       }
       for (int64_t i = 0; i < rows.count[ua]; ++i) {
-        const int64_t nk = causal ? rows.start[ua] + i + 1 : C;  // keys this query sees
+        const int64_t p = rows.start[ua] + i;     // the query's position
+        const int64_t nk = causal ? p + 1 : C;    // keys this query sees: [lo, nk)
+        const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+        runs.clear();
+        if (lay == nullptr) {
+          if (lo < nk) runs.emplace_back(lo, nk);
+        } else {
+          const bool* lrow = lay + (p / bs) * lay_cols;
+          for (int64_t kb = lo / bs; kb * bs < nk; ++kb) {
+            if (!lrow[kb]) continue;
+            const int64_t first = std::max(lo, kb * bs), last = std::min(nk, (kb + 1) * bs);
+            if (!runs.empty() && runs.back().second == first)
+              runs.back().second = last;
+            else
+              runs.emplace_back(first, last);
+          }
+        }
         for (int64_t h = 0; h < H; ++h) {
           const T* qv = qp + (a * N + i) * Wq + q_col + h * dk;
-          const T* kt = kc + (b * H + h) * dk * C;  // (d_k, C)
+          const T* kt = kc + (b * Hkv + h / group) * dk * C;  // (d_k, C)
           T* sc = scores.data();
-          // scores[j] = q . k_j over the transposed keys: a vector of kLanes keys at a time accumulates in a
-          // register over the d_k features (the keys' columns are contiguous in j).
-          int64_t j0 = 0;
-          for (; j0 + kLanes <= nk; j0 += kLanes) {
-            V acc = {}, kv;
-            for (int64_t x = 0; x < dk; ++x) {
-              load64(kv, kt + x * C + j0);
-              acc += qv[x] * kv;
-            }
-            std::memcpy(sc + j0, &acc, sizeof acc);
-          }
-          for (int64_t j = j0; j < nk; ++j) {
-            T acc = 0;
-            for (int64_t x = 0; x < dk; ++x) acc += qv[x] * kt[x * C + j];
-            sc[j] = acc;
-          }
           T m = -std::numeric_limits<T>::infinity();
-          for (int64_t j = 0; j < nk; ++j) {
-            sc[j] = open[static_cast<size_t>(j)] ? sc[j] * s : -std::numeric_limits<T>::infinity();
-            m = std::max(m, sc[j]);
+          for (const auto& [first, last] : runs) {
+            // scores[j] = q . k_j over the transposed keys: a vector of kLanes keys at a time accumulates in a
+            // register over the d_k features (the keys' columns are contiguous in j).
+            int64_t j0 = first;
+            for (; j0 + kLanes <= last; j0 += kLanes) {
+              V acc = {}, kv;
+              for (int64_t x = 0; x < dk; ++x) {
+                load64(kv, kt + x * C + j0);
+                acc += qv[x] * kv;
+              }
+              std::memcpy(sc + j0, &acc, sizeof acc);
+            }
+            for (int64_t j = j0; j < last; ++j) {
+              T acc = 0;
+              for (int64_t x = 0; x < dk; ++x) acc += qv[x] * kt[x * C + j];
+              sc[j] = acc;
+            }
+            for (int64_t j = first; j < last; ++j) {
+              sc[j] = open[static_cast<size_t>(j)] ? sc[j] * s : -std::numeric_limits<T>::infinity();
+              m = std::max(m, sc[j]);
+            }
           }
           if (m == -std::numeric_limits<T>::infinity()) continue;  // every key blocked: zeros
           T sum = 0;
-          for (int64_t j = 0; j < nk; ++j) {
-            sc[j] = std::exp(sc[j] - m);
-            sum += sc[j];
-          }
+          for (const auto& [first, last] : runs)
+            for (int64_t j = first; j < last; ++j) {
+              sc[j] = std::exp(sc[j] - m);
+              sum += sc[j];
+            }
           T* o = op + (a * N + i) * H * dv + h * dv;
-          const T* vh = vc + (b * H + h) * C * dv;
+          const T* vh = vc + (b * Hkv + h / group) * C * dv;
           const T inv = T(1) / sum;
           // o = (sum_j p_j v_j) / sum, kLanes features at a time accumulated in a register over the keys.
           int64_t y0 = 0;
           for (; y0 + kLanes <= dv; y0 += kLanes) {
             V acc = {}, vv;
-            for (int64_t j = 0; j < nk; ++j) {
-              load64(vv, vh + j * dv + y0);
-              acc += sc[j] * vv;
-            }
+            for (const auto& [first, last] : runs)
+              for (int64_t j = first; j < last; ++j) {
+                load64(vv, vh + j * dv + y0);
+                acc += sc[j] * vv;
+              }
             acc *= inv;
             std::memcpy(o + y0, &acc, sizeof acc);
           }
           for (int64_t y = y0; y < dv; ++y) {
             T acc = 0;
-            for (int64_t j = 0; j < nk; ++j) acc += sc[j] * vh[j * dv + y];
+            for (const auto& [first, last] : runs)
+              for (int64_t j = first; j < last; ++j) acc += sc[j] * vh[j * dv + y];
             o[y] = acc * inv;
           }
         }
@@ -429,6 +492,33 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
     }
   });
   return out;
+}
+
+void rotate_cached_rows_(Tensor& x, int64_t col, int64_t heads, RotaryEmbedding& rotary,
+                         const CachedAttentionRows& rows) {
+  const char* me = "rotate_cached_rows_";
+  const int64_t d = rotary.head_dim;
+  ATTO_CHECK(x.dim() == 3 && col >= 0 && heads > 0 && col + heads * d <= x.size(2), me, "x ", x.shape(),
+             " does not hold ", heads, " heads of ", d, " features from feature ", col);
+  const int64_t A = x.size(0), N = x.size(1), W = x.size(2);
+  check_rows(rows, A, N, std::numeric_limits<int64_t>::max(), me);
+  for (int64_t a = 0; a < A; ++a) {
+    const auto ua = static_cast<size_t>(a);
+    const int64_t count = rows.count[ua], start = rows.start[ua];
+    if (count == 0) continue;
+    ATTO_CHECK(start + count <= rotary.max_len, me, "row ", a, " reaches position ", start + count - 1,
+               " beyond the rotary table's max_len ", rotary.max_len);
+    // The row's positions start .. start + count - 1 as one (count, heads * d) slice, rotated by the module (its
+    // tables, so bit for bit its forward's values), then written back.
+    Tensor slice = narrow(narrow(narrow(x, 0, a, 1), 1, 0, count), 2, col, heads * d);  // a copy
+    Tensor r = rotary.forward(slice, start);  // (1, count, heads * d)
+    dispatch_float(x.dtype(), me, [&]<typename T>() {
+      const T* src = r.data<T>();
+      T* dst = x.data<T>();
+      for (int64_t i = 0; i < count; ++i)
+        std::copy(src + i * heads * d, src + (i + 1) * heads * d, dst + (a * N + i) * W + col);
+    });
+  }
 }
 
 namespace {

@@ -20,6 +20,7 @@
 #include "nn/feedforward.h"
 #include "nn/layers.h"
 #include "nn/module.h"
+#include "nn/positional.h"
 
 namespace attograd::nn {
 
@@ -43,6 +44,10 @@ struct MultiheadAttentionOptions {
   int64_t block_global = 0;  ///< BigBird layout: global blocks (the first ones, seen by and seeing every block)
   int64_t block_random = 0;  ///< BigBird layout: random key blocks per query block
   uint64_t block_seed = 0;   ///< BigBird layout: seed of the random blocks (fixed: the same layout every call)
+  bool rope = false;            ///< rotary position embeddings (autograd/rope.h, interleaved pairs) on each head's
+                                ///< queries and keys after the in-projection; needs an even head_dim
+  int64_t rope_max_len = 2048;  ///< RoPE: positions in its cos/sin tables (a forward's offset + L must not exceed it)
+  double rope_base = 10000.0;   ///< RoPE: theta_i = rope_base^(-2i / head_dim)
 };
 
 /// Per-call options of MultiheadAttention::forward (PyTorch's forward keyword arguments).
@@ -60,6 +65,8 @@ struct MhaForwardOptions {
   bool is_causal = false;
   /// Also return each query row's attention entropy (differentiable; for attention_entropy_loss).
   bool need_entropy = false;
+  /// RoPE (options().rope): the position of the first query and key (queries and keys at rope_offset .. + L - 1).
+  int64_t rope_offset = 0;
 };
 
 /// What MultiheadAttention::forward returns.
@@ -87,6 +94,10 @@ struct MhaResult {
 ///   (fan_in E, fan_out (H + 2 H_kv) head_dim) or on each of q/k/v_proj_weight.
 /// - window, block_size (BigBird layout from block_local, block_global, block_random, block_seed): the fused op's
 ///   sliding-window and block-sparse attention (see autograd/attention.h); not with add_bias_kv / add_zero_attn.
+/// - rope: the queries and keys of every head rotated by RoPE (nn::RotaryEmbedding: interleaved pairs (2i, 2i+1),
+///   angle p * rope_base^(-2i / head_dim)) at positions rope_offset + 0 .. L-1 after the in-projection (and its
+///   bias), before the attention; no parameters (the tables are not buffers). Self-attention or equal lengths
+///   (one position per query and key); not with add_bias_kv / add_zero_attn.
 class MultiheadAttention : public Module {
  public:
   /// Creates the parameters, drawing their initial values from `gen`.
@@ -110,6 +121,8 @@ class MultiheadAttention : public Module {
   int64_t num_kv_heads() const { return opts_.num_kv_heads; }
   /// "MultiheadAttention".
   std::string type_name() const override { return "MultiheadAttention"; }
+  /// The rotary embedding of the queries and keys (options().rope), else null. Not a child: no state.
+  const std::shared_ptr<RotaryEmbedding>& rotary() const { return rotary_; }
 
   Tensor in_proj_weight;             ///< (3E, E) rows [W_q; W_k; W_v] ((H + 2 H_kv) head_dim, E) with grouped-query
                                      ///< attention), or undefined when kdim/vdim differ from E
@@ -129,6 +142,7 @@ class MultiheadAttention : public Module {
   MultiheadAttentionOptions opts_;
   bool same_embed_ = true;
   Generator* dropout_gen_ = nullptr;
+  std::shared_ptr<RotaryEmbedding> rotary_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -147,6 +161,21 @@ struct CachedAttentionRows {
   std::vector<int64_t> count = {};      ///< per a: its real new positions (the rest of the N are padding)
 };
 
+/// The attention variants of cached_attention (all off by default: every query head has its own cache head and sees
+/// every position the causal rule allows).
+struct CachedAttentionOptions {
+  /// Query heads H (0 = the cache's heads H_kv); H_kv must divide it: query head h reads cache head h / (H / H_kv)
+  /// (grouped-query attention; the cache holds H_kv heads).
+  int64_t num_heads = 0;
+  /// Sliding window (0 = off; causal only): the query at position p sees cache positions p - window < j <= p.
+  int64_t window = 0;
+  /// Block-sparse (0 = off; causal only): the query at position p sees key j only where block_layout[p / block_size,
+  /// j / block_size] is TRUE (AttentionOptions::block_layout's convention), the layout covering the cache's positions.
+  int64_t block_size = 0;
+  /// Bool (>= ceil(C / block_size), >= ceil(C / block_size)) when block_size > 0, TRUE = computed.
+  Tensor block_layout = {};
+};
+
 /// An empty cache for B rows, H heads, C positions: {key (B, H, d_k, C), value (B, H, C, d_v)} in `dtype`.
 std::pair<Tensor, Tensor> make_kv_cache(int64_t B, int64_t H, int64_t C, int64_t d_k, int64_t d_v, Dtype dtype);
 
@@ -161,9 +190,18 @@ void write_kv_cache(Tensor& key_cache, Tensor& value_cache, const Tensor& k, int
 /// [0, start[a] + i]; else every position of the cache (e.g. an encoder output cached once). With key_tokens
 /// (indexed by cache row), key j is blocked where j >= key_tokens[b].size() or key_tokens[b][j] == pad. A query
 /// with every key blocked, and every padding query (i >= count[a]), gives zeros.
+/// With `variants`: grouped-query heads, a sliding window or a block layout (see CachedAttentionOptions); q then
+/// holds H = variants.num_heads heads and out is (A, N, H d_v).
 Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache, const Tensor& value_cache,
                         const CachedAttentionRows& rows, double scale, bool causal,
-                        const std::vector<std::vector<int64_t>>* key_tokens = nullptr, int64_t pad = -1);
+                        const std::vector<std::vector<int64_t>>* key_tokens = nullptr, int64_t pad = -1,
+                        const CachedAttentionOptions& variants = {});
+
+/// RoPE for decoding, in place (no gradients): rotates `heads` groups of head_dim features of x (A, N, W) from
+/// feature col, row a's position i at the absolute position rows.start[a] + i (i < rows.count[a]), with the
+/// tables of `rotary` (bit for bit what rotary.forward gives at those positions).
+void rotate_cached_rows_(Tensor& x, int64_t col, int64_t heads, RotaryEmbedding& rotary,
+                         const CachedAttentionRows& rows);
 
 /// linear(x, weight, bias) for decoding (no gradients): x (..., K), weight (N, K), bias (N) or undefined ->
 /// (..., N). A few rows (at most 16: one token per row of a small batch) take a matrix-vector product that reads

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/checkpoint.h"
 #include "autograd/shape.h"
 #include "nn/model_helpers.h"
 #include "nn/init.h"
@@ -23,6 +24,12 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
   ATTO_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, me, "dropout must be in [0, 1), got ", o.dropout);
   ATTO_CHECK(o.pad_idx < o.vocab && o.sep_idx >= 0 && o.sep_idx < o.vocab, me, "pad_idx ", o.pad_idx,
              " and sep_idx ", o.sep_idx, " must be token ids below vocab=", o.vocab);
+  const AttentionSpec& at = o.attention;
+  at.validate(o.n_head);
+  ATTO_CHECK(at.kind != "mla" && at.kind != "linear", me, "model kind \"encoder\" does not support attention ", at.kind,
+             " (supported: mha, gqa, local, block-sparse; use the lm model)");
+  ATTO_CHECK(!at.rope, me, "model kind \"encoder\" does not support attention.rope (--rope): it keeps its sinusoidal "
+             "position table");
   spec_ = {.vocab = o.vocab,
            .layers = o.n_layers,
            .d_model = o.d_model,
@@ -32,7 +39,8 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
            .max_source_len = o.max_len - 1,
            .max_target_len = o.max_len - 1,
            .aligned = true,
-           .specials = {.pad = o.pad_idx, .sep = o.sep_idx}};
+           .specials = {.pad = o.pad_idx, .sep = o.sep_idx},
+           .attention = o.attention};
   embed = register_module("embed", std::make_shared<Embedding>(o.vocab, o.d_model, -1, gen));
   {
     NoGradGuard no_grad;
@@ -42,8 +50,14 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
   layers = register_module("layers", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < o.n_layers; ++i)
     layers->push_back(std::make_shared<TransformerEncoderLayer>(
-        TransformerEncoderLayerOptions{
-            .d_model = o.d_model, .nhead = o.n_head, .dim_feedforward = o.d_ff, .dropout = o.dropout, .norm_first = true},
+        TransformerEncoderLayerOptions{.d_model = o.d_model,
+                                       .nhead = o.n_head,
+                                       .dim_feedforward = o.d_ff,
+                                       .dropout = o.dropout,
+                                       .norm_first = true,
+                                       .num_kv_heads = at.kind == "gqa" ? at.kv_heads : 0,
+                                       .window = at.kind == "local" ? at.window : 0,
+                                       .block_size = at.kind == "block-sparse" ? at.block : 0},
         gen));
   norm = register_module("norm", std::make_shared<LayerNorm>(o.d_model));
   head = register_module("head", std::make_shared<Linear>(o.d_model, o.vocab, true, gen));
@@ -62,7 +76,8 @@ std::shared_ptr<SequenceModel> EncoderTagger::build(const ModelSpec& s, Generato
                                                                 .dropout = s.dropout,
                                                                 .max_len = s.max_source_len + 1,
                                                                 .pad_idx = s.specials.pad,
-                                                                .sep_idx = s.specials.sep},
+                                                                .sep_idx = s.specials.sep,
+                                                                .attention = s.attention},
                                            gen);
   m->spec_ = s;
   return m;
@@ -74,8 +89,21 @@ Tensor EncoderTagger::forward(const Tensor& tokens) {
   const Tensor kpm = options.pad_idx >= 0 ? detail::key_padding_mask(tokens, options.pad_idx) : Tensor();  // (B, L)
   Tensor x = embed->forward(tokens) * std::sqrt(static_cast<double>(options.d_model));  // (B, L, D)
   x = pos->forward(x);
-  for (const auto& m : *layers)
-    x = static_cast<TransformerEncoderLayer&>(*m).forward(x, {.src_key_padding_mask = kpm});
+  const auto n = static_cast<int64_t>(layers->size());
+  for (int64_t i = 0; i < n; ++i) {
+    std::shared_ptr<TransformerEncoderLayer> layer = layers->at<TransformerEncoderLayer>(i);
+    // Checkpointing: every layer but the last recomputes its activations in the backward (dropout replayed from
+    // default_generator() and the generator given to set_generator()).
+    if (options.attention.checkpoint && i + 1 < n && is_grad_enabled() && x.requires_grad()) {
+      CheckpointOptions co;
+      if (generator_ != nullptr) co.generators.push_back(generator_);
+      x = checkpoint(
+          [layer, kpm](const std::vector<Tensor>& in) { return layer->forward(in[0], {.src_key_padding_mask = kpm}); },
+          {x}, co);
+    } else {
+      x = layer->forward(x, {.src_key_padding_mask = kpm});
+    }
+  }
   return head->forward(norm->forward(x));  // (B, L, V)
 }
 
@@ -169,7 +197,8 @@ std::string EncoderTagger::extra_repr() const {
   const EncoderTaggerOptions& o = options;
   return str_cat("vocab=", o.vocab, ", d_model=", o.d_model, ", n_head=", o.n_head, ", d_ff=", o.d_ff,
              ", n_layers=", o.n_layers, ", dropout=", o.dropout, ", max_len=", o.max_len, ", pad_idx=", o.pad_idx,
-             ", sep_idx=", o.sep_idx);
+             ", sep_idx=", o.sep_idx, o.attention == AttentionSpec{} ? std::string() : ", attention=" + o.attention.kind,
+             o.attention.checkpoint ? ", checkpoint=True" : "");
 }
 
 }  // namespace attograd::nn

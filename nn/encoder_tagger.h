@@ -35,6 +35,10 @@ struct EncoderTaggerOptions {
   int64_t pad_idx = 0;    ///< padding token (a blocked key); < 0: none
   int64_t sep_idx = 3;    ///< the token appended to every source
   Dtype dtype = kFloat32; ///< parameter and buffer dtype (drawn as float32, then converted, as to() does)
+  /// The attention variant (docs/ATTENTION.md): mha, gqa, local, block-sparse (every layer's self-attention,
+  /// non-causal: a window sees keys |i - j| <= window) and checkpoint (every layer but the last); an Error naming
+  /// the option for mla, linear and rope.
+  AttentionSpec attention = {};
 };
 
 /// Encoder-only model with a per-position head (see the file comment). Parameters: embed.weight (vocab, D)
@@ -82,10 +86,13 @@ class EncoderTagger : public SequenceModel {
  protected:
   /// "vocab=.., d_model=.., ...".
   std::string extra_repr() const override;
+  /// Remembers `gen` for checkpointing (the recomputation replays its draws).
+  void set_own_generator(Generator& gen) override { generator_ = &gen; }
 
  private:
   Tensor input_tokens(const TokenRows& sources) const;  // (B, L) src SEP, padded
   ModelSpec spec_;
+  Generator* generator_ = nullptr;
 };
 
 }  // namespace attograd::nn

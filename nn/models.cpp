@@ -6,9 +6,12 @@
 #include <limits>
 #include <tuple>
 
+#include "autograd/attention.h"
+#include "autograd/checkpoint.h"
 #include "autograd/dropout.h"
 #include "autograd/indexing.h"
 #include "autograd/matmul.h"
+#include "autograd/shape.h"
 #include "nn/init.h"
 #include "nn/masks.h"
 #include "nn/model_helpers.h"
@@ -113,7 +116,9 @@ CausalLMBlock::CausalLMBlock(const CausalLMOptions& o, Generator& gen) {
                                                    .window = at.kind == "local" ? at.window : 0,
                                                    .block_size = at.kind == "block-sparse" ? at.block : 0,
                                                    .block_local = 1,
-                                                   .block_global = at.kind == "block-sparse" ? 1 : 0},
+                                                   .block_global = at.kind == "block-sparse" ? 1 : 0,
+                                                   .rope = at.rope,
+                                                   .rope_max_len = o.max_len},
                          gen));
   }
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
@@ -156,12 +161,29 @@ Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
 
 Tensor CausalLMBlock::forward_cached(const Tensor& x, KVCache& cache, const CachedAttentionRows& rows) {
   if (self_attn == nullptr) return forward_cached_latent_or_linear(x, cache, rows);
-  const MultiheadAttention& a = *self_attn;
-  const int64_t E = a.options().embed_dim;
-  Tensor qkv = decode_linear(norm1->forward(x), a.in_proj_weight, a.in_proj_bias);  // (A, N, 3E) = [q | k | v]
-  write_kv_cache(cache.key, cache.value, qkv, E, qkv, 2 * E, rows);
-  Tensor heads = cached_attention(qkv, 0, cache.key, cache.value, rows,
-                                  1.0 / std::sqrt(static_cast<double>(a.head_dim())), true);  // (A, N, E)
+  MultiheadAttention& a = *self_attn;
+  const MultiheadAttentionOptions& ao = a.options();
+  const int64_t E = ao.embed_dim, H = ao.num_heads, Hkv = a.num_kv_heads(), d = a.head_dim();
+  const int64_t Ekv = Hkv * d;
+  Tensor qkv = decode_linear(norm1->forward(x), a.in_proj_weight, a.in_proj_bias);  // (A, N, E + 2 Ekv) [q | k | v]
+  // RoPE: q and k are H + H_kv adjacent heads, each row rotated at its own absolute positions start[a] + i.
+  if (a.rotary()) rotate_cached_rows_(qkv, 0, H + Hkv, *a.rotary(), rows);
+  write_kv_cache(cache.key, cache.value, qkv, E, qkv, E + Ekv, rows);  // H_kv heads
+  CachedAttentionOptions variants{.num_heads = H, .window = ao.window};
+  if (ao.block_size > 0) {
+    // The model's layout has no random blocks (begin_decode caches nothing otherwise), so a layout over the
+    // cache's positions agrees, block for block, with the one forward() builds for any shorter length.
+    const int64_t C = cache.value.size(2), nb = (C + ao.block_size - 1) / ao.block_size;
+    variants.block_size = ao.block_size;
+    variants.block_layout = bigbird_block_layout({.q_blocks = nb,
+                                                  .k_blocks = nb,
+                                                  .local_blocks = ao.block_local,
+                                                  .global_blocks = ao.block_global,
+                                                  .random_blocks = ao.block_random,
+                                                  .seed = ao.block_seed});
+  }
+  Tensor heads = cached_attention(qkv, 0, cache.key, cache.value, rows, 1.0 / std::sqrt(static_cast<double>(d)), true,
+                                  nullptr, -1, variants);  // (A, N, E)
   Tensor y = x + decode_linear(heads, a.out_proj->weight, a.out_proj->bias);
   return y + decode_feed_forward(*ff, norm2->forward(y));  // (A, N, D); dropout is off in eval mode
 }
@@ -237,8 +259,35 @@ Tensor CausalLM::forward(const Tensor& tokens, bool mask_padding) {
   Tensor x = dropout->forward(embed_with_positions(w, tokens, pe, scale));  // (B, L, D)
   const Tensor kpm = mask_padding && options.pad_idx >= 0 ? key_padding_mask(tokens, options.pad_idx) : Tensor();
   if (track_entropy_) entropy_rows_ = ne(tokens, static_cast<double>(options.pad_idx));  // (B, L) real query rows
-  for (const auto& m : *blocks) x = static_cast<CausalLMBlock&>(*m).forward(x, kpm);
+  const auto n = static_cast<int64_t>(blocks->size());
+  for (int64_t i = 0; i < n; ++i) x = forward_block(i, x, kpm);
   return linear(norm->forward(x), w);  // (B, L, V)
+}
+
+Tensor CausalLM::forward_block(int64_t i, const Tensor& x, const Tensor& kpm) {
+  std::shared_ptr<CausalLMBlock> b = block(i);
+  // Gradient checkpointing: every block but the last (whose activations the backward needs first anyway), when
+  // there is a backward to recompute for. The recomputation replays the dropout masks: checkpoint() restores
+  // default_generator() and the generator given to set_generator(), the only ones the block draws from.
+  const bool ckpt = options.attention.checkpoint && i + 1 < static_cast<int64_t>(blocks->size()) &&
+                    is_grad_enabled() && x.requires_grad();
+  if (!ckpt) return b->forward(x, kpm);
+  CheckpointOptions co;
+  if (generator_ != nullptr) co.generators.push_back(generator_);
+  if (!track_entropy_)
+    return checkpoint([b, kpm](const std::vector<Tensor>& in) { return b->forward(in[0], kpm); }, {x}, co);
+  // Entropy tracking: the checkpointed function returns [output | entropies] flattened into one tensor, so that
+  // the entropies keep their history through the recomputation (a loss on them reaches the block's parameters).
+  const int64_t B = x.size(0), L = x.size(1), D = x.size(2), H = options.n_head;
+  Tensor packed = checkpoint(
+      [b, kpm](const std::vector<Tensor>& in) {
+        Tensor y = b->forward(in[0], kpm);  // (B, L, D)
+        return cat({reshape(y, {-1}), reshape(b->last_entropy(), {-1})}, 0);
+      },
+      {x}, co);
+  std::vector<Tensor> parts = split(packed, {B * L * D, B * H * L}, 0);
+  b->last_entropy_ = reshape(parts[1], {B, H, L});  // (B, H, L), with history
+  return reshape(parts[0], {B, L, D});
 }
 
 void CausalLM::store_attention(bool on) {
@@ -394,13 +443,22 @@ DecodeState CausalLM::begin_decode(const TokenRows& sources) {
     make_latent_or_linear_caches(st, capacity);
     return st;
   }
-  if (at.kind != "mha" || at.rope) return st;
+  make_mha_caches(st, B, capacity, dt);
+  return st;
+}
+
+void CausalLM::make_mha_caches(DecodeState& st, int64_t B, int64_t capacity, Dtype dt) const {
+  // MultiheadAttention kinds (mha, gqa, local, block-sparse; with or without RoPE): per block a cache of its H_kv
+  // key/value heads over every position a row can reach (a local window also caches the whole sequence, not a
+  // ring: cached_attention reads only the window). A block layout with random blocks depends on the sequence
+  // length, so such a model recomputes instead.
+  for (const auto& m : *blocks)
+    if (static_cast<CausalLMBlock&>(*m).self_attn->options().block_random > 0) return;
   for (const auto& m : *blocks) {
     const MultiheadAttention& a = *static_cast<CausalLMBlock&>(*m).self_attn;
-    auto [k, v] = make_kv_cache(B, options.n_head, capacity, a.head_dim(), a.head_dim(), dt);
+    auto [k, v] = make_kv_cache(B, a.num_kv_heads(), capacity, a.head_dim(), a.head_dim(), dt);
     st.cache.push_back({k, v});
   }
-  return st;
 }
 
 int64_t CausalLM::decode_capacity(const TokenRows& sources) const {

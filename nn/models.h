@@ -6,6 +6,9 @@
 //      logits = norm(x) embed.weight^T                 (output projection tied to the embedding, no bias)
 //    self_attn is torch.nn.MultiheadAttention's formulation (q, k, v, o projections with bias, attention
 //    dropout); ff = linear2(dropout(relu(linear1(x)))); every LayerNorm has eps 1e-6.
+//    options.attention picks the variant (docs/ATTENTION.md, "In the models"): grouped-query heads, a sliding
+//    window, a BigBird block layout, RoPE on q and k instead of pe (then no pe), mla or linear attention, and
+//    gradient checkpointing of every block but the last (bitwise the same gradients).
 //
 // Masks inside the model follow nn/masks.h (Bool, TRUE = BLOCKED). Attention weights for visualisation: after
 // store_attention(true) every block keeps its last per-head probabilities (B, H, Lq, Lk); off by default (no
@@ -89,6 +92,7 @@ class CausalLMBlock : public Module {
   std::shared_ptr<Dropout> dropout2;              ///< on the feed-forward branch
 
  private:
+  friend class CausalLM;  // a checkpointed forward hands the entropies with history back through last_entropy_
   bool store_attention_ = false;
   Tensor last_attention_;
   bool track_entropy_ = false;
@@ -139,7 +143,8 @@ class CausalLM : public SequenceModel {
   /// forward(inputs[0]) -> (B, L, vocab).
   Tensor forward_batch(const SequenceBatch& batch) override;
   /// Prompts src SEP (a stream model: src alone), one per row; allocates one key/value cache per block for every
-  /// row and min(max_len, longest prompt + max_decode_len()) positions.
+  /// row and min(max_len, longest prompt + max_decode_len()) positions, of the block's H_kv heads (every
+  /// MultiheadAttention kind, RoPE included; mla and linear attention decode by recomputing).
   DecodeState begin_decode(const TokenRows& sources) override;
   /// The spec's max_target_len + 1; unbounded for a stream model (sampling asks for any number of tokens).
   int64_t max_decode_len() const override;
@@ -151,7 +156,8 @@ class CausalLM : public SequenceModel {
   /// mask keeps padding out of a row's last position). Both give the same tokens.
   Tensor decode_step(DecodeState& state) override;
   /// Every block computes its self-attention row entropies (on) or stops (off); softmax attention only (Error for
-  /// linear attention).
+  /// linear attention). With attention.checkpoint the entropies of the checkpointed blocks come out of the
+  /// recomputation with their history (bitwise those of the model without checkpointing).
   void track_attention_entropy(bool on) override;
   /// Per block ("layer0", ...): its entropies (B, H, L) from the last forward, rows = the non-padding tokens.
   std::vector<AttentionEntropy> attention_entropies() const override;
@@ -178,6 +184,8 @@ class CausalLM : public SequenceModel {
  protected:
   /// "vocab=.., d_model=.., ...".
   std::string extra_repr() const override;
+  /// Remembers `gen` for checkpointing (the recomputation replays its draws).
+  void set_own_generator(Generator& gen) override { generator_ = &gen; }
 
  private:
   // The prompt row of a source: src SEP, or src alone for a stream model (the one place that frames a prompt).
@@ -199,10 +207,15 @@ class CausalLM : public SequenceModel {
   int64_t cache_capacity(const DecodeState& st) const;
   // begin_decode's caches for mla (one latent cache per block) and linear attention (running sums per block).
   void make_latent_or_linear_caches(DecodeState& st, int64_t capacity) const;
+  // Block i of forward(): x (B, L, D) -> (B, L, D), under checkpoint() when options.attention.checkpoint asks.
+  Tensor forward_block(int64_t i, const Tensor& x, const Tensor& kpm);
+  // begin_decode's key/value caches for the MultiheadAttention kinds: one per block, H_kv heads, `capacity` positions.
+  void make_mha_caches(DecodeState& st, int64_t B, int64_t capacity, Dtype dt) const;
   // make_batch for a stream model.
   SequenceBatch make_stream_batch(const std::vector<Example>& examples) const;
 
   ModelSpec spec_;
+  Generator* generator_ = nullptr;  // the one set_generator() gave (the blocks' dropouts draw from it)
   bool track_entropy_ = false;
   Tensor entropy_rows_;  // (B, L) Bool of the last forward's non-padding tokens, when tracking
 };

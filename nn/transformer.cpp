@@ -42,9 +42,16 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOp
   check_options(options, "TransformerEncoderLayer");
   const int64_t D = options.d_model, F = options.dim_feedforward;
   const double p = options.dropout, eps = options.layer_norm_eps;
-  self_attn = register_module(
-      "self_attn", std::make_shared<MultiheadAttention>(
-                       MultiheadAttentionOptions{.embed_dim = D, .num_heads = options.nhead, .dropout = p}, gen));
+  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(
+                                               MultiheadAttentionOptions{.embed_dim = D,
+                                                                         .num_heads = options.nhead,
+                                                                         .dropout = p,
+                                                                         .num_kv_heads = options.num_kv_heads,
+                                                                         .window = options.window,
+                                                                         .block_size = options.block_size,
+                                                                         .block_local = 1,
+                                                                         .block_global = options.block_size > 0 ? 1 : 0},
+                                               gen));
   linear1 = register_module("linear1", std::make_shared<Linear>(D, F, true, gen));
   dropout = register_module("dropout", std::make_shared<Dropout>(p));
   linear2 = register_module("linear2", std::make_shared<Linear>(F, D, true, gen));

@@ -44,6 +44,10 @@ struct TransformerLayerOptions {
   double layer_norm_eps = 1e-5;     ///< eps of every LayerNorm
   bool norm_first = false;          ///< pre-LN (true) or post-LN (false, PyTorch's default)
   Dtype dtype = kFloat32;           ///< parameter dtype (initialised in float32, then converted: see nn/layers.h)
+  // Attention variants of the self-attention (MultiheadAttentionOptions'; not PyTorch's, all off by default).
+  int64_t num_kv_heads = 0;  ///< self_attn's key/value heads (0 = nhead): grouped-query attention
+  int64_t window = 0;        ///< self_attn's sliding window (0 = off)
+  int64_t block_size = 0;    ///< self_attn's block-sparse BigBird layout, 1 local and 1 global block (0 = off)
 };
 /// Options of TransformerEncoderLayer.
 using TransformerEncoderLayerOptions = TransformerLayerOptions;

@@ -17,16 +17,21 @@ constexpr const char* kSeed = "AttentionSublayer";
 }  // namespace
 
 AttentionSublayer::AttentionSublayer(int64_t heads, int64_t model, int64_t key_size, int64_t value_size, double p,
-                                     Generator& gen, Dtype dtype)
-    : n_head(heads), d_model(model), d_k(key_size), d_v(value_size), attn_dropout_(p) {
+                                     Generator& gen, Dtype dtype, const AttentionSublayerVariants& v)
+    : n_head(heads), d_model(model), d_k(key_size), d_v(value_size), variants(v), attn_dropout_(p) {
   ATTO_CHECK(heads > 0 && model > 0 && key_size > 0 && value_size > 0, kSeed,
              "n_head, d_model, d_k and d_v must be positive, got n_head=", heads, ", d_model=", model,
              ", d_k=", key_size, ", d_v=", value_size);
   ATTO_CHECK(p >= 0.0 && p < 1.0, kSeed, "dropout must be in [0, 1), got ", p);
+  ATTO_CHECK(v.n_kv_head >= 0 && (v.n_kv_head == 0 || heads % v.n_kv_head == 0) && v.window >= 0 && v.block_size >= 0,
+             kSeed, "n_kv_head must divide n_head (0 = n_head), window and block_size be >= 0, got n_kv_head=",
+             v.n_kv_head, ", n_head=", heads, ", window=", v.window, ", block_size=", v.block_size);
+  if (variants.n_kv_head == 0) variants.n_kv_head = heads;
+  const int64_t kv = variants.n_kv_head;
   NoGradGuard no_grad;
   w_qs = register_module("w_qs", std::make_shared<Linear>(model, heads * key_size, false, gen));
-  w_ks = register_module("w_ks", std::make_shared<Linear>(model, heads * key_size, false, gen));
-  w_vs = register_module("w_vs", std::make_shared<Linear>(model, heads * value_size, false, gen));
+  w_ks = register_module("w_ks", std::make_shared<Linear>(model, kv * key_size, false, gen));
+  w_vs = register_module("w_vs", std::make_shared<Linear>(model, kv * value_size, false, gen));
   fc = register_module("fc", std::make_shared<Linear>(heads * value_size, model, false, gen));
   dropout = register_module("dropout", std::make_shared<Dropout>(p, default_generator()));
   layer_norm = register_module("layer_norm", std::make_shared<LayerNorm>(model, 1e-6));
@@ -35,7 +40,7 @@ AttentionSublayer::AttentionSublayer(int64_t heads, int64_t model, int64_t key_s
 }
 
 AttentionSublayerResult AttentionSublayer::forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                   const Tensor& mask, bool need_weights) {
+                                                   const Tensor& mask, bool need_weights, bool need_entropy) {
   ATTO_CHECK(q.defined() && k.defined() && v.defined(), kSeed, "q, k and v must be defined");
   const Shape& qs = q.shape();
   const Shape& ks = k.shape();
@@ -73,22 +78,35 @@ AttentionSublayerResult AttentionSublayer::forward(const Tensor& q, const Tensor
   ao.scale = 1.0 / std::sqrt(static_cast<double>(d_k));
   ao.generator = dropout_gen_;
   ao.need_weights = need_weights;
+  ao.need_entropy = need_entropy;
+  ao.num_kv_heads = variants.n_kv_head;
+  ao.window = variants.window;
+  if (variants.block_size > 0) {
+    const int64_t bs = variants.block_size;
+    ao.block_size = bs;
+    ao.block_layout = bigbird_block_layout(
+        {.q_blocks = (Lq + bs - 1) / bs, .k_blocks = (Lk + bs - 1) / bs, .local_blocks = 1, .global_blocks = 1});
+  }
   AttentionResult r = multi_head_attention(w_qs->forward(q),  // (B, Lq, H d_k)
-                                           w_ks->forward(k),  // (B, Lk, H d_k)
-                                           w_vs->forward(v),  // (B, Lk, H d_v)
+                                           w_ks->forward(k),  // (B, Lk, H_kv d_k)
+                                           w_vs->forward(v),  // (B, Lk, H_kv d_v)
                                            H, ao);            // (B, Lq, H d_v)
   Tensor o = dropout->forward(fc->forward(r.output));         // (B, Lq, d_model)
-  return {layer_norm->forward(o + q), r.weights};
+  return {layer_norm->forward(o + q), r.weights, r.entropy};
 }
 
 Tensor AttentionSublayer::forward_cached(const Tensor& q, const Tensor& kv, Tensor& key_cache, Tensor& value_cache,
                                          const CachedAttentionRows& rows, bool causal,
                                          const std::vector<std::vector<int64_t>>* key_tokens, int64_t pad) {
+  ATTO_CHECK(variants.window == 0 && variants.block_size == 0, kSeed,
+             "no cached decoding with a window or block_size (got window=", variants.window, ", block_size=",
+             variants.block_size, ")");
   if (kv.defined())
     write_kv_cache(key_cache, value_cache, decode_linear(kv, w_ks->weight), 0, decode_linear(kv, w_vs->weight), 0,
                    rows);
   Tensor heads = cached_attention(decode_linear(q, w_qs->weight), 0, key_cache, value_cache, rows,
-                                  1.0 / std::sqrt(static_cast<double>(d_k)), causal, key_tokens, pad);  // (A, N, H d_v)
+                                  1.0 / std::sqrt(static_cast<double>(d_k)), causal, key_tokens, pad,
+                                  {.num_heads = n_head});  // (A, N, H d_v)
   return layer_norm->forward(decode_linear(heads, fc->weight) + q);  // (A, N, D); dropout is off in eval mode
 }
 

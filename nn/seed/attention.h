@@ -25,6 +25,14 @@ namespace attograd::nn::seed {
 struct AttentionSublayerResult {
   Tensor output;  ///< (B, Lq, d_model)
   Tensor attn;    ///< (B, H, Lq, Lk) probabilities after attention dropout (no history); undefined unless need_weights
+  Tensor entropy = {};  ///< (B, H, Lq) row entropies with history (autograd/attention.h); undefined unless asked
+};
+
+/// Attention variants of AttentionSublayer (not the seed's; all off by default, which is exactly the seed's layer).
+struct AttentionSublayerVariants {
+  int64_t n_kv_head = 0;   ///< key/value heads H_kv (0 = n_head; must divide it): grouped-query attention
+  int64_t window = 0;      ///< sliding window (0 = off): the fused op's rule (|i - j| <= window without is_causal)
+  int64_t block_size = 0;  ///< block-sparse (0 = off): BigBird layout, 1 local and 1 global block
 };
 
 /// The seed's multi-head attention sublayer (its transformer/SubLayers.py MultiHeadAttention):
@@ -39,15 +47,18 @@ class AttentionSublayer : public Module {
  public:
   /// n_head heads of query/key size d_k and value size d_v (need not be d_model / n_head); parameters in
   /// `dtype` (initialised in float32, then converted: see nn/layers.h).
+  /// With variants.n_kv_head = H_kv < n_head, w_ks and w_vs have H_kv d_k and H_kv d_v outputs (the same
+  /// xavier_uniform_ init, over their own fans); query head h reads key/value head h / (n_head / H_kv).
   AttentionSublayer(int64_t n_head, int64_t d_model, int64_t d_k, int64_t d_v, double dropout = 0.1,
-                    Generator& gen = default_generator(), Dtype dtype = kFloat32);
+                    Generator& gen = default_generator(), Dtype dtype = kFloat32,
+                    const AttentionSublayerVariants& variants = {});
 
   /// q (B, Lq, d_model), k (B, Lk, d_model), v (B, Lk, d_model); mask Bool with TRUE = BLOCKED, or float additive,
   /// either (B, Lq or 1, Lk) — the seed's shape: the head axis is inserted as the seed does —, (Lq, Lk), or 4-D
   /// broadcastable to (B, H, Lq, Lk). The seed's mask means the opposite (1 = attend, blocked where mask == 0):
   /// pass logical_not(seed_mask) (or eq(seed_mask, 0) for a numeric one).
   AttentionSublayerResult forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
-                                  bool need_weights = true);
+                                  bool need_weights = true, bool need_entropy = false);
   /// Calls forward(q, k, v, mask, need_weights).
   AttentionSublayerResult operator()(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
                                      bool need_weights = true) {
@@ -59,7 +70,8 @@ class AttentionSublayer : public Module {
   /// d_model) holds the new positions of A rows; when kv is defined (A, N, d_model), its keys and values are first
   /// written into the caches (key_cache (B, H, d_k, C), value_cache (B, H, C, d_v)) at the rows' new positions;
   /// then the queries attend to the cache (causal: up to their own position; else all of it, e.g. an encoder
-  /// output cached once), keys blocked by key_tokens / pad -> (A, N, d_model), what forward() gives there.
+  /// output cached once), keys blocked by key_tokens / pad -> (A, N, d_model), what forward() gives there. The
+  /// caches hold H_kv heads. Not with a window or block_size (the seq2seq model uses them in the encoder only).
   Tensor forward_cached(const Tensor& q, const Tensor& kv, Tensor& key_cache, Tensor& value_cache,
                         const CachedAttentionRows& rows, bool causal,
                         const std::vector<std::vector<int64_t>>* key_tokens = nullptr, int64_t pad = -1);
@@ -71,9 +83,10 @@ class AttentionSublayer : public Module {
   int64_t d_model;                        ///< model width
   int64_t d_k;                            ///< per-head query/key size
   int64_t d_v;                            ///< per-head value size
+  AttentionSublayerVariants variants;     ///< grouped-query heads, window, block-sparse (all off: the seed's)
   std::shared_ptr<Linear> w_qs;           ///< d_model -> H d_k, no bias
-  std::shared_ptr<Linear> w_ks;           ///< d_model -> H d_k, no bias
-  std::shared_ptr<Linear> w_vs;           ///< d_model -> H d_v, no bias
+  std::shared_ptr<Linear> w_ks;           ///< d_model -> H_kv d_k, no bias (H_kv = H unless grouped-query)
+  std::shared_ptr<Linear> w_vs;           ///< d_model -> H_kv d_v, no bias
   std::shared_ptr<Linear> fc;             ///< H d_v -> d_model, no bias
   std::shared_ptr<Dropout> dropout;       ///< on fc's output
   std::shared_ptr<LayerNorm> layer_norm;  ///< LayerNorm(d_model, eps = 1e-6)

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/checkpoint.h"
 #include "autograd/matmul.h"
+#include "autograd/shape.h"
 #include "nn/init.h"
 #include "nn/masks.h"
 #include "nn/model_helpers.h"
@@ -21,8 +23,9 @@ using detail::row_tensor;
 // The seed's layers
 
 EncoderLayer::EncoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double p,
-                           Generator& gen) {
-  slf_attn = register_module("slf_attn", std::make_shared<AttentionSublayer>(n_head, d_model, d_k, d_v, p, gen));
+                           Generator& gen, const AttentionSublayerVariants& variants) {
+  slf_attn = register_module(
+      "slf_attn", std::make_shared<AttentionSublayer>(n_head, d_model, d_k, d_v, p, gen, kFloat32, variants));
   pos_ffn =
       register_module("pos_ffn", std::make_shared<PositionwiseFeedForward>(
                                      d_model, d_inner, FeedForwardOptions{.dropout = p, .residual_norm = true}, gen));
@@ -31,9 +34,10 @@ EncoderLayer::EncoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int
 Tensor EncoderLayer::forward(const Tensor& x) { return forward(x, Tensor()); }
 
 Tensor EncoderLayer::forward(const Tensor& x, const Tensor& slf_attn_mask) {
-  AttentionSublayerResult a = slf_attn->forward(x, x, x, slf_attn_mask, store_attention_);  // (B, S, D)
-  if (store_attention_) last_attention_ = a.attn;                                           // (B, H, S, S)
-  return pos_ffn->forward(a.output);
+  AttentionSublayerResult a = slf_attn->forward(x, x, x, slf_attn_mask, store_attention_, track_entropy_);
+  if (store_attention_) last_attention_ = a.attn;  // (B, H, S, S)
+  if (track_entropy_) last_entropy_ = a.entropy;   // (B, H, S)
+  return pos_ffn->forward(a.output);               // (B, S, D)
 }
 
 void EncoderLayer::set_store_attention(bool on) {
@@ -41,10 +45,17 @@ void EncoderLayer::set_store_attention(bool on) {
   if (!on) last_attention_ = Tensor();
 }
 
+void EncoderLayer::set_track_entropy(bool on) {
+  track_entropy_ = on;
+  if (!on) last_entropy_ = Tensor();
+}
+
 DecoderLayer::DecoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double p,
-                           Generator& gen) {
-  slf_attn = register_module("slf_attn", std::make_shared<AttentionSublayer>(n_head, d_model, d_k, d_v, p, gen));
-  enc_attn = register_module("enc_attn", std::make_shared<AttentionSublayer>(n_head, d_model, d_k, d_v, p, gen));
+                           Generator& gen, const AttentionSublayerVariants& variants) {
+  slf_attn = register_module(
+      "slf_attn", std::make_shared<AttentionSublayer>(n_head, d_model, d_k, d_v, p, gen, kFloat32, variants));
+  enc_attn = register_module(
+      "enc_attn", std::make_shared<AttentionSublayer>(n_head, d_model, d_k, d_v, p, gen, kFloat32, variants));
   pos_ffn =
       register_module("pos_ffn", std::make_shared<PositionwiseFeedForward>(
                                      d_model, d_inner, FeedForwardOptions{.dropout = p, .residual_norm = true}, gen));
@@ -52,14 +63,32 @@ DecoderLayer::DecoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int
 
 Tensor DecoderLayer::forward(const Tensor& dec_input, const Tensor& enc_output, const Tensor& slf_attn_mask,
                              const Tensor& dec_enc_attn_mask) {
-  const bool store = store_attention_;
-  AttentionSublayerResult a = slf_attn->forward(dec_input, dec_input, dec_input, slf_attn_mask, store);  // (B, T, D)
-  AttentionSublayerResult c = enc_attn->forward(a.output, enc_output, enc_output, dec_enc_attn_mask, store);
+  return forward_memory(dec_input, enc_output, enc_output, slf_attn_mask, dec_enc_attn_mask);
+}
+
+Tensor DecoderLayer::forward_memory(const Tensor& dec_input, const Tensor& memory_k, const Tensor& memory_v,
+                                    const Tensor& slf_attn_mask, const Tensor& dec_enc_attn_mask) {
+  const bool store = store_attention_, ent = track_entropy_;
+  AttentionSublayerResult a =
+      slf_attn->forward(dec_input, dec_input, dec_input, slf_attn_mask, store, ent);  // (B, T, D)
+  AttentionSublayerResult c = enc_attn->forward(a.output, memory_k, memory_v, dec_enc_attn_mask, store, ent);
   if (store) {
     last_self_attention_ = a.attn;   // (B, H, T, T)
     last_cross_attention_ = c.attn;  // (B, H, T, S)
   }
+  if (ent) {
+    last_self_entropy_ = a.entropy;   // (B, H, T)
+    last_cross_entropy_ = c.entropy;  // (B, H, T)
+  }
   return pos_ffn->forward(c.output);
+}
+
+void DecoderLayer::set_track_entropy(bool on) {
+  track_entropy_ = on;
+  if (!on) {
+    last_self_entropy_ = Tensor();
+    last_cross_entropy_ = Tensor();
+  }
 }
 
 Tensor DecoderLayer::forward_cached(const Tensor& x, KVCache& self_cache, KVCache& cross_cache,
@@ -83,7 +112,8 @@ void DecoderLayer::set_store_attention(bool on) {
 // The seed's Encoder, Decoder and Transformer
 
 Encoder::Encoder(const TransformerOptions& o, Generator& gen, std::shared_ptr<Embedding> word_emb)
-    : scale_(o.tie_output && o.scale_embedding ? std::sqrt(static_cast<double>(o.d_model)) : 1.0) {
+    : scale_(o.tie_output && o.scale_embedding ? std::sqrt(static_cast<double>(o.d_model)) : 1.0),
+      checkpoint_(o.checkpoint) {
   src_word_emb = register_module(
       "src_word_emb", word_emb ? word_emb : std::make_shared<Embedding>(o.src_vocab, o.d_model, o.pad_idx, gen));
   position_enc =
@@ -91,7 +121,9 @@ Encoder::Encoder(const TransformerOptions& o, Generator& gen, std::shared_ptr<Em
   layer_stack = register_module("layer_stack", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < o.n_layers; ++i)
     layer_stack->push_back(
-        std::make_shared<EncoderLayer>(o.d_model, o.d_inner, o.n_head, o.d_k, o.d_v, o.dropout, gen));
+        std::make_shared<EncoderLayer>(o.d_model, o.d_inner, o.n_head, o.d_k, o.d_v, o.dropout, gen,
+                                       AttentionSublayerVariants{
+                                           .n_kv_head = o.n_kv_head, .window = o.enc_window, .block_size = o.enc_block}));
   layer_norm = register_module("layer_norm", std::make_shared<LayerNorm>(o.d_model, 1e-6));
 }
 
@@ -99,12 +131,40 @@ Tensor Encoder::forward(const Tensor& src_seq, const Tensor& src_mask) {
   Tensor x = src_word_emb->forward(src_seq);  // (B, S, D)
   if (scale_ != 1.0) x = x * scale_;
   x = layer_norm->forward(position_enc->forward(x));
-  for (const auto& m : *layer_stack) x = static_cast<EncoderLayer&>(*m).forward(x, src_mask);
+  const auto n = static_cast<int64_t>(layer_stack->size());
+  for (int64_t i = 0; i < n; ++i) {
+    std::shared_ptr<EncoderLayer> layer = layer_stack->at<EncoderLayer>(i);
+    // Checkpointing: every layer but the last recomputes its activations in the backward (dropout replayed from
+    // default_generator() and the generator given to set_generator()).
+    if (checkpoint_ && i + 1 < n && is_grad_enabled() && x.requires_grad()) {
+      CheckpointOptions co;
+      if (generator_ != nullptr) co.generators.push_back(generator_);
+      if (!layer->track_entropy_) {
+        x = checkpoint([layer, src_mask](const std::vector<Tensor>& in) { return layer->forward(in[0], src_mask); },
+                       {x}, co);
+        continue;
+      }
+      // Entropy tracking: [output | entropies] flattened into one result, so that the entropies keep their history.
+      const int64_t B = x.size(0), S = x.size(1), D = x.size(2), H = layer->slf_attn->n_head;
+      Tensor packed = checkpoint(
+          [layer, src_mask](const std::vector<Tensor>& in) {
+            Tensor y = layer->forward(in[0], src_mask);  // (B, S, D)
+            return cat({reshape(y, {-1}), reshape(layer->last_entropy(), {-1})}, 0);
+          },
+          {x}, co);
+      std::vector<Tensor> parts = split(packed, {B * S * D, B * H * S}, 0);
+      layer->last_entropy_ = reshape(parts[1], {B, H, S});  // (B, H, S)
+      x = reshape(parts[0], {B, S, D});
+    } else {
+      x = layer->forward(x, src_mask);
+    }
+  }
   return x;
 }
 
 Decoder::Decoder(const TransformerOptions& o, Generator& gen, std::shared_ptr<Embedding> word_emb)
-    : scale_(o.tie_output && o.scale_embedding ? std::sqrt(static_cast<double>(o.d_model)) : 1.0) {
+    : scale_(o.tie_output && o.scale_embedding ? std::sqrt(static_cast<double>(o.d_model)) : 1.0),
+      checkpoint_(o.checkpoint) {
   trg_word_emb = register_module(
       "trg_word_emb", word_emb ? word_emb : std::make_shared<Embedding>(o.tgt_vocab, o.d_model, o.pad_idx, gen));
   position_enc =
@@ -112,7 +172,8 @@ Decoder::Decoder(const TransformerOptions& o, Generator& gen, std::shared_ptr<Em
   layer_stack = register_module("layer_stack", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < o.n_layers; ++i)
     layer_stack->push_back(
-        std::make_shared<DecoderLayer>(o.d_model, o.d_inner, o.n_head, o.d_k, o.d_v, o.dropout, gen));
+        std::make_shared<DecoderLayer>(o.d_model, o.d_inner, o.n_head, o.d_k, o.d_v, o.dropout, gen,
+                                       AttentionSublayerVariants{.n_kv_head = o.n_kv_head}));
   layer_norm = register_module("layer_norm", std::make_shared<LayerNorm>(o.d_model, 1e-6));
 }
 
@@ -121,7 +182,41 @@ Tensor Decoder::forward(const Tensor& trg_seq, const Tensor& trg_mask, const Ten
   Tensor x = trg_word_emb->forward(trg_seq);  // (B, T, D)
   if (scale_ != 1.0) x = x * scale_;
   x = layer_norm->forward(position_enc->forward(x));
-  for (const auto& m : *layer_stack) x = static_cast<DecoderLayer&>(*m).forward(x, enc_output, trg_mask, src_mask);
+  const auto n = static_cast<int64_t>(layer_stack->size());
+  for (int64_t i = 0; i < n; ++i) {
+    std::shared_ptr<DecoderLayer> layer = layer_stack->at<DecoderLayer>(i);
+    // Checkpointing as the encoder's. The encoder output is an input too, given twice (the cross-attention's
+    // values, then its keys: the order in which the plain backward adds their terms), so that its gradient gets
+    // each layer's two terms one by one as without checkpointing, not pre-summed per layer (another rounding).
+    if (checkpoint_ && i + 1 < n && is_grad_enabled() && (x.requires_grad() || enc_output.requires_grad())) {
+      CheckpointOptions co;
+      if (generator_ != nullptr) co.generators.push_back(generator_);
+      if (!layer->track_entropy_) {
+        x = checkpoint(
+            [layer, trg_mask, src_mask](const std::vector<Tensor>& in) {
+              return layer->forward_memory(in[0], in[2], in[1], trg_mask, src_mask);
+            },
+            {x, enc_output, enc_output}, co);
+        continue;
+      }
+      // Entropy tracking: [output | self entropies | cross entropies] flattened into one result (their history).
+      const int64_t B = x.size(0), T = x.size(1), D = x.size(2), H = layer->slf_attn->n_head;
+      Tensor packed = checkpoint(
+          [layer, trg_mask, src_mask](const std::vector<Tensor>& in) {
+            Tensor y = layer->forward_memory(in[0], in[2], in[1], trg_mask, src_mask);  // (B, T, D)
+            return cat({reshape(y, {-1}), reshape(layer->last_self_entropy(), {-1}),
+                        reshape(layer->last_cross_entropy(), {-1})},
+                       0);
+          },
+          {x, enc_output, enc_output}, co);
+      std::vector<Tensor> parts = split(packed, {B * T * D, B * H * T, B * H * T}, 0);
+      layer->last_self_entropy_ = reshape(parts[1], {B, H, T});   // (B, H, T)
+      layer->last_cross_entropy_ = reshape(parts[2], {B, H, T});  // (B, H, T)
+      x = reshape(parts[0], {B, T, D});
+    } else {
+      x = layer->forward(x, enc_output, trg_mask, src_mask);
+    }
+  }
   return x;
 }
 
@@ -162,6 +257,11 @@ Transformer::Transformer(const TransformerOptions& o, Generator& gen) : options(
   for (auto& [_, p] : named_parameters())
     if (p.dim() > 1) init::xavier_uniform_(p, 1.0, gen);
   if (o.dtype != kFloat32) to(o.dtype);
+  AttentionSpec& at = spec_.attention;  // the variant, as a spec records it
+  if (o.n_kv_head > 0 && o.n_kv_head != o.n_head) at = {.kind = "gqa", .kv_heads = o.n_kv_head};
+  if (o.enc_window > 0) at = {.kind = "local", .window = o.enc_window};
+  if (o.enc_block > 0) at = {.kind = "block-sparse", .block = o.enc_block};
+  at.checkpoint = o.checkpoint;
 }
 
 Tensor Transformer::output_weight() const {
@@ -170,6 +270,7 @@ Tensor Transformer::output_weight() const {
 
 Tensor Transformer::encode(const Tensor& src) {
   check_tokens(src, options.src_vocab, options.n_position, "Transformer", "src", "n_position");
+  if (track_entropy_) enc_rows_ = ne(src, static_cast<double>(options.pad_idx));  // (B, S) real source tokens
   const Tensor src_mask = options.pad_idx >= 0 ? padding_mask(src, options.pad_idx) : Tensor();  // (B, 1, 1, S)
   return encoder->forward(src, src_mask);                                                        // (B, S, D)
 }
@@ -186,6 +287,7 @@ Tensor Transformer::decode(const Tensor& tgt_in, const Tensor& memory, const Ten
              " for src ", src.shape(), ", got ", memory.defined() ? memory.shape() : Shape{});
   ATTO_CHECK(tgt_in.size(0) == src.size(0), me, "batch sizes differ: tgt_in ", tgt_in.shape(), ", src ", src.shape());
   const int64_t T = tgt_in.size(1);
+  if (track_entropy_) dec_rows_ = ne(tgt_in, static_cast<double>(options.pad_idx));  // (B, T) real target inputs
   Tensor src_mask, tgt_mask = causal_mask(T);  // (T, T)
   if (options.pad_idx >= 0) {
     src_mask = padding_mask(src, options.pad_idx);                           // (B, 1, 1, S)
@@ -223,13 +325,39 @@ std::vector<Tensor> Transformer::decoder_cross_attention() const {
   return out;
 }
 
+void Transformer::track_attention_entropy(bool on) {
+  for (const auto& m : *encoder->layer_stack) static_cast<EncoderLayer&>(*m).set_track_entropy(on);
+  for (const auto& m : *decoder->layer_stack) static_cast<DecoderLayer&>(*m).set_track_entropy(on);
+  track_entropy_ = on;
+  if (!on) enc_rows_ = dec_rows_ = Tensor();
+}
+
+std::vector<AttentionEntropy> Transformer::attention_entropies() const {
+  std::vector<AttentionEntropy> out;
+  if (!track_entropy_) return out;
+  const bool pad = options.pad_idx >= 0;
+  for (size_t i = 0; i < encoder->layer_stack->size(); ++i)
+    out.push_back({str_cat("enc", i), encoder->layer_stack->at<EncoderLayer>(static_cast<int64_t>(i))->last_entropy(),
+                   pad ? enc_rows_ : Tensor()});
+  for (size_t i = 0; i < decoder->layer_stack->size(); ++i) {
+    const auto layer = decoder->layer_stack->at<DecoderLayer>(static_cast<int64_t>(i));
+    out.push_back({str_cat("dec", i, ".self"), layer->last_self_entropy(), pad ? dec_rows_ : Tensor()});
+    out.push_back({str_cat("dec", i, ".cross"), layer->last_cross_entropy(), pad ? dec_rows_ : Tensor()});
+  }
+  return out;
+}
+
 std::string Transformer::extra_repr() const {
   const TransformerOptions& o = options;
   return str_cat("src_vocab=", o.src_vocab, ", tgt_vocab=", o.tgt_vocab, ", d_model=", o.d_model, ", n_head=", o.n_head,
              ", d_k=", o.d_k, ", d_v=", o.d_v, ", d_inner=", o.d_inner, ", n_layers=", o.n_layers,
              ", dropout=", detail::py_float(o.dropout), ", pad_idx=", o.pad_idx, ", n_position=", o.n_position,
              ", share_embeddings=", py_bool(o.share_embeddings), ", tie_output=", py_bool(o.tie_output),
-             ", scale_embedding=", py_bool(o.scale_embedding), ", scale_projection=", py_bool(o.scale_projection));
+             ", scale_embedding=", py_bool(o.scale_embedding), ", scale_projection=", py_bool(o.scale_projection),
+             o.n_kv_head > 0 ? str_cat(", n_kv_head=", o.n_kv_head) : std::string(),
+             o.enc_window > 0 ? str_cat(", enc_window=", o.enc_window) : std::string(),
+             o.enc_block > 0 ? str_cat(", enc_block=", o.enc_block) : std::string(),
+             o.checkpoint ? ", checkpoint=True" : "");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -238,6 +366,12 @@ std::string Transformer::extra_repr() const {
 std::shared_ptr<SequenceModel> Transformer::build(const ModelSpec& s, Generator& gen) {
   ATTO_CHECK(s.heads > 0 && s.d_model % s.heads == 0, "Transformer", "heads (", s.heads, ") must divide d_model (",
              s.d_model, ")");
+  const AttentionSpec& at = s.attention;
+  at.validate(s.heads);
+  ATTO_CHECK(at.kind != "mla" && at.kind != "linear", "Transformer", "model kind \"seq2seq\" does not support attention ",
+             at.kind, " (supported: mha, gqa, local, block-sparse; use the lm model)");
+  ATTO_CHECK(!at.rope, "Transformer", "model kind \"seq2seq\" does not support attention.rope (--rope): the seed's ",
+             "model keeps its sinusoidal position tables");
   auto m =
       std::make_shared<Transformer>(TransformerOptions{.src_vocab = s.vocab,
                                                        .tgt_vocab = s.vocab,
@@ -249,7 +383,11 @@ std::shared_ptr<SequenceModel> Transformer::build(const ModelSpec& s, Generator&
                                                        .n_layers = s.layers,
                                                        .dropout = s.dropout,
                                                        .pad_idx = s.specials.pad,
-                                                       .n_position = std::max(s.max_source_len, s.max_target_len + 1)},
+                                                       .n_position = std::max(s.max_source_len, s.max_target_len + 1),
+                                                       .n_kv_head = at.kind == "gqa" ? at.kv_heads : 0,
+                                                       .enc_window = at.kind == "local" ? at.window : 0,
+                                                       .enc_block = at.kind == "block-sparse" ? at.block : 0,
+                                                       .checkpoint = at.checkpoint},
                                     gen);
   m->spec_ = s;
   return m;
@@ -297,9 +435,10 @@ DecodeState Transformer::begin_decode(const TokenRows& sources) {
   // Key/value caches: per decoder layer its self-attention (every position the decoder can read) ...
   const auto B = static_cast<int64_t>(sources.size());
   const Dtype dt = memory.dtype();
+  const int64_t kv_heads = options.n_kv_head > 0 ? options.n_kv_head : options.n_head;  // H_kv per cache
   for (const auto& m : *decoder->layer_stack) {
     (void)m;
-    auto [k, v] = make_kv_cache(B, options.n_head, options.n_position, options.d_k, options.d_v, dt);
+    auto [k, v] = make_kv_cache(B, kv_heads, options.n_position, options.d_k, options.d_v, dt);
     st.cache.push_back({k, v});
   }
   // ... then its cross-attention keys and values of the encoder output, computed once here.
@@ -309,7 +448,7 @@ DecodeState Transformer::begin_decode(const TokenRows& sources) {
   for (int64_t b = 0; b < B; ++b) all.cache_row.push_back(b);
   for (const auto& m : *decoder->layer_stack) {
     const AttentionSublayer& a = *static_cast<DecoderLayer&>(*m).enc_attn;
-    auto [k, v] = make_kv_cache(B, options.n_head, static_cast<int64_t>(S), options.d_k, options.d_v, dt);
+    auto [k, v] = make_kv_cache(B, kv_heads, static_cast<int64_t>(S), options.d_k, options.d_v, dt);
     write_kv_cache(k, v, a.w_ks->forward(memory), 0, a.w_vs->forward(memory), 0, all);
     st.cache.push_back({k, v});
   }

@@ -51,6 +51,11 @@ struct TransformerOptions {
   bool scale_embedding = false;   ///< with tie_output: embeddings times sqrt(d_model) (the seed's 'emb')
   bool scale_projection = false;  ///< with tie_output: logits times d_model^-0.5 (the seed's 'prj')
   Dtype dtype = kFloat32;         ///< parameter and buffer dtype (drawn as float32, then converted, as to() does)
+  // Attention variants (not the seed's; off by default, which is exactly the seed's model; docs/ATTENTION.md).
+  int64_t n_kv_head = 0;   ///< key/value heads of every attention (0 = n_head; must divide it): grouped-query
+  int64_t enc_window = 0;  ///< encoder self-attention sliding window (0 = off): keys |i - j| <= enc_window
+  int64_t enc_block = 0;   ///< encoder self-attention block-sparse (0 = off): BigBird blocks, 1 local + 1 global
+  bool checkpoint = false; ///< gradient checkpointing of every encoder and decoder layer but each stack's last
 };
 
 /// The seed's EncoderLayer: slf_attn (AttentionSublayer, post-LN) then pos_ffn (PositionwiseFeedForward with
@@ -59,7 +64,7 @@ class EncoderLayer : public Module {
  public:
   /// Draws initial weights from `gen` (slf_attn, then pos_ffn).
   EncoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double dropout = 0.1,
-               Generator& gen = default_generator());
+               Generator& gen = default_generator(), const AttentionSublayerVariants& variants = {});
   /// "EncoderLayer".
   std::string type_name() const override { return "EncoderLayer"; }
   /// x (B, S, d_model) -> (B, S, d_model), no mask.
@@ -71,13 +76,20 @@ class EncoderLayer : public Module {
   void set_store_attention(bool on);
   /// Self-attention probabilities (B, H, S, S) of the last forward; undefined unless stored.
   const Tensor& last_attention() const { return last_attention_; }
+  /// Keeps (true) or stops keeping and drops (false) the row entropies of the forwards that follow.
+  void set_track_entropy(bool on);
+  /// Self-attention row entropies (B, H, S) of the last forward, with history; undefined unless tracked.
+  const Tensor& last_entropy() const { return last_entropy_; }
 
   std::shared_ptr<AttentionSublayer> slf_attn;       ///< "slf_attn"
   std::shared_ptr<PositionwiseFeedForward> pos_ffn;  ///< "pos_ffn"
 
  private:
+  friend class Encoder;  // a checkpointed forward hands the entropies with history back through last_entropy_
   bool store_attention_ = false;
   Tensor last_attention_;
+  bool track_entropy_ = false;
+  Tensor last_entropy_;
 };
 
 /// The seed's DecoderLayer: slf_attn, enc_attn (queries from the decoder, keys/values from the encoder output),
@@ -86,7 +98,7 @@ class DecoderLayer : public Module {
  public:
   /// Draws initial weights from `gen` (slf_attn, enc_attn, pos_ffn).
   DecoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double dropout = 0.1,
-               Generator& gen = default_generator());
+               Generator& gen = default_generator(), const AttentionSublayerVariants& variants = {});
   /// "DecoderLayer".
   std::string type_name() const override { return "DecoderLayer"; }
   /// dec_input (B, T, d_model), enc_output (B, S, d_model) -> (B, T, d_model); masks Bool TRUE = BLOCKED
@@ -94,6 +106,11 @@ class DecoderLayer : public Module {
   Tensor forward(const Tensor& dec_input, const Tensor& enc_output, const Tensor& slf_attn_mask = Tensor(),
                  const Tensor& dec_enc_attn_mask = Tensor());
   using Module::forward;
+  /// forward() with the encoder output given twice, as the cross-attention's keys (memory_k) and values
+  /// (memory_v): the same values; checkpointing passes two inputs so that the memory's gradient adds its terms in
+  /// the order of the plain backward (bitwise equal gradients).
+  Tensor forward_memory(const Tensor& dec_input, const Tensor& memory_k, const Tensor& memory_v,
+                        const Tensor& slf_attn_mask, const Tensor& dec_enc_attn_mask);
   /// Decoding with key/value caches (eval mode, no gradients): x (A, N, d_model) holds the new positions of A rows
   /// (see CachedAttentionRows); self_cache gets their keys and values, cross_cache holds the encoder output's
   /// (computed once). Self-attention keys are blocked where target_tokens[b][j] == pad, cross-attention keys where
@@ -107,15 +124,25 @@ class DecoderLayer : public Module {
   const Tensor& last_self_attention() const { return last_self_attention_; }
   /// Encoder-decoder attention probabilities (B, H, T, S) of the last forward; undefined unless stored.
   const Tensor& last_cross_attention() const { return last_cross_attention_; }
+  /// Keeps (true) or stops keeping and drops (false) the row entropies of the forwards that follow.
+  void set_track_entropy(bool on);
+  /// Self-attention row entropies (B, H, T) of the last forward, with history; undefined unless tracked.
+  const Tensor& last_self_entropy() const { return last_self_entropy_; }
+  /// Encoder-decoder attention row entropies (B, H, T) of the last forward, with history; undefined unless tracked.
+  const Tensor& last_cross_entropy() const { return last_cross_entropy_; }
 
   std::shared_ptr<AttentionSublayer> slf_attn;       ///< "slf_attn"
   std::shared_ptr<AttentionSublayer> enc_attn;       ///< "enc_attn"
   std::shared_ptr<PositionwiseFeedForward> pos_ffn;  ///< "pos_ffn"
 
  private:
+  friend class Decoder;  // a checkpointed forward hands the entropies with history back (last_*_entropy_)
   bool store_attention_ = false;
   Tensor last_self_attention_;
   Tensor last_cross_attention_;
+  bool track_entropy_ = false;
+  Tensor last_self_entropy_;
+  Tensor last_cross_entropy_;
 };
 
 /// The seed's Encoder: src_word_emb, position_enc, layer_stack (EncoderLayer list), layer_norm (eps 1e-6).
@@ -135,8 +162,14 @@ class Encoder : public Module {
   std::shared_ptr<ModuleList> layer_stack;           ///< n_layers EncoderLayer
   std::shared_ptr<LayerNorm> layer_norm;             ///< applied before the layers (the seed's order)
 
+ protected:
+  /// Remembers `gen` for checkpointing (the recomputation replays its draws).
+  void set_own_generator(Generator& gen) override { generator_ = &gen; }
+
  private:
   double scale_;  // sqrt(d_model) with scale_embedding and tie_output, else 1
+  bool checkpoint_;
+  Generator* generator_ = nullptr;
 };
 
 /// The seed's Decoder: trg_word_emb, position_enc, layer_stack (DecoderLayer list), layer_norm (eps 1e-6).
@@ -157,8 +190,14 @@ class Decoder : public Module {
   std::shared_ptr<ModuleList> layer_stack;           ///< n_layers DecoderLayer
   std::shared_ptr<LayerNorm> layer_norm;             ///< applied before the layers (the seed's order)
 
+ protected:
+  /// Remembers `gen` for checkpointing (the recomputation replays its draws).
+  void set_own_generator(Generator& gen) override { generator_ = &gen; }
+
  private:
   double scale_;  // sqrt(d_model) with scale_embedding and tie_output, else 1
+  bool checkpoint_;
+  Generator* generator_ = nullptr;
 };
 
 /// The seed's encoder-decoder Transformer (see the file comment). Padding and causal masks are built inside from
@@ -171,7 +210,9 @@ class Transformer : public SequenceModel {
   /// Builds the model, drawing every initial weight from `gen`.
   explicit Transformer(const TransformerOptions& options, Generator& gen = default_generator());
   /// Kind "seq2seq" from a spec: src_vocab = tgt_vocab = vocab, d_k = d_v = d_model / heads, d_inner = d_ff,
-  /// n_position = max(max_source_len, max_target_len + 1), pad_idx = specials.pad, no sharing or tying.
+  /// n_position = max(max_source_len, max_target_len + 1), pad_idx = specials.pad, no sharing or tying. Attention:
+  /// gqa (n_kv_head = kv_heads, every attention), local / block-sparse (the encoder's self-attention), checkpoint;
+  /// an Error naming the option for rope, mla and linear.
   static std::shared_ptr<SequenceModel> build(const ModelSpec& spec, Generator& gen);
   /// "Transformer".
   std::string type_name() const override { return "Transformer"; }
@@ -198,7 +239,8 @@ class Transformer : public SequenceModel {
   /// "seq2seq".
   std::string kind() const override { return "seq2seq"; }
   /// The spec (from build(), or derived from the options: vocab = max(src_vocab, tgt_vocab), max_source_len =
-  /// n_position, max_target_len = n_position - 1).
+  /// n_position, max_target_len = n_position - 1; attention names one variant of the options, as a spec can:
+  /// enc_block, else enc_window, else n_kv_head, and checkpoint).
   const ModelSpec& spec() const override { return spec_; }
   /// inputs {src (B, S), tgt_in (B, T) = BOS tgt}, target (B, T) = tgt EOS (ignore_index after it).
   SequenceBatch make_batch(const std::vector<Example>& examples) const override;
@@ -214,6 +256,11 @@ class Transformer : public SequenceModel {
   Tensor decode_step(DecodeState& state) override;
   /// n_position (the decoder reads BOS plus at most n_position - 1 tokens).
   int64_t max_decode_len() const override { return options.n_position; }
+  /// Every attention computes its row entropies (on) or stops (off); with checkpointing, the checkpointed layers'
+  /// entropies come out of the recomputation with their history.
+  void track_attention_entropy(bool on) override;
+  /// "enc0", ... (rows: real source tokens), then "dec0.self", "dec0.cross", ... (rows: real target inputs).
+  std::vector<AttentionEntropy> attention_entropies() const override;
   /// Encoder self-attention per layer, then decoder self and cross attention per layer.
   std::vector<AttentionMap> attention_maps(const std::vector<int64_t>& src,
                                            const std::vector<int64_t>& output) override;
@@ -232,6 +279,8 @@ class Transformer : public SequenceModel {
   Tensor cached_logits(DecodeState& state);
 
   ModelSpec spec_;
+  bool track_entropy_ = false;
+  Tensor enc_rows_, dec_rows_;  // (B, S), (B, T) Bool real tokens of the last forward, when tracking
 };
 
 }  // namespace attograd::nn::seed

@@ -241,6 +241,46 @@ Tensor key_padding(const CheckConfig& c) {
   return from_vector(v, {c.batch, c.len});
 }
 
+// A registry entry checking CausalLM built with one attention variant (every parameter; padding and causal as the
+// plain CausalLM entry). RoPE needs an even head size: the width is heads * (d_model / heads rounded down to even,
+// at least 2).
+void causal_lm_variant(std::vector<Check>& r, const char* name, uint64_t salt, nn::AttentionSpec spec) {
+  r.push_back({name, "module", [name, salt, spec](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + salt), drop(0);
+                 const int64_t D = spec.rope ? std::max<int64_t>(2, c.d_model / c.heads / 2 * 2) * c.heads : c.d_model;
+                 nn::AttentionSpec a = spec;
+                 if (a.kind == "gqa" && c.heads == 1) a = {.rope = a.rope};  // no grouping below 2 heads
+                 const int64_t layers = a.checkpoint ? std::max<int64_t>(2, c.layers) : c.layers;
+                 nn::CausalLM m({.vocab = 7,
+                                 .d_model = D,
+                                 .n_head = c.heads,
+                                 .d_ff = 2 * D,
+                                 .n_layers = layers,
+                                 .dropout = c.dropout,
+                                 .max_len = c.len,
+                                 .pad_idx = 0,
+                                 .attention = a},
+                                gen);
+                 m.set_generator(drop);
+                 std::vector<int64_t> v = random_tokens(c.batch, c.len, 1, 7, gen);
+                 const bool padding = c.mask == "padding";
+                 if (padding) {
+                   const Tensor kpm = key_padding(c);
+                   for (int64_t i = 0; i < c.batch * c.len; ++i)
+                     if (kpm.flat(i) != 0) v[static_cast<size_t>(i)] = 0;
+                 }
+                 Tensor t = tokens(v, c.batch, c.len);
+                 return module_run(name,
+                                   str_cat(module_conf(c, false), " D=", D, " layers=", layers, " causal",
+                                           padding ? "+padding" : "", " attention=", a.kind,
+                                           a.kind == "gqa" ? str_cat(" kv_heads=", a.kv_heads) : std::string(),
+                                           a.window > 0 ? str_cat(" window=", a.window) : std::string(),
+                                           a.block > 0 ? str_cat(" block=", a.block) : std::string(),
+                                           a.rope ? " rope" : "", a.checkpoint ? " checkpoint" : ""),
+                                   m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
+               }});
+}
+
 std::vector<Check> build_registry() {
   std::vector<Check> r;
   // Binary elementwise ops with broadcasting: (3, 4) op (4).
@@ -760,6 +800,27 @@ std::vector<Check> build_registry() {
                                            " block_size=2 BigBird (local 1, global 1, random 1)"),
                                    m, {x}, [&] { return m.forward(x, x, x, fo).output; }, c, o, gen, &drop);
                }});
+  // MultiheadAttention with RoPE on grouped-query heads (head size rounded down to even, at least 2; RoPE at
+  // positions 3 .. 3 + L - 1).
+  r.push_back({"MultiheadAttention.rope", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 46), drop(0);
+                 const int64_t hd = std::max<int64_t>(2, c.d_model / c.heads / 2 * 2), E = hd * c.heads;
+                 const int64_t kv = c.heads % 2 == 0 ? c.heads / 2 : 1;
+                 nn::MultiheadAttention m({.embed_dim = E,
+                                           .num_heads = c.heads,
+                                           .dropout = c.dropout,
+                                           .num_kv_heads = kv,
+                                           .rope = true,
+                                           .rope_max_len = c.len + 3},
+                                          gen);
+                 m.set_generator(drop);
+                 Tensor x = leaf({c.batch, c.len, E}, gen, c.dtype);
+                 nn::MhaForwardOptions fo{.need_weights = false, .is_causal = c.mask == "causal", .rope_offset = 3};
+                 if (c.mask == "padding") fo.key_padding_mask = key_padding(c);
+                 return module_run("MultiheadAttention.rope",
+                                   str_cat(module_conf(c), " E=", E, " num_kv_heads=", kv, " rope offset 3"), m, {x},
+                                   [&] { return m.forward(x, x, x, fo).output; }, c, o, gen, &drop);
+               }});
   r.push_back({"seed::AttentionSublayer", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 37), drop(0);
                  const int64_t dk = c.d_model / c.heads;
@@ -827,6 +888,11 @@ std::vector<Check> build_registry() {
                                    str_cat(module_conf(c, false), " layers=", c.layers, " causal", padding ? "+padding" : ""),
                                    m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
                }});
+  // CausalLM with the MultiheadAttention variants of ModelSpec::attention (docs/ATTENTION.md): every parameter.
+  causal_lm_variant(r, "CausalLM.gqa_rope", 47, {.kind = "gqa", .kv_heads = 1, .rope = true});
+  causal_lm_variant(r, "CausalLM.local", 48, {.kind = "local", .window = 2});
+  causal_lm_variant(r, "CausalLM.block_sparse", 49, {.kind = "block-sparse", .block = 2});
+  causal_lm_variant(r, "CausalLM.checkpoint", 50, {.checkpoint = true});
   r.push_back({"EncoderTagger", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 42), drop(0);
                  nn::EncoderTagger m({.vocab = 7,
@@ -873,6 +939,36 @@ std::vector<Check> build_registry() {
                  Tensor src = tokens(s, c.batch, c.len), tgt = tokens(t, c.batch, c.len);
                  return module_run("seed::Transformer",
                                    str_cat(module_conf(c, false), " layers=", c.layers, padding ? " src padding" : ""),
+                                   m, {}, [&] { return m.forward(src, tgt); }, c, o, gen, &drop);
+               }});
+  // The seed's Transformer with grouped-query heads in every attention, a window on the encoder's self-attention
+  // and checkpointed layers (at least 2 layers, so that one is checkpointed).
+  r.push_back({"seed::Transformer.variants", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 51), drop(0);
+                 const int64_t dk = c.d_model / c.heads, kv = c.heads % 2 == 0 ? c.heads / 2 : 1;
+                 const int64_t layers = std::max<int64_t>(2, c.layers), w = std::max<int64_t>(1, c.len / 3);
+                 nn::seed::Transformer m({.src_vocab = 7,
+                                          .tgt_vocab = 7,
+                                          .d_model = c.d_model,
+                                          .n_head = c.heads,
+                                          .d_k = dk,
+                                          .d_v = dk,
+                                          .d_inner = 2 * c.d_model,
+                                          .n_layers = layers,
+                                          .dropout = c.dropout,
+                                          .pad_idx = 0,
+                                          .n_position = c.len,
+                                          .n_kv_head = kv,
+                                          .enc_window = w,
+                                          .checkpoint = true},
+                                         gen);
+                 m.set_generator(drop);
+                 const std::vector<int64_t> s = random_tokens(c.batch, c.len, 1, 7, gen);
+                 const std::vector<int64_t> t = random_tokens(c.batch, c.len, 1, 7, gen);
+                 Tensor src = tokens(s, c.batch, c.len), tgt = tokens(t, c.batch, c.len);
+                 return module_run("seed::Transformer.variants",
+                                   str_cat(module_conf(c, false), " layers=", layers, " n_kv_head=", kv,
+                                           " enc_window=", w, " checkpoint"),
                                    m, {}, [&] { return m.forward(src, tgt); }, c, o, gen, &drop);
                }});
   // Attention toolbox modules (issue 16).
