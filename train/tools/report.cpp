@@ -298,6 +298,15 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
 // ---------------------------------------------------------------------------------------------
 // Attention heatmaps
 
+std::string note_svg(const std::string& title, const std::string& note) {
+  const double width = 16 + 7.0 * static_cast<double>(std::max(title.size(), note.size()));
+  return fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"64\" font-family=\"sans-serif\" "
+             "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+             "<text x=\"8\" y=\"22\" font-size=\"13\" font-weight=\"bold\">%s</text>\n"
+             "<text x=\"8\" y=\"46\">%s</text>\n</svg>\n",
+             width, xml_escape(title).c_str(), xml_escape(note).c_str());
+}
+
 std::string attention_svg(const AttentionFigure& figure) {
   const char* me = "attention_svg";
   ATTO_CHECK(!figure.rows.empty(), me, "the figure has no rows");

@@ -88,6 +88,9 @@ struct AttentionFigure {
 /// The heatmap grid (rows x heads) of a figure, with a colour bar (see the file comment). Error if a row's
 /// weights are not (H, Lq, Lk) / (1, H, Lq, Lk) or its labels do not match Lq and Lk.
 std::string attention_svg(const AttentionFigure& figure);
+/// A small figure of a title and one line of text, in place of a heatmap when a model keeps no attention
+/// probabilities (multi-head latent and linear attention).
+std::string note_svg(const std::string& title, const std::string& note);
 
 /// A token as text, for axis labels.
 using TokenLabel = std::function<std::string(int64_t)>;
