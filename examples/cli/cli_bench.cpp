@@ -45,14 +45,16 @@ std::string attention_words(const nn::AttentionSpec& a) {
   return s;
 }
 
+std::string group_digits(int64_t n);
+
 // The cache line of a summary: key/value bytes per token (from the spec), or linear attention's fixed state.
 void print_cache(const nn::AttentionSpec& a, int64_t D, int64_t H, int64_t N) {
   if (a.kind == "linear")
     std::printf("  kv cache    none: a fixed state of %s bytes per sequence (linear attention)\n",
-                thousands(static_cast<int64_t>(bench::linear_state_bytes(a, D, H, N))).c_str());
+                group_digits(static_cast<int64_t>(bench::linear_state_bytes(a, D, H, N))).c_str());
   else
     std::printf("  kv cache    %s bytes per token (float32, all %lld layers)\n",
-                thousands(static_cast<int64_t>(bench::kv_cache_bytes_per_token(a, D, H, N))).c_str(),
+                group_digits(static_cast<int64_t>(bench::kv_cache_bytes_per_token(a, D, H, N))).c_str(),
                 static_cast<long long>(N));
 }
 
@@ -182,11 +184,11 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--attention", at.kind, "Attention variant: mha, gqa, mla, local, block-sparse or linear")
       ->check(CLI::IsMember({"mha", "gqa", "mla", "local", "block-sparse", "linear"}))
       ->capture_default_str();
-  sub->add_option("--kv-heads", at.kv_heads, "--attention gqa: key/value heads")->check(integer_in(1, 1'000'000));
-  sub->add_option("--kv-rank", at.kv_rank, "--attention mla: kv_lora_rank (0: D/4)")->check(integer_in(0, 1'000'000));
-  sub->add_option("--q-rank", at.q_rank, "--attention mla: q_lora_rank (0: none)")->check(integer_in(0, 1'000'000));
-  sub->add_option("--window", at.window, "--attention local: keys per query")->check(integer_in(1, 1'000'000));
-  sub->add_option("--block", at.block, "--attention block-sparse: block size")->check(integer_in(1, 1'000'000));
+  sub->add_option("--kv-heads", at.kv_heads, "--attention gqa: key/value heads")->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+  sub->add_option("--kv-rank", at.kv_rank, "--attention mla: kv_lora_rank (0: D/4)")->check(CLI::Range(int64_t{0}, int64_t{1'000'000}));
+  sub->add_option("--q-rank", at.q_rank, "--attention mla: q_lora_rank (0: none)")->check(CLI::Range(int64_t{0}, int64_t{1'000'000}));
+  sub->add_option("--window", at.window, "--attention local: keys per query")->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+  sub->add_option("--block", at.block, "--attention block-sparse: block size")->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   sub->add_flag("--rope", at.rope, "Rotary position embeddings instead of the sinusoidal table");
   sub->add_flag("--checkpoint-activations", at.checkpoint, "Gradient checkpointing of every block but the last");
   sub->footer(

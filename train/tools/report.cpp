@@ -291,8 +291,25 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
       extra->x_max = lp.x_max;
     }
   }
-  std::string svg = extra ? plot_svg({lp, *extra, ap}, title) : plot_svg({lp, ap}, title);
-  return svg;
+  std::vector<Panel> panels = {lp};
+  if (extra) panels.push_back(*extra);
+  panels.push_back(ap);
+  // Steps that tracked attention entropies (--entropy-reg, --log-entropy): their mean row entropy.
+  Series ent = make_series("mean attention row entropy", "#8c564b", false);
+  for (const train::StepMetrics& m : history)
+    if (!m.entropies.empty()) ent.x.push_back(static_cast<double>(m.step)), ent.y.push_back(m.entropy);
+  if (!ent.x.empty()) {
+    Panel ep;
+    ep.title = "Attention entropy (training batches)";
+    ep.x_label = "step";
+    ep.y_label = "nats";
+    ep.series = {ent};
+    ep.fixed_x = lp.fixed_x;
+    ep.x_min = lp.x_min;
+    ep.x_max = lp.x_max;
+    panels.push_back(ep);
+  }
+  return plot_svg(panels, title);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 //    scale; plus the held-out loss at each evaluation) and the held-out token and sequence accuracy at each
 //    evaluation (0..100 %); for a text stream a third panel of validation bits per character. Axes with "nice" ticks (1, 2, 5 x 10^k), tick labels, axis labels and a legend.
 //    Every series is one <path> with one point per record (so the training-loss path has one point per step).
+//    With attention entropies in the history (--entropy-reg, --log-entropy), a last panel of the mean row entropy.
 //  - attention_svg: one heatmap per head for each attention "row" (a layer, or for the encoder-decoder one
 //    row per layer and kind: encoder self, decoder self, decoder cross), laid out rows x heads, tokens on both
 //    axes (queries down the left, keys along the top), colours on a fixed 0..1 viridis scale with a colour bar.
