@@ -278,7 +278,8 @@ MemoryEstimate TrainConfig::estimate_memory() const {
     attention_weights = 2 * d * d + 2 * d * static_cast<double>(kv_heads) * head;  // q, o; k, v of kv_heads heads
   } else if (attention == "mla") {
     // As nn::CausalLMBlock builds it: d_nope = d_v = head size, d_rope = head / 2, kv_lora_rank = d / 4 by default.
-    const double rope_d = std::floor(head / 2), kv = kv_rank > 0 ? static_cast<double>(kv_rank) : std::max(1.0, std::floor(d / 4));
+    const double rope_d = std::floor(head / 2);
+    const double kv = kv_rank > 0 ? static_cast<double>(kv_rank) : std::max(1.0, std::floor(d / 4));
     const double q = q_rank > 0 ? d * static_cast<double>(q_rank) + static_cast<double>(q_rank) * h * (head + rope_d)
                                 : d * h * (head + rope_d);
     attention_weights = q + d * (kv + rope_d) + kv * h * 2 * head + h * head * d;
@@ -381,8 +382,8 @@ Trainer::Trainer(const TrainConfig& config, std::shared_ptr<data::Dataset> datas
     try {
       model_->track_attention_entropy(true);
     } catch (const Error& e) {
-      throw Error("Trainer", str_cat(config_.entropy_reg != 0 ? "entropy_reg (--entropy-reg)" : "log_entropy (--log-entropy)",
-                                     " needs attention entropies, which model \"", model_->kind(),
+      const char* field = config_.entropy_reg != 0 ? "entropy_reg (--entropy-reg)" : "log_entropy (--log-entropy)";
+      throw Error("Trainer", str_cat(field, " needs attention entropies, which model \"", model_->kind(),
                                      "\" with attention \"", model_->spec().attention.kind, "\" does not report: ",
                                      e.what()));
     }

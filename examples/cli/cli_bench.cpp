@@ -184,11 +184,16 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--attention", at.kind, "Attention variant: mha, gqa, mla, local, block-sparse or linear")
       ->check(CLI::IsMember({"mha", "gqa", "mla", "local", "block-sparse", "linear"}))
       ->capture_default_str();
-  sub->add_option("--kv-heads", at.kv_heads, "--attention gqa: key/value heads")->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
-  sub->add_option("--kv-rank", at.kv_rank, "--attention mla: kv_lora_rank (0: D/4)")->check(CLI::Range(int64_t{0}, int64_t{1'000'000}));
-  sub->add_option("--q-rank", at.q_rank, "--attention mla: q_lora_rank (0: none)")->check(CLI::Range(int64_t{0}, int64_t{1'000'000}));
-  sub->add_option("--window", at.window, "--attention local: keys per query")->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
-  sub->add_option("--block", at.block, "--attention block-sparse: block size")->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+  sub->add_option("--kv-heads", at.kv_heads, "--attention gqa: key/value heads")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+  sub->add_option("--kv-rank", at.kv_rank, "--attention mla: kv_lora_rank (0: D/4)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}));
+  sub->add_option("--q-rank", at.q_rank, "--attention mla: q_lora_rank (0: none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}));
+  sub->add_option("--window", at.window, "--attention local: keys per query")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+  sub->add_option("--block", at.block, "--attention block-sparse: block size")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   sub->add_flag("--rope", at.rope, "Rotary position embeddings instead of the sinusoidal table");
   sub->add_flag("--checkpoint-activations", at.checkpoint, "Gradient checkpointing of every block but the last");
   sub->footer(

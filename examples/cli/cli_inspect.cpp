@@ -47,7 +47,8 @@ int run_inspect(const InspectArgs& a) {
                      {"stored", hex(info.stored_checksum)},
                      {"computed", hex(info.computed_checksum)}};
     j["metadata"] = meta.is_discarded() ? nlohmann::ordered_json(info.metadata) : meta;
-    if (const std::optional<train::TrainConfig> cfg = saved_config(info.metadata)) j["attention"] = describe_attention(*cfg);
+    if (const std::optional<train::TrainConfig> cfg = saved_config(info.metadata))
+      j["attention"] = describe_attention(*cfg);
     j["tensors"] = nlohmann::ordered_json::array();
     for (const io::TensorInfo& t : info.tensors)
       j["tensors"].push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"nbytes", t.nbytes}});

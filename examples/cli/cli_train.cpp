@@ -280,9 +280,9 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     report::AttentionFigure fig = report::attention_figure(
         trainer.model(), e.src, pred, [&](int64_t token) { return trainer.dataset().token_text(token); });
     fig.title = run_name + " (" + cfg.model + "): " + fig.title;
-    report::write_text_file(attention, fig.rows.empty() ? report::note_svg(fig.title, "no attention probabilities to draw: "
-                                                                      "this attention (mla, linear) keeps none")
-                                              : report::attention_svg(fig));
+    const char* none = "no attention probabilities to draw: this attention (mla, linear) keeps none";
+    report::write_text_file(attention,
+                            fig.rows.empty() ? report::note_svg(fig.title, none) : report::attention_svg(fig));
   }
   if (stream) {
     // Continuations of the beginnings of held-out windows, sampled at temperature 1 with the run's seed.

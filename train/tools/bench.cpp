@@ -154,8 +154,8 @@ double attention_weights(const nn::AttentionSpec& a, double D, int64_t H) {
   if (a.kind == "mla") {
     const MlaDims m = mla_dims(a, static_cast<int64_t>(D), H);
     const double h = static_cast<double>(H);
-    const double q = a.q_rank > 0 ? D * static_cast<double>(a.q_rank) + static_cast<double>(a.q_rank) * h * (m.head + m.rope)
-                                  : D * h * (m.head + m.rope);
+    const double qr = static_cast<double>(a.q_rank);
+    const double q = a.q_rank > 0 ? D * qr + qr * h * (m.head + m.rope) : D * h * (m.head + m.rope);
     return q + D * (m.kv + m.rope) + m.kv * h * 2 * m.head + h * m.head * D;
   }
   return 4 * D * D;
