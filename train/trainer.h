@@ -204,6 +204,8 @@ class Trainer {
   // j), its summed cross-entropy is divided by the global count of target tokens, and the micro-batch gradients are
   // added in order (the first a copy), then across ranks in rank order (ReduceOrder::Fixed). So N ranks give bit
   // for bit the weights of one process with grad_accum N, and within rounding those of one process with K = 1.
+  // With entropy_reg, each micro-batch also adds its own regulariser (the mean over its real query rows) weighted
+  // 1 / (N K), so N ranks still equal grad_accum N bit for bit (docs/TRAINING.md).
 
   /// Trains with the ranks of `comm` (collective: every rank calls it with the same config). Errors, raised on
   /// every rank alike: config.batch not divisible by size() x grad_accum; ranks with different configurations or
