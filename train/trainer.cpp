@@ -17,6 +17,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <string_view>
 #include <type_traits>
 
 #include "autograd/hooks.h"
@@ -60,7 +61,21 @@ void for_each_field(C& c, F&& f) {
   f("eval_size", c.eval_size);
   f("threads", c.threads);
   f("grad_accum", c.grad_accum);
+  f("attention", c.attention);
+  f("kv_heads", c.kv_heads);
+  f("kv_rank", c.kv_rank);
+  f("q_rank", c.q_rank);
+  f("window", c.window);
+  f("block", c.block);
+  f("rope", c.rope);
+  f("checkpoint_activations", c.checkpoint_activations);
+  f("entropy_reg", c.entropy_reg);
+  f("log_entropy", c.log_entropy);
 }
+
+// The fields written only when they differ from the default (so that older configurations read and hash as before).
+constexpr const char* kOptionalFields[] = {"grad_accum", "attention", "kv_heads", "kv_rank", "q_rank", "window",
+                                           "block", "rope", "checkpoint_activations", "entropy_reg", "log_entropy"};
 
 // A JSON value for an error message: its text, cut to 60 characters (the input is the user's, of any size).
 std::string excerpt(const json& v) {
@@ -80,6 +95,9 @@ void read_field(const json& v, const std::string& name, T& out) {
   if constexpr (std::is_same_v<T, std::string>) {
     ATTO_CHECK(v.is_string(), kConfig, "field \"", name, "\" must be a string, got ", excerpt(v));
     out = v.get<std::string>();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    ATTO_CHECK(v.is_boolean(), kConfig, "field \"", name, "\" must be true or false, got ", excerpt(v));
+    out = v.get<bool>();
   } else if constexpr (std::is_same_v<T, double>) {
     ATTO_CHECK(v.is_number(), kConfig, "field \"", name, "\" must be a number, got ", excerpt(v));
     out = v.get<double>();
@@ -135,7 +153,15 @@ uint64_t derive_seed(uint64_t seed, Stream stream) {
 std::string TrainConfig::to_json(int indent) const {
   json j = json::object();
   for_each_field(*this, [&](const char* name, const auto& v) { j[name] = v; });
-  if (grad_accum == 1) j.erase("grad_accum");  // a single-process config reads (and hashes) as before
+  // A single-process, textbook-attention config reads (and hashes) as before.
+  const TrainConfig defaults;
+  for (const char* name : kOptionalFields) {
+    bool is_default = false;
+    for_each_field(defaults, [&](const char* n, const auto& v) {
+      if (std::string_view(n) == name) is_default = j[name] == json(v);
+    });
+    if (is_default) j.erase(name);
+  }
   return j.dump(indent);
 }
 
@@ -219,6 +245,21 @@ void TrainConfig::validate() const {
   positive(grad_accum, "grad_accum");
   ATTO_CHECK(batch % grad_accum == 0, kConfig, "batch (", batch, ") must be divisible by grad_accum (", grad_accum,
              ")");
+  // The attention variant: AttentionSpec's checks name the field (kv_heads, window, ...) and the kind it applies to.
+  // Which model kinds support which variant is the model's to say (an Error when the Trainer builds it).
+  attention_spec().validate(heads);
+  ATTO_CHECK(std::isfinite(entropy_reg), kConfig, "entropy_reg must be finite, got ", entropy_reg);
+}
+
+nn::AttentionSpec TrainConfig::attention_spec() const {
+  return {.kind = attention,
+          .kv_heads = kv_heads,
+          .kv_rank = kv_rank,
+          .q_rank = q_rank,
+          .window = window,
+          .block = block,
+          .rope = rope,
+          .checkpoint = checkpoint_activations};
 }
 
 MemoryEstimate TrainConfig::estimate_memory() const {
@@ -228,13 +269,36 @@ MemoryEstimate TrainConfig::estimate_memory() const {
   const double n_layers = static_cast<double>(layers) * (model == "seq2seq" ? 2 : 1);
   const double vocab = 5 + static_cast<double>(num_symbols);
   const double len = 2 * static_cast<double>(max_len) + 1;  // at least the source and the target
-  // Each block: attention projections (4 d^2) and the feed-forward layers (2 d d_ff); one embedding table.
-  e.parameters = n_layers * (4 * d * d + 2 * d * ff) + vocab * d;
+  // Each block: attention projections (4 d^2 for the textbook attention; see attention_weights) and the
+  // feed-forward layers (2 d d_ff); one embedding table.
+  double attention_weights = 4 * d * d;
+  double keys_per_row = len;  // attention probabilities kept per query row and head (at least)
+  const double head = std::floor(d / h);
+  if (attention == "gqa") {
+    attention_weights = 2 * d * d + 2 * d * static_cast<double>(kv_heads) * head;  // q, o; k, v of kv_heads heads
+  } else if (attention == "mla") {
+    // As nn::CausalLMBlock builds it: d_nope = d_v = head size, d_rope = head / 2, kv_lora_rank = d / 4 by default.
+    const double rope_d = std::floor(head / 2);
+    const double kv = kv_rank > 0 ? static_cast<double>(kv_rank) : std::max(1.0, std::floor(d / 4));
+    const double q = q_rank > 0 ? d * static_cast<double>(q_rank) + static_cast<double>(q_rank) * h * (head + rope_d)
+                                : d * h * (head + rope_d);
+    attention_weights = q + d * (kv + rope_d) + kv * h * 2 * head + h * head * d;
+  } else if (attention == "local" && window > 0) {
+    keys_per_row = std::min(len, static_cast<double>(window));
+  } else if (attention == "block-sparse" && block > 0) {
+    keys_per_row = std::min(len, static_cast<double>(block));
+  } else if (attention == "linear") {
+    keys_per_row = 0;  // no probabilities
+  }
+  e.parameters = n_layers * (attention_weights + 2 * d * ff) + vocab * d;
   const double copies = optimizer != "sgd" ? 4 : momentum > 0 ? 3 : 2;  // weights, gradients, optimizer state
   e.model_bytes = e.parameters * 4 * copies;
   // Saved per token and block: the feed-forward hidden layer, a few d_model-wide values, the attention rows; the
-  // logits and their gradient per token.
-  e.batch_bytes = static_cast<double>(batch) * len * (n_layers * (ff + 4 * d + h * len) + 2 * vocab) * 4;
+  // logits and their gradient per token. With checkpointing, every block but the last keeps only its input.
+  const double per_block = ff + 4 * d + h * keys_per_row;
+  const double saved = model == "lm" && checkpoint_activations && n_layers > 1 ? per_block + (n_layers - 1) * d
+                                                                                 : n_layers * per_block;
+  e.batch_bytes = static_cast<double>(batch) * len * (saved + 2 * vocab) * 4;
   return e;
 }
 
@@ -269,7 +333,8 @@ void TrainConfig::check_fits_in_memory() const {
 }
 
 nn::ModelSpec TrainConfig::model_sizes() const {
-  return {.layers = layers, .d_model = d_model, .heads = heads, .d_ff = d_ff, .dropout = dropout};
+  return {.layers = layers, .d_model = d_model, .heads = heads, .d_ff = d_ff, .dropout = dropout,
+          .attention = attention_spec()};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -313,6 +378,16 @@ Trainer::Trainer(const TrainConfig& config, std::shared_ptr<data::Dataset> datas
   ATTO_CHECK(model_->vocab_size() >= data_->vocab_size(), "Trainer", "the model's vocabulary (",
              model_->vocab_size(), ") is smaller than the dataset's (", data_->vocab_size(), ")");
   model_->set_generator(dropout_gen_);
+  if (config_.tracks_entropy()) {
+    try {
+      model_->track_attention_entropy(true);
+    } catch (const Error& e) {
+      const char* field = config_.entropy_reg != 0 ? "entropy_reg (--entropy-reg)" : "log_entropy (--log-entropy)";
+      throw Error("Trainer", str_cat(field, " needs attention entropies, which model \"", model_->kind(),
+                                     "\" with attention \"", model_->spec().attention.kind, "\" does not report: ",
+                                     e.what()));
+    }
+  }
   build_optimizer();
 }
 
@@ -366,7 +441,18 @@ StepMetrics Trainer::step() {
   m.loss = loss.item();
   m.lr = optimizer_->lr();
   ATTO_CHECK(std::isfinite(m.loss), "Trainer", "loss is not finite (", m.loss, ") at step ", m.step);
-  loss.backward();
+  if (config_.tracks_entropy()) {
+    std::vector<double> sums, counts;
+    const Tensor reg = entropy_term(1.0, sums, counts);
+    finish_entropy(m, sums, counts);
+    if (reg.defined()) {
+      (loss + reg).backward();  // the logged loss stays the cross-entropy
+    } else {
+      loss.backward();
+    }
+  } else {
+    loss.backward();
+  }
   const double max_norm = config_.clip > 0 ? config_.clip : std::numeric_limits<double>::infinity();
   m.grad_norm = optim::clip_grad_norm_(optimizer_->params(), max_norm);
   optimizer_->step();
@@ -378,6 +464,62 @@ StepMetrics Trainer::step() {
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   history_.push_back(m);
   return m;
+}
+
+Tensor Trainer::entropy_term(double scale, std::vector<double>& sums, std::vector<double>& counts) {
+  const std::vector<nn::AttentionEntropy> layers = model_->attention_entropies();
+  ATTO_CHECK(!layers.empty(), "Trainer", "model \"", model_->kind(), "\" reported no attention entropies");
+  const bool first = sums.empty();
+  std::vector<std::string> columns;
+  Tensor reg;
+  const double lambda = config_.entropy_reg * scale / static_cast<double>(layers.size());
+  size_t col = 0;
+  for (const nn::AttentionEntropy& e : layers) {
+    ATTO_CHECK(e.entropy.defined() && e.entropy.dim() == 3, "Trainer", "layer ", e.label,
+               ": attention entropies must be (B, H, L), got ",
+               e.entropy.defined() ? e.entropy.shape() : Shape{});
+    const int64_t B = e.entropy.size(0), H = e.entropy.size(1), L = e.entropy.size(2);
+    // (B, 1, L): the real query rows, broadcast over the heads.
+    const Tensor rows = e.rows.defined() ? reshape(e.rows, {B, 1, L}) : Tensor();
+    if (config_.entropy_reg != 0) {
+      const Tensor term = attention_entropy_loss(e.entropy, lambda, rows);
+      reg = reg.defined() ? reg + term : term;
+    }
+    // The per-head means for the log, in double, outside the graph.
+    const Tensor ent = e.entropy.detach().to(kFloat64);
+    const double* p = ent.data<double>();
+    const Tensor real = e.rows;
+    const bool* r = real.defined() ? real.data<bool>() : nullptr;
+    for (int64_t h = 0; h < H; ++h, ++col) {
+      double s = 0, c = 0;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t l = 0; l < L; ++l)
+          if (r == nullptr || r[b * L + l]) {
+            s += p[(b * H + h) * L + l];
+            c += 1;
+          }
+      if (first) {
+        sums.push_back(0);
+        counts.push_back(0);
+      }
+      ATTO_CHECK(col < sums.size(), "Trainer", "the model reported a different number of attention heads");
+      sums[col] += s;
+      counts[col] += c;
+      columns.push_back(str_cat("entropy.", e.label, ".h", h));
+    }
+  }
+  if (entropy_columns_.empty()) entropy_columns_ = std::move(columns);
+  return reg;
+}
+
+void Trainer::finish_entropy(StepMetrics& m, const std::vector<double>& sums, const std::vector<double>& counts) {
+  m.entropies.assign(sums.size(), 0.0);
+  double total = 0;
+  for (size_t i = 0; i < sums.size(); ++i) {
+    m.entropies[i] = counts[i] > 0 ? sums[i] / counts[i] : 0.0;
+    total += m.entropies[i];
+  }
+  m.entropy = sums.empty() ? 0.0 : total / static_cast<double>(sums.size());
 }
 
 void Trainer::train(const StepCallback& on_step) {
@@ -409,7 +551,11 @@ EvalResult Trainer::evaluate(int64_t n, const DecodeOptions& decode) {
     ATTO_CHECK(have <= 0 || bytes <= have / 2, "evaluate", count, " held-out examples need about ", gigabytes(bytes),
                " of memory, more than half of the ", gigabytes(have), " available; evaluate fewer");
   }
-  return train::evaluate(*model_, heldout_examples(n > 0 ? n : config_.eval_size), kEvalBatch, decode);
+  // Decoding needs no entropies: stop tracking them while evaluating.
+  if (config_.tracks_entropy()) model_->track_attention_entropy(false);
+  EvalResult r = train::evaluate(*model_, heldout_examples(n > 0 ? n : config_.eval_size), kEvalBatch, decode);
+  if (config_.tracks_entropy()) model_->track_attention_entropy(true);
+  return r;
 }
 
 std::vector<int64_t> Trainer::predict(const std::vector<int64_t>& src, const DecodeOptions& decode) {
@@ -428,7 +574,14 @@ std::vector<int64_t> Trainer::predict(const std::vector<int64_t>& src, const Dec
 
 std::string Trainer::metrics_csv() const {
   const bool stream = model_->spec().stream;
-  std::string s = std::string(kCsvHeader) + "\n";
+  // The entropy columns, when entropies are (or were) tracked: the mean, then one per layer and head.
+  const bool entropy = config_.tracks_entropy() || !entropy_columns_.empty();
+  std::string s = kCsvHeader;
+  if (entropy) {
+    s += ",entropy";
+    for (const std::string& c : entropy_columns_) s += "," + c;
+  }
+  s += "\n";
   for (const StepMetrics& m : history_) {
     s += str_cat(m.step, ",", exact(m.loss), ",", exact(m.lr), ",", exact(m.grad_norm), ",", m.tokens, ",",
              exact(m.seconds));
@@ -441,6 +594,11 @@ std::string Trainer::metrics_csv() const {
       s += str_cat(",", exact(m.eval.loss), ",", exact(m.eval.loss / std::log(2.0)));
     else
       s += ",,";
+    if (entropy) {
+      const bool have = !m.entropies.empty() && m.entropies.size() == entropy_columns_.size();
+      s += have ? "," + exact(m.entropy) : ",";
+      for (size_t i = 0; i < entropy_columns_.size(); ++i) s += have ? "," + exact(m.entropies[i]) : ",";
+    }
     s += "\n";
   }
   return s;
@@ -454,13 +612,28 @@ void Trainer::write_metrics_csv(const std::string& path) const {
   f.commit();
 }
 
-std::vector<StepMetrics> parse_metrics_csv(const std::string& csv) {
+std::vector<StepMetrics> parse_metrics_csv(const std::string& csv, std::vector<std::string>* entropy_columns) {
   const char* me = "parse_metrics_csv";
   std::istringstream in(csv);
   std::string line;
-  ATTO_CHECK(std::getline(in, line) && (line == kCsvHeader || line == kCsvHeaderV1), me,
-             "line 1 must be the header \"", kCsvHeader, "\", got \"", line, "\"");
-  const size_t fields = line == kCsvHeader ? 12 : 10;
+  // The header: the base columns (or the 10 from before val_loss), then optionally entropy and its per-head columns.
+  const std::string base = kCsvHeader, entropy_prefix = base + ",entropy";
+  ATTO_CHECK(std::getline(in, line) &&
+                 (line == kCsvHeader || line == kCsvHeaderV1 || line == entropy_prefix ||
+                  line.rfind(entropy_prefix + ",entropy.", 0) == 0),
+             me, "line 1 must be the header \"", kCsvHeader, "\" (optionally followed by entropy columns), got \"",
+             line.substr(0, 200), "\"");
+  std::vector<std::string> columns;
+  if (line.size() > entropy_prefix.size()) {
+    std::stringstream hs(line.substr(entropy_prefix.size() + 1));
+    for (std::string c; std::getline(hs, c, ',');) {
+      ATTO_CHECK(c.rfind("entropy.", 0) == 0, me, "line 1: column '", c, "' after entropy is not an entropy column");
+      columns.push_back(c);
+    }
+  }
+  const bool has_entropy = line.size() >= entropy_prefix.size() && line != kCsvHeader && line != kCsvHeaderV1;
+  const size_t fields = line == kCsvHeaderV1 ? 10 : 12 + (has_entropy ? 1 + columns.size() : 0);
+  if (entropy_columns) *entropy_columns = columns;
   std::vector<StepMetrics> out;
   for (int64_t line_no = 2; std::getline(in, line); ++line_no) {
     if (line.empty()) continue;
@@ -492,6 +665,10 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv) {
     m.seconds = num(5);
     m.evaluated = !f[6].empty();
     if (m.evaluated) m.eval = {.token_accuracy = num(7), .sequence_accuracy = num(8), .loss = num(9), .n = integer(6)};
+    if (has_entropy && !f[12].empty()) {
+      m.entropy = num(12);
+      for (size_t i = 0; i < columns.size(); ++i) m.entropies.push_back(num(13 + i));
+    }
     out.push_back(m);
   }
   return out;
@@ -556,9 +733,17 @@ void Trainer::load_checkpoint(const std::string& path) {
   same("max_len", config_.max_len, saved.max_len);
   same("num_symbols", config_.num_symbols, saved.num_symbols);
   same("optimizer", config_.optimizer, saved.optimizer);
+  same("attention", config_.attention, saved.attention);
+  same("kv_heads", config_.kv_heads, saved.kv_heads);
+  same("kv_rank", config_.kv_rank, saved.kv_rank);
+  same("q_rank", config_.q_rank, saved.q_rank);
+  same("window", config_.window, saved.window);
+  same("block", config_.block, saved.block);
+  same("rope", config_.rope, saved.rope);
 
   // Read everything before changing anything.
-  std::vector<StepMetrics> history = parse_metrics_csv(ck.metrics_csv);
+  std::vector<std::string> entropy_columns;
+  std::vector<StepMetrics> history = parse_metrics_csv(ck.metrics_csv, &entropy_columns);
   const GeneratorState init = ck.generator("init"), dropout = ck.generator("dropout");
   data::DataPosition position{.generator = ck.generator("data")};
   for (const auto& [name, value] : ck.counters)  // absent in checkpoints from before the data interface
@@ -575,6 +760,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   data_->set_position(position);
   step_ = step;
   history_ = std::move(history);
+  entropy_columns_ = std::move(entropy_columns);
 }
 
 std::string Trainer::metadata() const { return run_metadata(config_, data_->describe()); }
@@ -709,7 +895,7 @@ StepMetrics Trainer::accumulated_step() {
   for (const Tensor& p : params) total += p.numel();
   flat_grad_.resize(static_cast<size_t>(total));
   const uint64_t dropout_base = derive_seed(config_.seed, Stream::Dropout);
-  std::vector<double> losses;
+  std::vector<double> losses, ent_sums, ent_counts;
   // Where each parameter's gradient goes in flat_grad_ (named_parameters() order).
   std::vector<int64_t> offset(params.size() + 1, 0);
   for (size_t q = 0; q < params.size(); ++q) offset[q + 1] = offset[q] + params[q].numel();
@@ -752,8 +938,14 @@ StepMetrics Trainer::accumulated_step() {
     const Tensor sum = cross_entropy(
         reshape(logits, {-1, logits.size(-1)}), reshape(b.target, {-1}),
         {.ignore_index = ignore, .label_smoothing = config_.label_smoothing, .reduction = Reduction::Sum});
-    const Tensor loss = sum / static_cast<double>(m.tokens);
+    Tensor loss = sum / static_cast<double>(m.tokens);
     losses.push_back(loss.item());
+    if (config_.tracks_entropy()) {
+      // The regulariser of a micro-batch (its mean over its real rows) weighs 1 / (ranks x K): the same micro-batches
+      // with the same weights whether they run on N ranks or as grad_accum N, so the two stay bitwise equal.
+      const Tensor reg = entropy_term(1.0 / static_cast<double>(ranks * k), ent_sums, ent_counts);
+      if (reg.defined()) loss = loss + reg;
+    }
     if (overlap && i == k - 1) {
       std::vector<size_t> waiting(buckets.size());
       for (size_t b = 0; b < buckets.size(); ++b) waiting[b] = buckets[b].second - buckets[b].first;
@@ -801,6 +993,20 @@ StepMetrics Trainer::accumulated_step() {
   // The loss of the global batch: the micro-batches' losses added in their global order.
   m.loss = 0;
   for (double l : comm_->allgather_f64(losses)) m.loss += l;
+  if (config_.tracks_entropy()) {
+    // Every rank's per-head sums and counts, added in rank order.
+    std::vector<double> mine = ent_sums;
+    mine.insert(mine.end(), ent_counts.begin(), ent_counts.end());
+    const std::vector<double> all = comm_->allgather_f64(mine);
+    const size_t n = ent_sums.size();
+    std::vector<double> sums(n, 0.0), counts(n, 0.0);
+    for (size_t r = 0; r < all.size() / (2 * std::max<size_t>(n, 1)) && n > 0; ++r)
+      for (size_t i = 0; i < n; ++i) {
+        sums[i] += all[r * 2 * n + i];
+        counts[i] += all[r * 2 * n + n + i];
+      }
+    finish_entropy(m, sums, counts);
+  }
   ATTO_CHECK(std::isfinite(m.loss), "Trainer", "loss is not finite (", m.loss, ") at step ", m.step);
   const double max_norm = config_.clip > 0 ? config_.clip : std::numeric_limits<double>::infinity();
   m.grad_norm = optim::clip_grad_norm_(optimizer_->params(), max_norm);

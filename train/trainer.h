@@ -85,8 +85,22 @@ struct TrainConfig {
   int64_t threads = 1;              ///< threads of the engine's pool (set_num_threads); results depend on it
   int64_t grad_accum = 1;           ///< micro-batches per step and rank (batch stays the global batch; see
                                     ///< Trainer::set_communicator); in JSON only when not 1
+  // The attention variant (nn::AttentionSpec, docs/ATTENTION.md); each in JSON only when not its default, so that
+  // the configurations and checkpoints of the textbook model stay byte-identical.
+  std::string attention = "mha";    ///< "mha", "gqa", "mla", "local", "block-sparse" or "linear"
+  int64_t kv_heads = 0;             ///< gqa: key/value heads (divides heads, below it)
+  int64_t kv_rank = 0;              ///< mla: kv_lora_rank (0 = d_model / 4)
+  int64_t q_rank = 0;               ///< mla: q_lora_rank (0 = no query compression)
+  int64_t window = 0;               ///< local: keys i - window < j <= i
+  int64_t block = 0;                ///< block-sparse: block size of the BigBird layout
+  bool rope = false;                ///< rotary position embeddings instead of the sinusoidal table
+  bool checkpoint_activations = false;  ///< gradient checkpointing of every block but the last
+  double entropy_reg = 0.0;         ///< lambda of the attention-entropy regulariser added to the training loss
+                                    ///< (-lambda * mean row entropy; > 0 discourages over-concentrated heads)
+  bool log_entropy = false;         ///< log the per-layer, per-head attention entropies without regularising
 
-  /// The configuration as a JSON object (every field, in declaration order, grad_accum only when not 1), indented
+  /// The configuration as a JSON object (every field, in declaration order; grad_accum and the attention fields
+  /// only when not their defaults), indented
   /// by `indent` (-1: one line).
   std::string to_json(int indent = 2) const;
   /// Parses to_json()'s output; missing fields keep their defaults. Error naming the field on an unknown field
@@ -101,7 +115,12 @@ struct TrainConfig {
   /// Throws an Error saying how much memory the run needs when estimate_memory() exceeds this machine's physical
   /// memory (or the address-space limit, when one is set); the Trainer checks it before building the model.
   void check_fits_in_memory() const;
-  /// The model-size fields as a spec (layers, d_model, heads, d_ff, dropout); the token space comes from data.
+  /// The attention fields as a spec (checkpoint_activations as AttentionSpec::checkpoint).
+  nn::AttentionSpec attention_spec() const;
+  /// Whether the Trainer tracks attention entropies (entropy_reg != 0 or log_entropy).
+  bool tracks_entropy() const { return entropy_reg != 0 || log_entropy; }
+  /// The model-size fields as a spec (layers, d_model, heads, d_ff, dropout, attention_spec()); the token space
+  /// comes from data.
   nn::ModelSpec model_sizes() const;
   /// Field-wise equality.
   bool operator==(const TrainConfig&) const = default;
@@ -115,6 +134,10 @@ struct StepMetrics {
   double grad_norm = 0;    ///< total gradient 2-norm before clipping
   int64_t tokens = 0;      ///< target tokens in the batch (positions that carry loss)
   double seconds = 0;      ///< wall time of the step
+  double entropy = 0;      ///< when entropies are tracked: mean attention row entropy (nats) over layers, heads and
+                           ///< the batch's real query rows (else 0)
+  std::vector<double> entropies = {};  ///< when tracked: per layer and head (layer-major), the mean entropy over
+                                       ///< the batch's real query rows (Trainer::entropy_columns() names them)
   bool evaluated = false;  ///< whether train() evaluated after this step (eval holds the result)
   EvalResult eval;         ///< the held-out evaluation after this step, when evaluated
 };
@@ -150,7 +173,9 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   /// One optimizer step: zero_grad, next batch (config.batch examples framed by the model), forward,
-  /// cross-entropy (ignore_index, label smoothing), backward, clip, optimizer step, schedule step. Appends the
+  /// cross-entropy (ignore_index, label smoothing) plus, when config.entropy_reg != 0, the attention-entropy
+  /// regulariser (the mean over the tracked layers of attention_entropy_loss(entropy, entropy_reg, real rows)),
+  /// backward, clip, optimizer step, schedule step. The recorded loss is the cross-entropy alone. Appends the
   /// record to history(). Error if the loss is not finite.
   StepMetrics step();
   /// Steps until step_count() reaches config().steps, evaluating every eval_every steps and after the last
@@ -179,6 +204,8 @@ class Trainer {
   // j), its summed cross-entropy is divided by the global count of target tokens, and the micro-batch gradients are
   // added in order (the first a copy), then across ranks in rank order (ReduceOrder::Fixed). So N ranks give bit
   // for bit the weights of one process with grad_accum N, and within rounding those of one process with K = 1.
+  // With entropy_reg, each micro-batch also adds its own regulariser (the mean over its real query rows) weighted
+  // 1 / (N K), so N ranks still equal grad_accum N bit for bit (docs/TRAINING.md).
 
   /// Trains with the ranks of `comm` (collective: every rank calls it with the same config). Errors, raised on
   /// every rank alike: config.batch not divisible by size() x grad_accum; ranks with different configurations or
@@ -200,9 +227,12 @@ class Trainer {
   const std::vector<StepMetrics>& history() const { return history_; }
   /// The history as CSV: step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,
   /// eval_loss,val_loss,val_bpc (eval columns empty when not evaluated; val_loss = eval_loss and val_bpc =
-  /// eval_loss / ln 2 only for a stream model, whose evaluation is teacher-forced); numbers printed to round-trip
-  /// exactly.
+  /// eval_loss / ln 2 only for a stream model, whose evaluation is teacher-forced), then, when entropies are
+  /// tracked, entropy and one column per layer and head (entropy_columns()); numbers printed to round-trip exactly.
   std::string metrics_csv() const;
+  /// The per-layer, per-head entropy columns of metrics.csv ("entropy.layer0.h0", ...; from the model's
+  /// AttentionEntropy labels); empty until a step tracked entropies (or a checkpoint with them was loaded).
+  const std::vector<std::string>& entropy_columns() const { return entropy_columns_; }
   /// Writes metrics_csv() to a file.
   void write_metrics_csv(const std::string& path) const;
 
@@ -224,6 +254,12 @@ class Trainer {
  private:
   void build_optimizer();
   StepMetrics accumulated_step();  // step() with grad_accum > 1 or several ranks
+  // The regulariser of the last forward (undefined when entropy_reg is 0), scaled by `scale`; adds the per-head
+  // entropy sums and real-row counts of the last forward to sums/counts (layer-major) and sets entropy_columns_.
+  Tensor entropy_term(double scale, std::vector<double>& sums, std::vector<double>& counts);
+  // Fills m.entropies and m.entropy from per-head sums and counts.
+  static void finish_entropy(StepMetrics& m, const std::vector<double>& sums, const std::vector<double>& counts);
+  std::vector<std::string> entropy_columns_;
 
   std::shared_ptr<dist::Communicator> comm_ = std::make_shared<dist::SingleProcess>();
   DistOptions dist_;
@@ -261,7 +297,10 @@ RunMetadata parse_run_metadata(const std::string& metadata, const std::string& o
 /// against the saved settings; with read_file false, only its token space, from the saved vocabulary).
 std::shared_ptr<data::Dataset> run_dataset(const RunMetadata& run, bool read_file = true);
 
-/// Parses Trainer::metrics_csv() back into records (Error naming the line on malformed input).
-std::vector<StepMetrics> parse_metrics_csv(const std::string& csv);
+/// Parses Trainer::metrics_csv() back into records (Error naming the line on malformed input); files without the
+/// entropy columns (or with only the first 10 columns, before val_loss) still parse. `entropy_columns`, when given,
+/// receives the per-layer, per-head entropy column names.
+std::vector<StepMetrics> parse_metrics_csv(const std::string& csv,
+                                           std::vector<std::string>* entropy_columns = nullptr);
 
 }  // namespace attograd::train

@@ -67,6 +67,8 @@ CLI::Validator integer_in(int64_t lo, int64_t hi);
 CLI::Validator unsigned64();
 /// A check for a real flag: a finite number greater than 0 (not NaN, not 0, not negative).
 CLI::Validator positive_real();
+/// The configuration's attention variant in words: "gqa (2 key/value heads), rope, checkpointed, entropy-reg 0.01".
+std::string describe_attention(const train::TrainConfig& cfg);
 /// Peak resident memory of this process in MB (getrusage ru_maxrss).
 double peak_rss_mb();
 /// 101056 -> "101,056".

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "nn/sequence_model.h"
 #include "train/tools/bench.h"
 
 namespace attograd::cli {
@@ -28,7 +29,34 @@ struct BenchArgs {
   int64_t prompt = 16, tokens = 256;
   int rounds = 3;
   bool no_uncached = false;
+  nn::AttentionSpec attention;  // --attention, --kv-heads, ... (the same flags as `attograd train`)
 };
+
+// " attention gqa (kv_heads 2), rope" for the header line, empty for the default.
+std::string attention_words(const nn::AttentionSpec& a) {
+  if (a == nn::AttentionSpec{}) return "";
+  std::string s = ", attention " + a.kind;
+  if (a.kind == "gqa") s += " (kv_heads " + std::to_string(a.kv_heads) + ")";
+  if (a.kind == "mla") s += " (kv_rank " + std::to_string(a.kv_rank) + ", q_rank " + std::to_string(a.q_rank) + ")";
+  if (a.kind == "local") s += " (window " + std::to_string(a.window) + ")";
+  if (a.kind == "block-sparse") s += " (block " + std::to_string(a.block) + ")";
+  if (a.rope) s += ", rope";
+  if (a.checkpoint) s += ", checkpointed";
+  return s;
+}
+
+std::string group_digits(int64_t n);
+
+// The cache line of a summary: key/value bytes per token (from the spec), or linear attention's fixed state.
+void print_cache(const nn::AttentionSpec& a, int64_t D, int64_t H, int64_t N) {
+  if (a.kind == "linear")
+    std::printf("  kv cache    none: a fixed state of %s bytes per sequence (linear attention)\n",
+                group_digits(static_cast<int64_t>(bench::linear_state_bytes(a, D, H, N))).c_str());
+  else
+    std::printf("  kv cache    %s bytes per token (float32, all %lld layers)\n",
+                group_digits(static_cast<int64_t>(bench::kv_cache_bytes_per_token(a, D, H, N))).c_str(),
+                static_cast<long long>(N));
+}
 
 std::string group_digits(int64_t n) {
   std::string s = std::to_string(n < 0 ? -n : n);
@@ -50,17 +78,19 @@ int run_generate_command(const BenchArgs& a) {
   c.uncached = !a.no_uncached;
   c.threads = a.threads;
   c.seed = a.seed;
+  c.attention = a.attention;
   bench::validate(c);
   std::printf(
       "attograd bench --generate: V=%lld D=%lld H=%lld F=%lld N=%lld, B=%lld, prompt %lld + %lld tokens, "
-      "%d thread%s, %d rounds\n",
+      "%d thread%s, %d rounds%s\n",
       static_cast<long long>(c.V), static_cast<long long>(c.D), static_cast<long long>(c.H),
       static_cast<long long>(c.F), static_cast<long long>(c.N), static_cast<long long>(c.B),
       static_cast<long long>(c.prompt), static_cast<long long>(c.tokens), c.threads, c.threads == 1 ? "" : "s",
-      c.rounds);
+      c.rounds, attention_words(c.attention).c_str());
   std::fflush(stdout);
   const bench::GenerateResult r = bench::run_generate_bench(c);
   std::printf("  parameters  %s\n", group_digits(r.params).c_str());
+  if (c.attention != nn::AttentionSpec{}) print_cache(c.attention, c.D, c.H, c.N);
   std::printf("  cached      %s tokens/s (%s per CPU second; %.1f allocations per token)\n",
               group_digits(static_cast<int64_t>(r.cached_tokens_per_s + 0.5)).c_str(),
               group_digits(static_cast<int64_t>(r.cached_cpu_tokens_per_s + 0.5)).c_str(), r.cached_allocs_per_token);
@@ -91,14 +121,17 @@ int run_bench_command(const BenchArgs& a) {
   c.warmup = a.warmup;
   c.threads = a.threads;
   c.seed = a.seed;
+  c.attention = a.attention;
   bench::validate(c);
+  bench::check_bench_fits_in_memory(c);
 
   std::printf(
-      "attograd bench: %s (V=%lld D=%lld H=%lld F=%lld N=%lld L=%lld B=%lld), %d thread%s, %d steps after %d "
+      "attograd bench: %s (V=%lld D=%lld H=%lld F=%lld N=%lld L=%lld B=%lld%s), %d thread%s, %d steps after %d "
       "warm-up\n",
       c.name.c_str(), static_cast<long long>(c.V), static_cast<long long>(c.D), static_cast<long long>(c.H),
       static_cast<long long>(c.F), static_cast<long long>(c.N), static_cast<long long>(c.L),
-      static_cast<long long>(c.B), c.threads, c.threads == 1 ? "" : "s", c.steps, c.warmup);
+      static_cast<long long>(c.B), attention_words(c.attention).c_str(), c.threads, c.threads == 1 ? "" : "s", c.steps,
+      c.warmup);
   std::fflush(stdout);
   const bench::BenchResult r = bench::run_bench(c);
   std::printf("  parameters  %s\n", group_digits(r.params).c_str());
@@ -107,6 +140,11 @@ int run_bench_command(const BenchArgs& a) {
               group_digits(static_cast<int64_t>(r.tokens_per_s + 0.5)).c_str(), r.gflops, r.flops_per_step / 1e9);
   std::printf("  peak RSS    %.1f MB (tensors %.1f MB at peak, allocator held %.1f MB)\n", r.peak_rss_mb,
               r.peak_tensor_mb, r.peak_reserved_mb);
+  if (c.attention != nn::AttentionSpec{}) {
+    std::printf("  memory      %.1f MB parameters with gradients and Adam state, %.1f MB of activations at the peak\n",
+                r.state_mb, r.peak_tensor_mb - r.state_mb);
+    print_cache(c.attention, c.D, c.H, c.N);
+  }
   std::printf("  allocation  %llu tensors per timed run, %llu of them new blocks from the system\n",
               static_cast<unsigned long long>(r.timed_allocs), static_cast<unsigned long long>(r.timed_system_allocs));
   std::printf("  loss        %.4f (first step) -> %.4f (last step)\n", r.first_loss, r.final_loss);
@@ -142,12 +180,32 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--tokens", args->tokens, "With --generate: tokens generated")->capture_default_str();
   sub->add_option("--rounds", args->rounds, "With --generate: timed rounds of each path")->capture_default_str();
   sub->add_flag("--no-uncached", args->no_uncached, "With --generate: time only the cached path");
+  nn::AttentionSpec& at = args->attention;
+  sub->add_option("--attention", at.kind, "Attention variant: mha, gqa, mla, local, block-sparse or linear")
+      ->check(CLI::IsMember({"mha", "gqa", "mla", "local", "block-sparse", "linear"}))
+      ->capture_default_str();
+  sub->add_option("--kv-heads", at.kv_heads, "--attention gqa: key/value heads")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+  sub->add_option("--kv-rank", at.kv_rank, "--attention mla: kv_lora_rank (0: D/4)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}));
+  sub->add_option("--q-rank", at.q_rank, "--attention mla: q_lora_rank (0: none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}));
+  sub->add_option("--window", at.window, "--attention local: keys per query")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+  sub->add_option("--block", at.block, "--attention block-sparse: block size")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
+  sub->add_flag("--rope", at.rope, "Rotary position embeddings instead of the sinusoidal table");
+  sub->add_flag("--checkpoint-activations", at.checkpoint, "Gradient checkpointing of every block but the last");
   sub->footer(
       "Prints a summary, then one JSON object on the last line: median_step_ms, tokens_per_s, peak_rss_mb,\n"
+      "peak_tensor_mb, ... (with a variant also attention, kv_cache_bytes_per_token and state_mb),\n"
       "first_loss, final_loss, flops_per_step, gflops, ... bench/torch_reference.py prints the same for PyTorch.\n\n"
       "Examples:\n"
       "  attograd bench --preset medium --threads 2\n"
       "  attograd bench --preset long -L 2048 --steps 5\n"
+      "  attograd bench --preset long -L 8192 --attention local --window 128 --steps 3\n"
+      "  attograd bench --preset large -L 512 --checkpoint-activations\n"
+      "  attograd bench --generate --attention gqa --kv-heads 1\n"
       "  attograd bench --generate --tokens 256 --threads 1");
   return {sub, [args] { return run_bench_command(*args); }};
 }

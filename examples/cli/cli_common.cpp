@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdarg>
@@ -89,6 +90,22 @@ CLI::Validator positive_real() {
         return "'" + value + "' is not a positive finite number";
       },
       "POSITIVE");
+}
+
+std::string describe_attention(const train::TrainConfig& c) {
+  std::string s = c.attention;
+  if (c.attention == "gqa") s += strf(" (%lld key/value heads)", static_cast<long long>(c.kv_heads));
+  if (c.attention == "mla")
+    s += strf(" (kv_lora_rank %lld, q_lora_rank %lld)",
+              static_cast<long long>(c.kv_rank > 0 ? c.kv_rank : std::max<int64_t>(1, c.d_model / 4)),
+              static_cast<long long>(c.q_rank));
+  if (c.attention == "local") s += strf(" (window %lld)", static_cast<long long>(c.window));
+  if (c.attention == "block-sparse") s += strf(" (block %lld)", static_cast<long long>(c.block));
+  if (c.rope) s += ", rope";
+  if (c.checkpoint_activations) s += ", checkpointed";
+  if (c.entropy_reg != 0) s += strf(", entropy-reg %g", c.entropy_reg);
+  if (c.log_entropy) s += ", entropies logged";
+  return s;
 }
 
 double peak_rss_mb() {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,18 @@ struct InspectArgs {
   std::string file;
   bool json = false;
 };
+
+// The training configuration in a file's metadata when it has one and its attention is not the textbook one (the
+// inspect output of other files is unchanged).
+std::optional<train::TrainConfig> saved_config(const std::string& metadata) {
+  try {
+    train::TrainConfig c = train::parse_run_metadata(metadata, "metadata").config;
+    if (c.attention_spec() == nn::AttentionSpec{} && !c.tracks_entropy()) return std::nullopt;
+    return c;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
 
 std::string hex(uint64_t v) { return strf("%016llx", static_cast<unsigned long long>(v)); }
 
@@ -34,6 +47,8 @@ int run_inspect(const InspectArgs& a) {
                      {"stored", hex(info.stored_checksum)},
                      {"computed", hex(info.computed_checksum)}};
     j["metadata"] = meta.is_discarded() ? nlohmann::ordered_json(info.metadata) : meta;
+    if (const std::optional<train::TrainConfig> cfg = saved_config(info.metadata))
+      j["attention"] = describe_attention(*cfg);
     j["tensors"] = nlohmann::ordered_json::array();
     for (const io::TensorInfo& t : info.tensors)
       j["tensors"].push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"nbytes", t.nbytes}});
@@ -62,6 +77,8 @@ int run_inspect(const InspectArgs& a) {
       std::printf("checksum    MISMATCH: stored %s, computed %s: the file is CORRUPT\n",
                   hex(info.stored_checksum).c_str(), hex(info.computed_checksum).c_str());
     std::printf("metadata    %s\n", meta.is_discarded() ? info.metadata.c_str() : meta.dump().c_str());
+    if (const std::optional<train::TrainConfig> cfg = saved_config(info.metadata))
+      std::printf("attention   %s\n", describe_attention(*cfg).c_str());
     std::printf("tensors     %zu (%s elements)\n", info.tensors.size(), thousands(info.num_elements()).c_str());
     size_t w = 4;
     for (const io::TensorInfo& t : info.tensors) w = std::max(w, t.name.size());

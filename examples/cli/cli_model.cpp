@@ -131,7 +131,9 @@ int run_generate(const GenerateArgs& a) {
     report::AttentionFigure fig =
         report::attention_figure(t->model(), src, out, [&](int64_t token) { return data.token_text(token); });
     fig.title = t->config().task + " (" + t->config().model + "): " + fig.title;
-    report::write_text_file(a.attention, report::attention_svg(fig));
+    const char* none = "no attention probabilities to draw: this attention (mla, linear) keeps none";
+    report::write_text_file(a.attention,
+                            fig.rows.empty() ? report::note_svg(fig.title, none) : report::attention_svg(fig));
     std::fprintf(stderr, "attention picture written to %s\n", a.attention.c_str());
   }
   return kExitOk;

@@ -60,6 +60,17 @@ CLI::Option* field(CLI::App* sub, const std::shared_ptr<TrainArgs>& a, const std
   return opt;
 }
 
+// Binds a boolean --name to one TrainConfig field (a flag: given = true), overriding the base config when given.
+CLI::Option* flag_field(CLI::App* sub, const std::shared_ptr<TrainArgs>& a, const std::string& name,
+                        bool TrainConfig::*member, const std::string& help) {
+  CLI::Option* opt = sub->add_flag(name, a->flags.*member, help);
+  TrainArgs* args = a.get();
+  a->overrides.push_back([opt, member, args](TrainConfig& c) {
+    if (opt->count() > 0) c.*member = args->flags.*member;
+  });
+  return opt;
+}
+
 std::string percent(double f) { return strf("%.2f%%", 100 * f); }
 
 // A held-out example for the attention picture: the first of a middling length (short enough to read); for a text
@@ -208,6 +219,8 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
               cfg.schedule.c_str(), static_cast<long long>(cfg.warmup), static_cast<unsigned long long>(cfg.seed),
               first_step > 0 ? strf(", resumed at step %lld", static_cast<long long>(first_step)).c_str() : "",
               out.string().c_str());
+  if (cfg.attention_spec() != nn::AttentionSpec{} || cfg.tracks_entropy())
+    std::printf("  attention: %s\n", describe_attention(cfg).c_str());
   if (distributed || cfg.grad_accum > 1)
     std::printf("  data-parallel: %d process%s (%s), grad-accum %lld, %s-order all-reduce%s\n", comm->size(),
                 comm->size() > 1 ? "es" : "", comm->name().c_str(), static_cast<long long>(cfg.grad_accum),
@@ -267,7 +280,9 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     report::AttentionFigure fig = report::attention_figure(
         trainer.model(), e.src, pred, [&](int64_t token) { return trainer.dataset().token_text(token); });
     fig.title = run_name + " (" + cfg.model + "): " + fig.title;
-    report::write_text_file(attention, report::attention_svg(fig));
+    const char* none = "no attention probabilities to draw: this attention (mla, linear) keeps none";
+    report::write_text_file(attention,
+                            fig.rows.empty() ? report::note_svg(fig.title, none) : report::attention_svg(fig));
   }
   if (stream) {
     // Continuations of the beginnings of held-out windows, sampled at temperature 1 with the run's seed.
@@ -310,6 +325,15 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     j["task"] = cfg.task;
     j["model"] = cfg.model;
     j["parameters"] = params;
+    if (cfg.attention_spec() != nn::AttentionSpec{} || cfg.tracks_entropy()) {
+      j["attention"] = cfg.attention;
+      j["attention_spec"] = nlohmann::ordered_json::parse(
+          nn::ModelSpec{.attention = cfg.attention_spec()}.to_json())["attention"];
+    }
+    if (cfg.tracks_entropy()) {
+      j["entropy_reg"] = cfg.entropy_reg;
+      j["entropy"] = trainer.history().empty() ? 0.0 : trainer.history().back().entropy;
+    }
     j["steps"] = trainer.step_count();
     j["final_loss"] = final_loss;
     j["eval_loss"] = final_eval->loss;
@@ -346,6 +370,12 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     std::printf("  task          %s (lengths %lld-%lld)\n", cfg.task.c_str(), static_cast<long long>(cfg.min_len),
                 static_cast<long long>(cfg.max_len));
   std::printf("  model         %s, %s parameters\n", cfg.model.c_str(), thousands(params).c_str());
+  if (cfg.attention_spec() != nn::AttentionSpec{} || cfg.tracks_entropy())
+    std::printf("  attention     %s\n", describe_attention(cfg).c_str());
+  if (cfg.tracks_entropy() && !trainer.history().empty())
+    std::printf("  entropy       %.4f nats mean attention row entropy (last training batch; loss above is the "
+                "cross-entropy alone)\n",
+                trainer.history().back().entropy);
   std::printf("  steps         %lld (%lld in this run)\n", static_cast<long long>(trainer.step_count()),
               static_cast<long long>(trainer.step_count() - first_step));
   std::printf("  final loss    %.4f (training batch), held-out %.4f\n", final_loss, final_eval->loss);
@@ -462,6 +492,28 @@ Command add_train(CLI::App& app) {
   field(sub, a, "--grad-accum", &TrainConfig::grad_accum,
         "micro-batches per step and process (--batch stays the global batch; must divide it)")
       ->check(integer_in(1, train::kMaxModelSize));
+  field(sub, a, "--attention", &TrainConfig::attention,
+        "attention variant (lm): mha, gqa (--kv-heads), mla (--kv-rank, --q-rank), local (--window), block-sparse "
+        "(--block) or linear")
+      ->check(CLI::IsMember({"mha", "gqa", "mla", "local", "block-sparse", "linear"}));
+  field(sub, a, "--kv-heads", &TrainConfig::kv_heads, "--attention gqa: key/value heads (divides --heads, below it)")
+      ->check(integer_in(1, train::kMaxModelSize));
+  field(sub, a, "--kv-rank", &TrainConfig::kv_rank, "--attention mla: kv_lora_rank, the cached latent (0: d_model/4)")
+      ->check(integer_in(0, train::kMaxModelSize));
+  field(sub, a, "--q-rank", &TrainConfig::q_rank, "--attention mla: q_lora_rank (0: no query compression)")
+      ->check(integer_in(0, train::kMaxModelSize));
+  field(sub, a, "--window", &TrainConfig::window, "--attention local: each query sees its last N positions")
+      ->check(integer_in(1, train::kMaxModelSize));
+  field(sub, a, "--block", &TrainConfig::block, "--attention block-sparse: block size of the BigBird layout")
+      ->check(integer_in(1, train::kMaxModelSize));
+  flag_field(sub, a, "--rope", &TrainConfig::rope,
+             "rotary position embeddings instead of the sinusoidal table (mha, gqa, local, block-sparse)");
+  flag_field(sub, a, "--checkpoint-activations", &TrainConfig::checkpoint_activations,
+             "gradient checkpointing: every block but the last recomputes its activations in the backward");
+  field(sub, a, "--entropy-reg", &TrainConfig::entropy_reg,
+        "attention-entropy regulariser: adds -LAMBDA x mean attention row entropy to the loss (> 0 spreads heads)");
+  flag_field(sub, a, "--log-entropy", &TrainConfig::log_entropy,
+             "log per-layer, per-head attention entropies to metrics.csv (implied by --entropy-reg)");
   sub->add_option("--allreduce", a->allreduce,
                   "with several MPI processes: fixed (rank-order sum, bitwise equal to --grad-accum) or any "
                   "(MPI_Allreduce)")

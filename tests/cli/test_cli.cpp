@@ -562,4 +562,124 @@ TEST_F(Cli, TextOutputsAreWrittenAtomically) {
   EXPECT_EQ(slurp(out + "/config.json").substr(0, 1), "{");
 }
 
+// ---- The attention variants (issue 16): every kind trains, then eval, generate, sample, export and import work on
+// its weights with no flag (the configuration saved with them carries the variant).
+
+struct Variant {
+  const char* name;
+  const char* flags;
+};
+constexpr Variant kVariants[] = {
+    {"gqa", "--attention gqa --kv-heads 1"},
+    {"mla", "--attention mla --kv-rank 6 --q-rank 8"},
+    {"local", "--attention local --window 3"},
+    {"block-sparse", "--attention block-sparse --block 2"},
+    {"linear", "--attention linear"},
+    {"rope", "--rope"},
+    {"checkpoint", "--checkpoint-activations"},
+    {"entropy", "--entropy-reg 0.01"},
+};
+
+TEST_F(Cli, EveryAttentionVariantTrainsAndItsWeightsWorkEverywhere) {
+  for (const Variant& v : kVariants) {
+    SCOPED_TRACE(v.name);
+    const std::string out = (scratch() / (std::string("variant-") + v.name)).string();
+    const CliRun t = attograd(std::string("train ") + kTiny + " " + v.flags + " --json --out " + quote(out));
+    ASSERT_EQ(t.status, 0) << t.out << t.err;
+    const json s = last_line_json(t.out);
+    ASSERT_TRUE(s.is_object()) << t.out;
+    const std::string w = out + "/model.attograd";
+    const attograd::train::TrainConfig saved = attograd::train::TrainConfig::from_json(slurp(out + "/config.json"));
+    if (std::string(v.name) != "rope" && std::string(v.name) != "checkpoint" && std::string(v.name) != "entropy") {
+      EXPECT_EQ(s["attention"], v.name);
+      EXPECT_EQ(saved.attention, v.name);
+    }
+    EXPECT_EQ(saved.rope, std::string(v.name) == "rope");
+    EXPECT_EQ(saved.checkpoint_activations, std::string(v.name) == "checkpoint");
+    EXPECT_NE(t.out.find("attention:"), std::string::npos) << t.out;  // the header line names the variant
+    // eval: the training run's final evaluation, from the weights alone.
+    const json e = last_line_json(attograd("eval --weights " + quote(w) + " --eval-size 50 --json").out);
+    ASSERT_TRUE(e.is_object());
+    EXPECT_EQ(e["token_accuracy"].get<double>(), s["token_accuracy"].get<double>());
+    // generate: the same with and without the key/value cache.
+    const CliRun g = attograd("generate -w " + quote(w) + " -i '1 2 3'");
+    ASSERT_EQ(g.status, 0) << g.err;
+    EXPECT_EQ(attograd("generate --no-kv-cache -w " + quote(w) + " -i '1 2 3'").out, g.out);
+    const CliRun smp = attograd("sample -w " + quote(w) + " -p '1 2' -n 5 --seed 3");
+    EXPECT_EQ(smp.status, 0) << smp.err;
+    // inspect names the variant.
+    const CliRun in = attograd("inspect " + quote(w));
+    EXPECT_NE(in.out.find("attention   "), std::string::npos) << in.out;
+    // export / import round trip: the safetensors metadata keeps the configuration, import rebuilds the module tree.
+    const std::string st = out + "/model.safetensors", back = out + "/imported.attograd";
+    ASSERT_EQ(attograd("export -w " + quote(w) + " --to " + quote(st)).status, 0);
+    const CliRun i = attograd("import --from " + quote(st) + " --to " + quote(back));
+    ASSERT_EQ(i.status, 0) << i.err;
+    const json a = last_line_json(attograd("eval --weights " + quote(back) + " --eval-size 50 --json").out);
+    EXPECT_EQ(a["token_accuracy"].get<double>(), s["token_accuracy"].get<double>());
+    EXPECT_EQ(attograd::train::TrainConfig::from_json(slurp(out + "/config.json")), saved);
+    EXPECT_EQ(attograd("generate -w " + quote(back) + " -i '1 2 3'").out, g.out);
+  }
+}
+
+TEST_F(Cli, AttentionFlagsThatDoNotApplyAreOneLineErrors) {
+  const std::string base = std::string("train ") + kTiny + " --out " + quote((scratch() / "bad").string());
+  expect_one_line_error(attograd(base + " --window 4"), "window applies to attention local, not mha", "window/mha");
+  expect_one_line_error(attograd(base + " --attention gqa --kv-heads 4"), "kv_heads", "kv-heads > heads");
+  expect_one_line_error(attograd(base + " --attention gqa"), "--kv-heads", "gqa without kv-heads");
+  expect_one_line_error(attograd(base + " --attention local --block 2 --window 2"), "block applies to attention",
+                        "block with local");
+  expect_one_line_error(attograd(base + " --attention mla --kv-heads 1"), "kv_heads applies to attention gqa",
+                        "kv-heads with mla");
+  expect_one_line_error(attograd(base + " --attention linear --rope"), "rope applies to softmax attention",
+                        "rope with linear");
+  expect_one_line_error(attograd(base + " --attention linear --entropy-reg 0.01"),
+                        "model \"lm\" with attention \"linear\"", "entropy-reg with linear");
+  expect_one_line_error(attograd(base + " --attention flash"), "--attention", "unknown kind");
+  expect_one_line_error(attograd("bench --attention local --steps 1"), "window", "bench local without window");
+  expect_one_line_error(attograd("bench --preset long -L 100000000 --steps 1"), "GB available", "bench L too long");
+}
+
+TEST_F(Cli, ConfigFilesCarryTheAttentionAndEntropyColumnsAppearOnlyWhenTracked) {
+  const std::string cfg = (scratch() / "gqa.json").string();
+  attograd::train::TrainConfig c;
+  c.steps = 10, c.d_model = 16, c.heads = 2, c.d_ff = 32, c.layers = 2, c.max_len = 4, c.batch = 8, c.eval_size = 20;
+  c.warmup = 1;
+  c.attention = "gqa", c.kv_heads = 1, c.log_entropy = true;
+  std::ofstream(cfg) << c.to_json();
+  const std::string out = (scratch() / "from-config").string();
+  const CliRun t = attograd("train --config " + quote(cfg) + " --json --out " + quote(out));
+  ASSERT_EQ(t.status, 0) << t.err;
+  EXPECT_EQ(attograd::train::TrainConfig::from_json(slurp(out + "/config.json")).kv_heads, 1);
+  const std::string header = lines(slurp(out + "/metrics.csv")).at(0);
+  EXPECT_NE(header.find(",entropy,entropy.layer0.h0,entropy.layer0.h1,entropy.layer1.h0,entropy.layer1.h1"),
+            std::string::npos)
+      << header;
+  EXPECT_GT(last_line_json(t.out)["entropy"].get<double>(), 0);
+  // The default run: no entropy columns, and its config.json has none of the new fields.
+  EXPECT_EQ(lines(slurp(dir() + "/metrics.csv")).at(0).find("entropy"), std::string::npos);
+  EXPECT_EQ(slurp(dir() + "/config.json").find("attention"), std::string::npos);
+}
+
+TEST_F(Cli, BenchTakesTheVariantFlags) {
+  const CliRun r = attograd("bench --preset long -L 256 -B 1 --attention local --window 16 --steps 1 --warmup 0");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = last_line_json(r.out);
+  EXPECT_EQ(j["L"], 256);
+  EXPECT_EQ(j["B"], 1);
+  EXPECT_EQ(j["attention"]["kind"], "local");
+  EXPECT_EQ(j["attention"]["window"], 16);
+  EXPECT_EQ(j["kv_cache_bytes_per_token"], 2 * 2 * 128 * 4);  // N=2 layers, K and V of D=128 floats
+  EXPECT_GT(j["peak_tensor_mb"].get<double>(), j["state_mb"].get<double>());
+  const CliRun g = attograd("bench --generate -D 32 -F 64 -N 2 --tokens 8 --rounds 1 --attention mla --kv-rank 8");
+  ASSERT_EQ(g.status, 0) << g.err;
+  const json k = last_line_json(g.out);
+  EXPECT_EQ(k["attention"]["kind"], "mla");
+  EXPECT_EQ(k["kv_cache_bytes_per_token"], 2 * (8 + 4) * 4);  // latent 8 + RoPE key (head 8 / 2) per layer
+  EXPECT_TRUE(k["same_tokens"].get<bool>());
+  // Without a variant the JSON has no attention keys (bench/compare's files stay as they were).
+  const json d = last_line_json(attograd("bench --preset small --steps 1 --warmup 0").out);
+  EXPECT_FALSE(d.contains("attention"));
+}
+
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "autograd/attention.h"
 #include "autograd/autograd.h"
 #include "autograd/memory.h"
 #include "autograd/parallel.h"
@@ -86,6 +88,16 @@ std::string json_str(const std::string& s) {
   return out + "\"";
 }
 
+// `, "attention": {...}, "kv_cache_bytes_per_token": n, "linear_state_bytes": n` for a non-default variant.
+std::string attention_json(const nn::AttentionSpec& a, int64_t D, int64_t H, int64_t N) {
+  const std::string spec = nn::ModelSpec{.attention = a}.to_json();
+  const size_t at = spec.find("\"attention\":");
+  std::string s = ", " + spec.substr(at, spec.size() - 1 - at);  // the nested object, without the outer brace
+  s += ", \"kv_cache_bytes_per_token\": " + json_num(kv_cache_bytes_per_token(a, D, H, N), "%.0f");
+  s += ", \"linear_state_bytes\": " + json_num(linear_state_bytes(a, D, H, N), "%.0f");
+  return s;
+}
+
 }  // namespace
 
 std::vector<std::string> preset_names() {
@@ -121,15 +133,110 @@ void validate(const BenchConfig& c) {
   ATTO_CHECK(c.steps >= 1, kMe, "steps must be at least 1, got steps=", c.steps);
   ATTO_CHECK(c.warmup >= 0, kMe, "warmup must be non-negative, got warmup=", c.warmup);
   ATTO_CHECK(c.threads >= 1, kMe, "threads must be at least 1, got threads=", c.threads);
+  c.attention.validate(c.H);
+}
+
+namespace {
+
+// Head size and, for mla, (d_rope, kv_lora_rank) as nn::CausalLMBlock builds them.
+struct MlaDims {
+  double head, rope, kv;
+};
+MlaDims mla_dims(const nn::AttentionSpec& a, int64_t D, int64_t H) {
+  const int64_t d = D / H;
+  return {static_cast<double>(d), static_cast<double>(a.rope_dim > 0 ? a.rope_dim : d / 2),
+          static_cast<double>(a.kv_rank > 0 ? a.kv_rank : std::max<int64_t>(1, D / 4))};
+}
+
+// Weights of one block's attention (no biases, no norms).
+double attention_weights(const nn::AttentionSpec& a, double D, int64_t H) {
+  if (a.kind == "gqa") return 2 * D * D + 2 * D * static_cast<double>(a.kv_heads) * (D / static_cast<double>(H));
+  if (a.kind == "mla") {
+    const MlaDims m = mla_dims(a, static_cast<int64_t>(D), H);
+    const double h = static_cast<double>(H);
+    const double qr = static_cast<double>(a.q_rank);
+    const double q = a.q_rank > 0 ? D * qr + qr * h * (m.head + m.rope) : D * h * (m.head + m.rope);
+    return q + D * (m.kv + m.rope) + m.kv * h * 2 * m.head + h * m.head * D;
+  }
+  return 4 * D * D;
+}
+
+// Causal query-key pairs the pattern computes for one sequence of length L.
+double attended_pairs(const nn::AttentionSpec& a, int64_t L) {
+  const double l = static_cast<double>(L);
+  if (a.kind == "local" && a.window > 0) {
+    const double w = static_cast<double>(std::min(a.window, L));
+    return w * (w + 1) / 2 + (l - w) * w;  // rows 0..w-1 see i + 1 keys, the others w
+  }
+  if (a.kind == "block-sparse" && a.block > 0) {
+    // The layout CausalLM uses (BigBird, local 1, global 1), restricted to j <= i.
+    const int64_t b = a.block, nb = (L + b - 1) / b;
+    const Tensor layout = bigbird_block_layout({.q_blocks = nb, .k_blocks = nb, .local_blocks = 1, .global_blocks = 1});
+    const bool* on = layout.data<bool>();
+    double pairs = 0;
+    for (int64_t qb = 0; qb < nb; ++qb)
+      for (int64_t kb = 0; kb <= qb; ++kb) {
+        if (!on[qb * nb + kb]) continue;
+        const double rows = static_cast<double>(std::min(L, (qb + 1) * b) - qb * b);
+        const double cols = static_cast<double>(std::min(L, (kb + 1) * b) - kb * b);
+        pairs += kb < qb ? rows * cols : rows * (rows + 1) / 2;  // the diagonal block: its causal triangle
+      }
+    return pairs;
+  }
+  return l * (l + 1) / 2;
+}
+
+}  // namespace
+
+double kv_cache_bytes_per_token(const nn::AttentionSpec& a, int64_t D, int64_t H, int64_t N) {
+  const double n = static_cast<double>(N);
+  if (a.kind == "linear") return 0;
+  if (a.kind == "gqa") return 4 * n * 2 * static_cast<double>(a.kv_heads * (D / H));
+  if (a.kind == "mla") {
+    const MlaDims m = mla_dims(a, D, H);
+    return 4 * n * (m.kv + m.rope);
+  }
+  return 4 * n * 2 * static_cast<double>(D);
+}
+
+double linear_state_bytes(const nn::AttentionSpec& a, int64_t D, int64_t H, int64_t N) {
+  if (a.kind != "linear") return 0;
+  const double d = static_cast<double>(D / H);
+  return 4 * static_cast<double>(N * H) * (d * d + d);
+}
+
+double estimate_bench_bytes(const BenchConfig& c) {
+  const double D = static_cast<double>(c.D), F = static_cast<double>(c.F), V = static_cast<double>(c.V);
+  const double N = static_cast<double>(c.N), T = static_cast<double>(c.B) * static_cast<double>(c.L);
+  const double params = N * (attention_weights(c.attention, D, c.H) + 2 * D * F) + V * D;
+  const double per_token = (c.attention.checkpoint && c.N > 1 ? (F + 4 * D) + (N - 1) * D : N * (F + 4 * D)) + 2 * V;
+  return 4 * (4 * params + T * per_token);
+}
+
+void check_bench_fits_in_memory(const BenchConfig& c) {
+  double have = 0;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) have = static_cast<double>(pages) * static_cast<double>(page);
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+    have = have > 0 ? std::min(have, static_cast<double>(lim.rlim_cur)) : static_cast<double>(lim.rlim_cur);
+  const double need = estimate_bench_bytes(c);
+  if (have <= 0 || need <= have) return;
+  throw Error(kMe, str_cat("L=", c.L, ", B=", c.B, " needs at least ", std::round(need / 1e8) / 10,
+                           " GB (weights, gradients, Adam state and the activations of ", c.B * c.L,
+                           " tokens), more than the ", std::round(have / 1e8) / 10,
+                           " GB available; lower -L or -B"));
 }
 
 double model_flops_per_step(const BenchConfig& c) {
   const double B = static_cast<double>(c.B), L = static_cast<double>(c.L), D = static_cast<double>(c.D);
   const double F = static_cast<double>(c.F), V = static_cast<double>(c.V), N = static_cast<double>(c.N);
   const double T = B * L;                                      // tokens per step
-  const double projections = 2 * T * D * (4 * D);              // q, k, v, o: (T, D) x (D, D) each
+  const double projections = 2 * T * attention_weights(c.attention, D, c.H);  // q, k, v, o (mha: 4 (D, D))
   const double ffn = 2 * T * D * F * 2;                        // (T, D) x (D, F) and (T, F) x (F, D)
-  const double attention = 2 * (2 * B * D * L * (L + 1) / 2);  // Q K^T and P V over the causal pairs, all heads
+  // Q K^T and P V over the computed causal pairs, all heads (linear attention: k v^T into the state, q times it).
+  const double attention = c.attention.kind == "linear" ? 2 * 2 * T * D * (D / static_cast<double>(c.H))
+                                                        : 2 * (2 * B * D * attended_pairs(c.attention, c.L));
   const double output = 2 * T * D * V;                         // tied projection (T, D) x (D, V)
   const double forward = N * (projections + ffn + attention) + output;
   return 3 * forward;
@@ -143,6 +250,7 @@ double peak_rss_mb() {
 
 BenchResult run_bench(const BenchConfig& config) {
   validate(config);
+  check_bench_fits_in_memory(config);
   BenchResult r;
   r.config = config;
   set_num_threads(config.threads);
@@ -156,7 +264,8 @@ BenchResult run_bench(const BenchConfig& config) {
                                                                   .n_layers = config.N,
                                                                   .dropout = 0.1,
                                                                   .max_len = config.L,
-                                                                  .pad_idx = data::kPad},
+                                                                  .pad_idx = data::kPad,
+                                                                  .attention = config.attention},
                                               init_gen);
   model->set_generator(dropout_gen);
   model->train();
@@ -202,6 +311,7 @@ BenchResult run_bench(const BenchConfig& config) {
   const AllocatorStats end = allocator_stats();
   r.peak_tensor_mb = static_cast<double>(end.peak_allocated_bytes) / (1024.0 * 1024.0);
   r.peak_reserved_mb = static_cast<double>(end.peak_reserved_bytes) / (1024.0 * 1024.0);
+  r.state_mb = 4.0 * 4.0 * static_cast<double>(r.params) / (1024.0 * 1024.0);
   r.timed_allocs = end.num_allocs - timed_start.num_allocs;
   r.timed_system_allocs = end.cache_misses - timed_start.cache_misses;
   return r;
@@ -224,8 +334,10 @@ std::string to_json(const BenchResult& r) {
   s += std::string(", \"thread_pool\": ") + (r.thread_pool ? "true" : "false");
   s += ", \"peak_tensor_mb\": " + json_num(r.peak_tensor_mb, "%.1f");
   s += ", \"peak_reserved_mb\": " + json_num(r.peak_reserved_mb, "%.1f");
-  s += str_cat(", \"timed_allocs\": ", r.timed_allocs, ", \"timed_system_allocs\": ", r.timed_system_allocs, "}");
-  return s;
+  s += str_cat(", \"timed_allocs\": ", r.timed_allocs, ", \"timed_system_allocs\": ", r.timed_system_allocs);
+  if (c.attention != nn::AttentionSpec{}) s += attention_json(c.attention, c.D, c.H, c.N);
+  if (c.attention != nn::AttentionSpec{}) s += ", \"state_mb\": " + json_num(r.state_mb, "%.1f");
+  return s + "}";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -240,6 +352,7 @@ void validate(const GenerateConfig& c) {
   ATTO_CHECK(c.V > data::kFirstSymbol + 1, kMe, "V must be at least ", data::kFirstSymbol + 2, ", got ", c.V);
   ATTO_CHECK(c.rounds >= 1, kMe, "rounds must be >= 1, got ", c.rounds);
   ATTO_CHECK(c.threads >= 1, kMe, "threads must be >= 1, got ", c.threads);
+  c.attention.validate(c.H);
 }
 
 namespace {
@@ -282,7 +395,8 @@ GenerateResult run_generate_bench(const GenerateConfig& config) {
                                          .n_layers = config.N,
                                          .dropout = 0.1,
                                          .max_len = config.prompt + 1 + config.tokens,
-                                         .pad_idx = data::kPad},
+                                         .pad_idx = data::kPad,
+                                         .attention = config.attention},
                      init_gen);
   model.eval();
   r.params = model.num_parameters();
@@ -355,8 +469,9 @@ std::string to_json(const GenerateResult& r) {
                ", \"cached_cpu_tokens_per_s\": ", num(r.cached_cpu_tokens_per_s),
                ", \"uncached_cpu_tokens_per_s\": ", num(r.uncached_cpu_tokens_per_s),
                ", \"same_tokens\": ", r.same_tokens ? "true" : "false",
-               ", \"cached_allocs_per_token\": ", num(r.cached_allocs_per_token), "}");
-  return s;
+               ", \"cached_allocs_per_token\": ", num(r.cached_allocs_per_token));
+  if (c.attention != nn::AttentionSpec{}) s += attention_json(c.attention, c.D, c.H, c.N);
+  return s + "}";
 }
 
 }  // namespace attograd::bench

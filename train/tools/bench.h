@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "nn/sequence_model.h"
+
 namespace attograd::bench {
 
 /// One benchmark configuration: vocabulary V, width D, heads H, feed-forward size F, blocks N, sequence length L,
@@ -28,6 +30,7 @@ struct BenchConfig {
   int threads = 1;              ///< threads of the engine's pool (set_num_threads), when the engine has one
   uint64_t seed = 0;            ///< seeds the weights, the dropout masks and the data
   std::string name = "custom";  ///< preset name, or "custom" for explicit sizes
+  nn::AttentionSpec attention = {};  ///< the attention variant of the model (default: textbook mha)
 };
 
 /// The preset "small" (16, 64, 4, 256, 2, 32, 32), "medium" (64, 128, 4, 512, 2, 64, 32),
@@ -37,12 +40,31 @@ BenchConfig preset(const std::string& name);
 /// The preset names, in size order.
 std::vector<std::string> preset_names();
 /// Checks every field (Error naming the field and its value): sizes positive, D % H == 0, L even, V > 6,
-/// steps >= 1, warmup >= 0, threads >= 1.
+/// steps >= 1, warmup >= 0, threads >= 1, the attention spec (nn::AttentionSpec::validate).
 void validate(const BenchConfig& config);
+
+/// A lower bound of the bytes a run needs: weights, gradients and Adam's two moments (4 copies of the parameters,
+/// counted for the textbook attention, a lower bound for every variant but gqa and mla, whose own weights are counted)
+/// and, per token, the logits with their gradient and each block's feed-forward hidden layer and a few D-wide values.
+/// No L x L term: the fused attention keeps O(L) per row.
+double estimate_bench_bytes(const BenchConfig& config);
+/// Error saying how much memory the configuration needs when estimate_bench_bytes exceeds this machine's physical
+/// memory (or the address-space limit); run_bench checks it before building anything.
+void check_bench_fits_in_memory(const BenchConfig& config);
+
+/// The key/value cache bytes per generated token of a decoder-only model with this attention (float32): 2 N D for
+/// mha, local and block-sparse (the whole sequence is cached), 2 N kv_heads (D / H) for gqa, N (kv_rank + rope_dim)
+/// for mla (the latent and the shared RoPE key), 0 for linear attention (its state has a fixed size:
+/// linear_state_bytes). Computed from the spec (nn::CausalLM reports no cache size on this branch).
+double kv_cache_bytes_per_token(const nn::AttentionSpec& attention, int64_t D, int64_t H, int64_t N);
+/// Linear attention's fixed decoding state in bytes (N H (d^2 + d) floats, d = D / H); 0 for the other kinds.
+double linear_state_bytes(const nn::AttentionSpec& attention, int64_t D, int64_t H, int64_t N);
 
 /// Model FLOPs of one training step: 2*M*N*K for every matrix product of the forward (q, k, v and output
 /// projections, both FFN layers, Q K^T and P V over the L(L+1)/2 causal query-key pairs, the tied output
 /// projection), times 3 (the backward does twice the forward's products). Elementwise work is not counted.
+/// Variants: gqa's and mla's own projections; local and block-sparse count only the query-key pairs their pattern
+/// computes; linear attention the running-sum products (2 x 2 B L D d).
 double model_flops_per_step(const BenchConfig& config);
 
 /// What run_bench measured.
@@ -60,19 +82,22 @@ struct BenchResult {
   double gflops = 0;            ///< flops_per_step / median step seconds / 1e9
   bool thread_pool = false;     ///< whether the engine had a pool to give `threads` to
   double peak_tensor_mb = 0;    ///< allocator: peak bytes in live tensors over the run, MB
+  double state_mb = 0;          ///< the parameters' weights, gradients and Adam moments (4 x 4 bytes each), MB
   double peak_reserved_mb = 0;  ///< allocator: peak bytes held (live + cached for reuse), MB
   uint64_t timed_system_allocs = 0;  ///< allocator: blocks requested from the system during the timed steps
   uint64_t timed_allocs = 0;    ///< allocator: tensor storages allocated during the timed steps (all reused when
                                 ///< timed_system_allocs is 0)
 };
 
-/// Builds nn::CausalLM with the configuration's sizes (dropout 0.1, max_len L), Adam(lr 1e-3), generates
+/// Builds nn::CausalLM with the configuration's sizes and attention (dropout 0.1, max_len L), Adam(lr 1e-3), generates
 /// warmup + steps batches, runs the warm-up steps, then times the others.
 BenchResult run_bench(const BenchConfig& config);
 
 /// The result as one line of JSON (no newline): impl, preset, sizes, steps, warmup, threads, seed, params,
 /// median_step_ms, min_step_ms, tokens_per_s, peak_rss_mb, first_loss, final_loss, flops_per_step, gflops,
-/// thread_pool, peak_tensor_mb, peak_reserved_mb, timed_allocs, timed_system_allocs.
+/// thread_pool, peak_tensor_mb, peak_reserved_mb, timed_allocs, timed_system_allocs; then, only when the attention is
+/// not the default, "attention" (the spec as in ModelSpec's JSON), kv_cache_bytes_per_token and state_mb (the
+/// parameters with their gradients and Adam state, MB: peak_tensor_mb minus it is the activations' share).
 std::string to_json(const BenchResult& result);
 
 /// Peak resident set size of this process so far (getrusage ru_maxrss), MB.
@@ -99,6 +124,8 @@ struct GenerateConfig {
   bool uncached = true;  ///< also time the recomputing path
   int threads = 1;       ///< threads of the engine's pool
   uint64_t seed = 0;     ///< seeds the weights and the prompts
+  nn::AttentionSpec attention = {};  ///< the attention variant (caches exist only where the model has them; the
+                                     ///< others decode by recomputing on both paths)
 };
 
 /// Checks every field (Error naming the field and its value).
@@ -128,7 +155,8 @@ GenerateResult run_generate_bench(const GenerateConfig& config);
 
 /// The result as one line of JSON (no newline): impl, mode "generate", sizes, prompt, tokens, B, rounds, threads,
 /// seed, params, cached_ms, uncached_ms (medians), cached_tokens_per_s, uncached_tokens_per_s, speedup,
-/// cached_cpu_tokens_per_s, uncached_cpu_tokens_per_s, same_tokens, cached_allocs_per_token.
+/// cached_cpu_tokens_per_s, uncached_cpu_tokens_per_s, same_tokens, cached_allocs_per_token; with a non-default
+/// attention also "attention" and kv_cache_bytes_per_token.
 std::string to_json(const GenerateResult& result);
 
 }  // namespace attograd::bench

@@ -291,12 +291,38 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
       extra->x_max = lp.x_max;
     }
   }
-  std::string svg = extra ? plot_svg({lp, *extra, ap}, title) : plot_svg({lp, ap}, title);
-  return svg;
+  std::vector<Panel> panels = {lp};
+  if (extra) panels.push_back(*extra);
+  panels.push_back(ap);
+  // Steps that tracked attention entropies (--entropy-reg, --log-entropy): their mean row entropy.
+  Series ent = make_series("mean attention row entropy", "#8c564b", false);
+  for (const train::StepMetrics& m : history)
+    if (!m.entropies.empty()) ent.x.push_back(static_cast<double>(m.step)), ent.y.push_back(m.entropy);
+  if (!ent.x.empty()) {
+    Panel ep;
+    ep.title = "Attention entropy (training batches)";
+    ep.x_label = "step";
+    ep.y_label = "nats";
+    ep.series = {ent};
+    ep.fixed_x = lp.fixed_x;
+    ep.x_min = lp.x_min;
+    ep.x_max = lp.x_max;
+    panels.push_back(ep);
+  }
+  return plot_svg(panels, title);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Attention heatmaps
+
+std::string note_svg(const std::string& title, const std::string& note) {
+  const double width = 16 + 7.0 * static_cast<double>(std::max(title.size(), note.size()));
+  return fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"64\" font-family=\"sans-serif\" "
+             "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+             "<text x=\"8\" y=\"22\" font-size=\"13\" font-weight=\"bold\">%s</text>\n"
+             "<text x=\"8\" y=\"46\">%s</text>\n</svg>\n",
+             width, xml_escape(title).c_str(), xml_escape(note).c_str());
+}
 
 std::string attention_svg(const AttentionFigure& figure) {
   const char* me = "attention_svg";

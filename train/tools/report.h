@@ -5,6 +5,7 @@
 //    scale; plus the held-out loss at each evaluation) and the held-out token and sequence accuracy at each
 //    evaluation (0..100 %); for a text stream a third panel of validation bits per character. Axes with "nice" ticks (1, 2, 5 x 10^k), tick labels, axis labels and a legend.
 //    Every series is one <path> with one point per record (so the training-loss path has one point per step).
+//    With attention entropies in the history (--entropy-reg, --log-entropy), a last panel of the mean row entropy.
 //  - attention_svg: one heatmap per head for each attention "row" (a layer, or for the encoder-decoder one
 //    row per layer and kind: encoder self, decoder self, decoder cross), laid out rows x heads, tokens on both
 //    axes (queries down the left, keys along the top), colours on a fixed 0..1 viridis scale with a colour bar.
@@ -88,6 +89,9 @@ struct AttentionFigure {
 /// The heatmap grid (rows x heads) of a figure, with a colour bar (see the file comment). Error if a row's
 /// weights are not (H, Lq, Lk) / (1, H, Lq, Lk) or its labels do not match Lq and Lk.
 std::string attention_svg(const AttentionFigure& figure);
+/// A small figure of a title and one line of text, in place of a heatmap when a model keeps no attention
+/// probabilities (multi-head latent and linear attention).
+std::string note_svg(const std::string& title, const std::string& note);
 
 /// A token as text, for axis labels.
 using TokenLabel = std::function<std::string(int64_t)>;

@@ -2,6 +2,7 @@
 // trains a tiny model with the Trainer on every rank and lets the tests observe and disturb it.
 //   dist_worker key=value ...
 //     steps=5 batch=8 grad_accum=1 dropout=0 optimizer=sgd order=fixed hash_every=1   the run
+//     entropy_reg=0        the attention-entropy regulariser's lambda
 //     overlap=1 bucket_floats=1000    reduce in buckets of about 1000 floats during the backward (0: after it)
 //     params=FILE          rank 0 appends every parameter (float32, named_parameters() order) after every step
 //     resume=FILE          loads a checkpoint first
@@ -43,6 +44,7 @@ int run(const std::map<std::string, std::string>& args, const std::shared_ptr<di
   c.steps = num("steps", 5);
   c.grad_accum = num("grad_accum", 1);
   c.dropout = std::stod(get("dropout", "0"));
+  c.entropy_reg = std::stod(get("entropy_reg", "0"));
   c.optimizer = get("optimizer", "sgd");
   c.lr = c.optimizer == "sgd" ? 0.1 : 5e-3;
   c.schedule = "constant";

@@ -153,6 +153,20 @@ TEST_F(Mpi, NProcessesEqualGradAccumNBitwise) {
   for (size_t s = 0; s < 5; ++s) EXPECT_TRUE(same_bits(again[s], first[s])) << "step " << s + 1;
 }
 
+// With the attention-entropy regulariser too: each micro-batch's term is weighted alike on N ranks and with
+// grad_accum N.
+TEST_F(Mpi, EntropyRegulariserKeepsNProcessesEqualToGradAccumN) {
+  const std::string args = "steps=5 batch=8 optimizer=adamw dropout=0.1 entropy_reg=0.5";
+  const auto accum = worker(0, args + " grad_accum=2", "ent_accum2");
+  const auto many = worker(2, args, "ent_np2");
+  const auto plain = worker(0, "steps=5 batch=8 optimizer=adamw dropout=0.1 grad_accum=2", "ent_plain");
+  ASSERT_EQ(accum.size(), 5u);
+  ASSERT_EQ(many.size(), 5u);
+  ASSERT_EQ(plain.size(), 5u);
+  for (size_t s = 0; s < 5; ++s) EXPECT_TRUE(same_bits(many[s], accum[s])) << "step " << s + 1;
+  EXPECT_FALSE(same_bits(accum[4], plain[4]));  // the regulariser changed the training
+}
+
 // Reducing in buckets while the backward runs (any bucket size) gives the same bits as reducing after it.
 TEST_F(Mpi, OverlapAndBucketsChangeNoBit) {
   const std::string args = "steps=5 batch=8 optimizer=adamw dropout=0.1";

@@ -108,6 +108,19 @@ TEST(Report, CurvesHaveOnePointPerMetricRow) {
   EXPECT_NE(svg.find(">100<"), std::string::npos);  // accuracy axis tick
 }
 
+TEST(Report, CurvesAddAnEntropyPanelOnlyWhenEntropiesWereTracked) {
+  std::vector<train::StepMetrics> h = history(12, 5);
+  EXPECT_EQ(report::curves_svg(h).find("Attention entropy"), std::string::npos);
+  for (size_t i = 4; i < h.size(); ++i) {  // tracked from step 5 on (e.g. a resumed run)
+    h[i].entropies = {1.0, 2.0};
+    h[i].entropy = 1.5;
+  }
+  const std::string svg = report::curves_svg(h);
+  EXPECT_NE(svg.find("Attention entropy"), std::string::npos);
+  EXPECT_EQ(points_in(path_of(svg, "mean attention row entropy")), 8u);
+  EXPECT_EQ(points_in(path_of(svg, "training loss")), 12u);
+}
+
 TEST(Report, CurvesWithoutEvaluationsOrData) {
   const std::string one = report::curves_svg(history(5, 100));
   EXPECT_EQ(points_in(path_of(one, "training loss")), 5u);
