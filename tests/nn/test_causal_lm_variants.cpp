@@ -17,6 +17,7 @@
 #include "autograd/memory.h"
 #include "autograd/shape.h"
 #include "nn/models.h"
+#include "decode_testing.h"
 #include "testing.h"
 
 using namespace attograd;
@@ -59,54 +60,7 @@ std::shared_ptr<CausalLM> make_lm(const AttentionSpec& a, Dtype dtype, int64_t m
   return m;
 }
 
-const TokenRows kSources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 12}, {5, 4}};
-
-double tolerance(Dtype dt) { return dt == kFloat64 ? 1e-11 : 2e-5; }
-
-int64_t row_argmax(const Tensor& logits, int64_t i) {
-  const std::vector<double> v = logits.to_vector<double>();
-  const int64_t V = logits.size(1);
-  return static_cast<int64_t>(std::max_element(v.begin() + i * V, v.begin() + (i + 1) * V) - (v.begin() + i * V));
-}
-
-struct Trace {
-  std::vector<Tensor> logits;  // per step (A, V)
-  TokenRows decoded;
-  size_t cache_blocks = 0;    // st.cache.size()
-  int64_t cache_heads = 0;    // heads of the first block's cache (0 without one)
-};
-
-// Greedy steps through begin_decode / decode_step; row b stops after stop_after[b] steps.
-Trace run(SequenceModel& m, const TokenRows& sources, int64_t steps, bool use_cache,
-          const std::vector<int64_t>& stop_after = {}) {
-  NoGradGuard no_grad;
-  DecodeState st = m.begin_decode(sources);
-  st.use_cache = use_cache;
-  Trace t;
-  t.cache_blocks = st.cache.size();
-  t.cache_heads = st.cache.empty() ? 0 : st.cache[0].key.size(1);
-  for (int64_t s = 0; s < steps && !st.active.empty(); ++s) {
-    Tensor l = m.decode_step(st);
-    t.logits.push_back(l);
-    std::vector<int64_t> still;
-    for (size_t i = 0; i < st.active.size(); ++i) {
-      const auto b = static_cast<size_t>(st.active[i]);
-      st.decoded[b].push_back(row_argmax(l, static_cast<int64_t>(i)));
-      if (stop_after.empty() || static_cast<int64_t>(st.decoded[b].size()) < stop_after[b])
-        still.push_back(st.active[i]);
-    }
-    st.active = std::move(still);
-  }
-  t.decoded = st.decoded;
-  return t;
-}
-
-void expect_same(const Trace& cached, const Trace& full, Dtype dt) {
-  EXPECT_EQ(cached.decoded, full.decoded);
-  ASSERT_EQ(cached.logits.size(), full.logits.size());
-  for (size_t s = 0; s < full.logits.size(); ++s)
-    EXPECT_TRUE(all_close(cached.logits[s], full.logits[s], tolerance(dt), tolerance(dt))) << "step " << s;
-}
+const TokenRows& kSources = kDecodeSources;
 
 int64_t kv_heads(const AttentionSpec& a) { return a.kind == "gqa" ? a.kv_heads : 4; }
 
@@ -118,11 +72,11 @@ TEST(CausalLMVariants, CachedEqualsRecomputedMixedLengthsFloat32AndFloat64) {
       SCOPED_TRACE(std::string(v.name) + " " + dtype_name(dt));
       auto m = make_lm(v.spec, dt);
       const int64_t steps = m->max_decode_len() - 1;
-      const Trace cached = run(*m, kSources, steps, true, {steps, 3, steps, 7});
-      const Trace full = run(*m, kSources, steps, false, {steps, 3, steps, 7});
+      const DecodeTrace cached = run_greedy(*m, kSources, steps, true, {steps, 3, steps, 7});
+      const DecodeTrace full = run_greedy(*m, kSources, steps, false, {steps, 3, steps, 7});
       ASSERT_EQ(cached.cache_blocks, 2u);  // the variant has a cache path: nothing recomputes
       EXPECT_EQ(cached.cache_heads, kv_heads(v.spec));
-      expect_same(cached, full, dt);
+      expect_same_decode(cached, full, dt);
     }
 }
 
@@ -133,7 +87,7 @@ TEST(CausalLMVariants, CachedCropBeyondMaxLen) {
     for (Dtype dt : {kFloat32, kFloat64}) {
       SCOPED_TRACE(std::string(v.name) + " " + dtype_name(dt));
       auto m = make_lm(v.spec, dt, 8);
-      expect_same(run(*m, kSources, 14, true), run(*m, kSources, 14, false), dt);
+      expect_same_decode(run_greedy(*m, kSources, 14, true), run_greedy(*m, kSources, 14, false), dt);
     }
 }
 

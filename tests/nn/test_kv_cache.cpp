@@ -14,6 +14,7 @@
 
 #include "autograd/shape.h"
 #include "nn/models.h"
+#include "decode_testing.h"
 #include "testing.h"
 
 using namespace attograd;
@@ -21,6 +22,9 @@ using namespace attograd::testing;
 using namespace attograd::nn;
 
 namespace {
+
+const TokenRows& kSources = kDecodeSources;
+
 
 std::shared_ptr<SequenceModel> make_lm(Dtype dtype, int64_t max_len = 24, uint64_t seed = 5) {
   Generator gen(seed);
@@ -55,54 +59,6 @@ std::shared_ptr<SequenceModel> make_seq2seq(Dtype dtype, uint64_t seed = 6) {
   return m;
 }
 
-// Mixed prompt lengths (a row of one token among them).
-const TokenRows kSources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 12}, {5, 4}};
-
-double tolerance(Dtype dt) { return dt == kFloat64 ? 1e-11 : 2e-5; }
-
-int64_t row_argmax(const Tensor& logits, int64_t i) {
-  const std::vector<double> v = logits.to_vector<double>();
-  const int64_t V = logits.size(1);
-  return static_cast<int64_t>(std::max_element(v.begin() + i * V, v.begin() + (i + 1) * V) - (v.begin() + i * V));
-}
-
-// Decodes `steps` greedy steps (argmax, EOS not special) through begin_decode / decode_step; row b stops after
-// stop_after[b] steps (rows finishing early: state.active shrinks). Returns every step's logits.
-struct Trace {
-  std::vector<Tensor> logits;  // per step (A, V)
-  TokenRows decoded;
-};
-
-Trace run(SequenceModel& m, const TokenRows& sources, int64_t steps, bool use_cache,
-          const std::vector<int64_t>& stop_after = {}) {
-  NoGradGuard no_grad;
-  DecodeState st = m.begin_decode(sources);
-  st.use_cache = use_cache;
-  Trace t;
-  for (int64_t s = 0; s < steps && !st.active.empty(); ++s) {
-    Tensor l = m.decode_step(st);
-    EXPECT_EQ(l.size(0), static_cast<int64_t>(st.active.size()));
-    t.logits.push_back(l);
-    std::vector<int64_t> still;
-    for (size_t i = 0; i < st.active.size(); ++i) {
-      const auto b = static_cast<size_t>(st.active[i]);
-      st.decoded[b].push_back(row_argmax(l, static_cast<int64_t>(i)));
-      if (stop_after.empty() || static_cast<int64_t>(st.decoded[b].size()) < stop_after[b])
-        still.push_back(st.active[i]);
-    }
-    st.active = std::move(still);
-  }
-  t.decoded = st.decoded;
-  return t;
-}
-
-void expect_same(const Trace& cached, const Trace& full, Dtype dt) {
-  EXPECT_EQ(cached.decoded, full.decoded);
-  ASSERT_EQ(cached.logits.size(), full.logits.size());
-  for (size_t s = 0; s < full.logits.size(); ++s)
-    EXPECT_TRUE(all_close(cached.logits[s], full.logits[s], tolerance(dt), tolerance(dt))) << "step " << s;
-}
-
 using Factory = std::function<std::shared_ptr<SequenceModel>(Dtype)>;
 
 struct Case {
@@ -122,7 +78,7 @@ TEST(KVCache, CachedEqualsRecomputedMixedLengthsFloat32AndFloat64) {
       auto m = c.make(dt);
       ASSERT_FALSE(m->is_training());  // dropout 0.1 in eval mode
       const int64_t steps = m->max_decode_len() - 1;
-      expect_same(run(*m, kSources, steps, true), run(*m, kSources, steps, false), dt);
+      expect_same_decode(run_greedy(*m, kSources, steps, true), run_greedy(*m, kSources, steps, false), dt);
     }
 }
 
@@ -131,8 +87,8 @@ TEST(KVCache, RowsFinishingEarly) {
     SCOPED_TRACE(c.name);
     auto m = c.make(kFloat32);
     const std::vector<int64_t> stop = {2, 5, 1, 9};
-    const Trace cached = run(*m, kSources, 12, true, stop), full = run(*m, kSources, 12, false, stop);
-    expect_same(cached, full, kFloat32);
+    const DecodeTrace cached = run_greedy(*m, kSources, 12, true, stop), full = run_greedy(*m, kSources, 12, false, stop);
+    expect_same_decode(cached, full, kFloat32);
     for (size_t b = 0; b < stop.size(); ++b) EXPECT_EQ(static_cast<int64_t>(cached.decoded[b].size()), stop[b]);
   }
 }
@@ -144,7 +100,7 @@ TEST(KVCache, EmptySourceRow) {
     SCOPED_TRACE(c.name);
     auto m = c.make(kFloat64);
     const TokenRows sources = {{}, {4, 5}};
-    expect_same(run(*m, sources, 6, true), run(*m, sources, 6, false), kFloat64);
+    expect_same_decode(run_greedy(*m, sources, 6, true), run_greedy(*m, sources, 6, false), kFloat64);
   }
 }
 
@@ -154,9 +110,9 @@ TEST(KVCache, BatchedRowsEqualEachRowAlone) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
     auto m = c.make(kFloat64);
-    const Trace all = run(*m, kSources, 6, true);
+    const DecodeTrace all = run_greedy(*m, kSources, 6, true);
     for (size_t b = 0; b < kSources.size(); ++b) {
-      const Trace one = run(*m, {kSources[b]}, 6, true);
+      const DecodeTrace one = run_greedy(*m, {kSources[b]}, 6, true);
       EXPECT_EQ(one.decoded[0], all.decoded[b]);
       for (size_t s = 0; s < one.logits.size(); ++s) {
         const std::vector<double> a = all.logits[s].to_vector<double>(), o = one.logits[s].to_vector<double>();
@@ -174,36 +130,12 @@ TEST(KVCache, SeveralTokensAtOnceEqualOneByOneResumed) {
     for (Dtype dt : {kFloat32, kFloat64}) {
       SCOPED_TRACE(std::string(c.name) + " " + dtype_name(dt));
       auto m = c.make(dt);
-      NoGradGuard no_grad;
       // Row 1 continues with a padding token (0): the seq2seq decoder blocks it as a key, in both paths.
       const TokenRows next = {{3, 9, 4, 7}, {0, 6, 11, 2}, {10, 10, 5, 8}, {12, 1, 3, 4}};
-      // (a) all four appended before one step (the prefill feeds prompt + 4 tokens).
-      DecodeState at_once = m->begin_decode(kSources);
-      at_once.decoded = next;
-      const Tensor la = m->decode_step(at_once);
-      // (b) three, then one resumed from the cache.
-      DecodeState resumed = m->begin_decode(kSources);
-      for (size_t b = 0; b < next.size(); ++b) resumed.decoded[b].assign(next[b].begin(), next[b].begin() + 3);
-      m->decode_step(resumed);
-      for (size_t b = 0; b < next.size(); ++b) resumed.decoded[b].push_back(next[b][3]);
-      const Tensor lb = m->decode_step(resumed);
-      // (c) a prefill of the prompt, then the four fed together as new positions.
-      DecodeState after_prefill = m->begin_decode(kSources);
-      m->decode_step(after_prefill);
-      after_prefill.decoded = next;
-      const Tensor lc = m->decode_step(after_prefill);
-      // (d) the full recomputation.
-      DecodeState full = m->begin_decode(kSources);
-      full.use_cache = false;
-      full.decoded = next;
-      const Tensor ld = m->decode_step(full);
-      EXPECT_TRUE(all_close(la, ld, tolerance(dt), tolerance(dt)));
-      EXPECT_TRUE(all_close(lb, ld, tolerance(dt), tolerance(dt)));
-      EXPECT_TRUE(all_close(lc, ld, tolerance(dt), tolerance(dt)));
-      EXPECT_EQ(resumed.cached, at_once.cached);
+      const std::vector<int64_t> cached = expect_new_positions_at_once(*m, kSources, next, dt);
       for (size_t b = 0; b < next.size(); ++b)
-        EXPECT_EQ(at_once.cached[b], static_cast<int64_t>(kSources[b].size() + 1 + next[b].size()) -
-                                         (c.name == std::string("lm") ? 0 : static_cast<int64_t>(kSources[b].size())));
+        EXPECT_EQ(cached[b], static_cast<int64_t>(kSources[b].size() + 1 + next[b].size()) -
+                                 (c.name == std::string("lm") ? 0 : static_cast<int64_t>(kSources[b].size())));
     }
 }
 
@@ -256,8 +188,8 @@ TEST(KVCache, CausalLMCropBeyondMaxLen) {
   for (Dtype dt : {kFloat32, kFloat64}) {
     SCOPED_TRACE(dtype_name(dt));
     auto m = make_lm(dt, 8);
-    const Trace cached = run(*m, kSources, 14, true), full = run(*m, kSources, 14, false);
-    expect_same(cached, full, dt);
+    const DecodeTrace cached = run_greedy(*m, kSources, 14, true), full = run_greedy(*m, kSources, 14, false);
+    expect_same_decode(cached, full, dt);
     // The window rule itself: the last step's logits of row 0 are forward(last 8 tokens)[-1].
     std::vector<int64_t> seq = kSources[0];
     seq.push_back(SpecialTokens{}.sep);
@@ -268,7 +200,7 @@ TEST(KVCache, CausalLMCropBeyondMaxLen) {
     const Tensor l = static_cast<CausalLM&>(*m).forward(pack_rows({window}, 8, 0));  // (1, 8, V)
     const std::vector<double> want = gather_positions(l, {{0, 7}}).to_vector<double>();
     const std::vector<double> got = full.logits.back().to_vector<double>();  // row 0 first
-    for (size_t v = 0; v < want.size(); ++v) EXPECT_NEAR(got[v], want[v], tolerance(dt)) << v;
+    for (size_t v = 0; v < want.size(); ++v) EXPECT_NEAR(got[v], want[v], decode_tolerance(dt)) << v;
   }
 }
 

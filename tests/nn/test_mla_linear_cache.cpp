@@ -16,6 +16,7 @@
 #include "autograd/rope.h"
 #include "autograd/shape.h"
 #include "nn/models.h"
+#include "decode_testing.h"
 #include "testing.h"
 
 using namespace attograd;
@@ -55,54 +56,11 @@ std::shared_ptr<CausalLM> make_lm(const Variant& v, Dtype dtype, int64_t max_len
   return m;
 }
 
-// Mixed prompt lengths (a row of one token among them).
-const TokenRows kSources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 12}, {5, 4}};
+const TokenRows& kSources = kDecodeSources;
 
-// test_kv_cache.cpp's tolerances.
-double tolerance(Dtype dt) { return dt == kFloat64 ? 1e-11 : 2e-5; }
-
-int64_t row_argmax(const Tensor& logits, int64_t i) {
-  const std::vector<double> v = logits.to_vector<double>();
-  const int64_t V = logits.size(1);
-  return static_cast<int64_t>(std::max_element(v.begin() + i * V, v.begin() + (i + 1) * V) - (v.begin() + i * V));
-}
-
-struct Trace {
-  std::vector<Tensor> logits;  // per step (A, V)
-  TokenRows decoded;
-  int64_t cached_steps = 0;  // steps after which some row's positions sat in the cache
-};
-
-// `steps` greedy steps through begin_decode / decode_step; row b stops after stop_after[b] steps.
-Trace run(SequenceModel& m, const TokenRows& sources, int64_t steps, bool use_cache,
-          const std::vector<int64_t>& stop_after = {}) {
-  NoGradGuard no_grad;
-  DecodeState st = m.begin_decode(sources);
-  st.use_cache = use_cache;
-  Trace t;
-  for (int64_t s = 0; s < steps && !st.active.empty(); ++s) {
-    Tensor l = m.decode_step(st);
-    EXPECT_EQ(l.size(0), static_cast<int64_t>(st.active.size()));
-    t.logits.push_back(l);
-    if (std::any_of(st.cached.begin(), st.cached.end(), [](int64_t c) { return c > 0; })) ++t.cached_steps;
-    std::vector<int64_t> still;
-    for (size_t i = 0; i < st.active.size(); ++i) {
-      const auto b = static_cast<size_t>(st.active[i]);
-      st.decoded[b].push_back(row_argmax(l, static_cast<int64_t>(i)));
-      if (stop_after.empty() || static_cast<int64_t>(st.decoded[b].size()) < stop_after[b])
-        still.push_back(st.active[i]);
-    }
-    st.active = std::move(still);
-  }
-  t.decoded = st.decoded;
-  return t;
-}
-
-void expect_same(const Trace& cached, const Trace& full, Dtype dt) {
-  EXPECT_EQ(cached.decoded, full.decoded);
-  ASSERT_EQ(cached.logits.size(), full.logits.size());
-  for (size_t s = 0; s < full.logits.size(); ++s)
-    EXPECT_TRUE(all_close(cached.logits[s], full.logits[s], tolerance(dt), tolerance(dt))) << "step " << s;
+// expect_same_decode, and the recomputation never decoded from a cache.
+void expect_same(const DecodeTrace& cached, const DecodeTrace& full, Dtype dt) {
+  expect_same_decode(cached, full, dt);
   EXPECT_EQ(full.cached_steps, 0);
 }
 
@@ -138,9 +96,9 @@ TEST(MlaLinearCache, CachedEqualsRecomputedMixedLengthsFloat32AndFloat64) {
       SCOPED_TRACE(std::string(v.name) + " " + dtype_name(dt));
       auto m = make_lm(v, dt);
       const int64_t steps = m->max_decode_len() - 1;
-      const Trace cached = run(*m, kSources, steps, true);
+      const DecodeTrace cached = run_greedy(*m, kSources, steps, true);
       EXPECT_EQ(cached.cached_steps, steps);  // every step decoded from the cache
-      expect_same(cached, run(*m, kSources, steps, false), dt);
+      expect_same(cached, run_greedy(*m, kSources, steps, false), dt);
     }
 }
 
@@ -149,7 +107,7 @@ TEST(MlaLinearCache, RowsFinishingEarly) {
     SCOPED_TRACE(v.name);
     auto m = make_lm(v, kFloat32);
     const std::vector<int64_t> stop = {2, 5, 1, 9};
-    const Trace cached = run(*m, kSources, 12, true, stop), full = run(*m, kSources, 12, false, stop);
+    const DecodeTrace cached = run_greedy(*m, kSources, 12, true, stop), full = run_greedy(*m, kSources, 12, false, stop);
     expect_same(cached, full, kFloat32);
     for (size_t b = 0; b < stop.size(); ++b) EXPECT_EQ(static_cast<int64_t>(cached.decoded[b].size()), stop[b]);
   }
@@ -161,15 +119,15 @@ TEST(MlaLinearCache, AbsorbedAndPlainGiveTheSameTokens) {
       SCOPED_TRACE(std::string(v.name) + " " + dtype_name(dt));
       auto m = make_lm(v, dt);
       m->set_mla_absorbed_decode(true);
-      const Trace absorbed = run(*m, kSources, 16, true);
+      const DecodeTrace absorbed = run_greedy(*m, kSources, 16, true);
       m->set_mla_absorbed_decode(false);
-      const Trace plain = run(*m, kSources, 16, true);
+      const DecodeTrace plain = run_greedy(*m, kSources, 16, true);
       EXPECT_EQ(absorbed.cached_steps, 16);
       EXPECT_EQ(plain.cached_steps, 16);
       EXPECT_EQ(absorbed.decoded, plain.decoded);
       ASSERT_EQ(absorbed.logits.size(), plain.logits.size());
       for (size_t s = 0; s < plain.logits.size(); ++s)
-        EXPECT_TRUE(all_close(absorbed.logits[s], plain.logits[s], tolerance(dt), tolerance(dt))) << "step " << s;
+        EXPECT_TRUE(all_close(absorbed.logits[s], plain.logits[s], decode_tolerance(dt), decode_tolerance(dt))) << "step " << s;
     }
 }
 
@@ -179,30 +137,10 @@ TEST(MlaLinearCache, SeveralTokensAtOnceEqualOneByOneResumed) {
     for (Dtype dt : {kFloat32, kFloat64}) {
       SCOPED_TRACE(std::string(v.name) + " " + dtype_name(dt));
       auto m = make_lm(v, dt);
-      NoGradGuard no_grad;
       const TokenRows next = {{3, 9, 4, 7}, {0, 6, 11, 2}, {10, 10, 5, 8}, {12, 1, 3, 4}};
-      DecodeState at_once = m->begin_decode(kSources);
-      at_once.decoded = next;
-      const Tensor la = m->decode_step(at_once);
-      DecodeState resumed = m->begin_decode(kSources);
-      for (size_t b = 0; b < next.size(); ++b) resumed.decoded[b].assign(next[b].begin(), next[b].begin() + 3);
-      m->decode_step(resumed);
-      for (size_t b = 0; b < next.size(); ++b) resumed.decoded[b].push_back(next[b][3]);
-      const Tensor lb = m->decode_step(resumed);
-      DecodeState after_prefill = m->begin_decode(kSources);
-      m->decode_step(after_prefill);
-      after_prefill.decoded = next;
-      const Tensor lc = m->decode_step(after_prefill);
-      DecodeState full = m->begin_decode(kSources);
-      full.use_cache = false;
-      full.decoded = next;
-      const Tensor ld = m->decode_step(full);
-      EXPECT_TRUE(all_close(la, ld, tolerance(dt), tolerance(dt)));
-      EXPECT_TRUE(all_close(lb, ld, tolerance(dt), tolerance(dt)));
-      EXPECT_TRUE(all_close(lc, ld, tolerance(dt), tolerance(dt)));
-      EXPECT_EQ(resumed.cached, at_once.cached);
+      const std::vector<int64_t> cached = expect_new_positions_at_once(*m, kSources, next, dt);
       for (size_t b = 0; b < next.size(); ++b)
-        EXPECT_EQ(at_once.cached[b], static_cast<int64_t>(kSources[b].size() + 1 + next[b].size()));
+        EXPECT_EQ(cached[b], static_cast<int64_t>(kSources[b].size() + 1 + next[b].size()));
     }
 }
 
@@ -212,9 +150,9 @@ TEST(MlaLinearCache, RowDecodedAloneEqualsRowInBatch) {
   for (const Variant& v : kVariants) {
     SCOPED_TRACE(v.name);
     auto m = make_lm(v, kFloat64);
-    const Trace all = run(*m, kSources, 6, true);
+    const DecodeTrace all = run_greedy(*m, kSources, 6, true);
     for (size_t b = 0; b < kSources.size(); ++b) {
-      const Trace one = run(*m, {kSources[b]}, 6, true);
+      const DecodeTrace one = run_greedy(*m, {kSources[b]}, 6, true);
       EXPECT_EQ(one.decoded[0], all.decoded[b]);
       for (size_t s = 0; s < one.logits.size(); ++s) {
         const std::vector<double> a = all.logits[s].to_vector<double>(), o = one.logits[s].to_vector<double>();
@@ -232,7 +170,7 @@ TEST(MlaLinearCache, CropBeyondMaxLen) {
     for (Dtype dt : {kFloat32, kFloat64}) {
       SCOPED_TRACE(std::string(v.name) + " " + dtype_name(dt));
       auto m = make_lm(v, dt, 8);
-      const Trace cached = run(*m, kSources, 14, true), full = run(*m, kSources, 14, false);
+      const DecodeTrace cached = run_greedy(*m, kSources, 14, true), full = run_greedy(*m, kSources, 14, false);
       EXPECT_GT(cached.cached_steps, 0);
       expect_same(cached, full, dt);
       std::vector<int64_t> seq = kSources[0];
@@ -244,7 +182,7 @@ TEST(MlaLinearCache, CropBeyondMaxLen) {
       const Tensor l = m->forward(pack_rows({window}, 8, 0));  // (1, 8, V)
       const std::vector<double> want = gather_positions(l, {{0, 7}}).to_vector<double>();
       const std::vector<double> got = cached.logits.back().to_vector<double>();  // row 0 first
-      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], tolerance(dt)) << i;
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], decode_tolerance(dt)) << i;
     }
 }
 

@@ -250,6 +250,9 @@ void causal_lm_variant(std::vector<Check>& r, const char* name, uint64_t salt, n
                  const int64_t D = spec.rope ? std::max<int64_t>(2, c.d_model / c.heads / 2 * 2) * c.heads : c.d_model;
                  nn::AttentionSpec a = spec;
                  if (a.kind == "gqa" && c.heads == 1) a = {.rope = a.rope};  // no grouping below 2 heads
+                 // mla: query compression on, a latent of a quarter of the width, 2 RoPE features.
+                 const int64_t rank = std::max<int64_t>(2, c.d_model / 4);
+                 if (a.kind == "mla") a = {.kind = "mla", .kv_rank = rank, .q_rank = rank, .rope_dim = 2};
                  const int64_t layers = a.checkpoint ? std::max<int64_t>(2, c.layers) : c.layers;
                  nn::CausalLM m({.vocab = 7,
                                  .d_model = D,
@@ -263,7 +266,8 @@ void causal_lm_variant(std::vector<Check>& r, const char* name, uint64_t salt, n
                                 gen);
                  m.set_generator(drop);
                  std::vector<int64_t> v = random_tokens(c.batch, c.len, 1, 7, gen);
-                 const bool padding = c.mask == "padding";
+                 // Linear attention takes no key mask (its running sums have no per-key weights to block).
+                 const bool padding = c.mask == "padding" && a.kind != "linear";
                  if (padding) {
                    const Tensor kpm = key_padding(c);
                    for (int64_t i = 0; i < c.batch * c.len; ++i)
@@ -276,6 +280,8 @@ void causal_lm_variant(std::vector<Check>& r, const char* name, uint64_t salt, n
                                            a.kind == "gqa" ? str_cat(" kv_heads=", a.kv_heads) : std::string(),
                                            a.window > 0 ? str_cat(" window=", a.window) : std::string(),
                                            a.block > 0 ? str_cat(" block=", a.block) : std::string(),
+                                           a.kind == "mla" ? str_cat(" kv_rank=", rank, " q_rank=", rank, " rope_dim=2")
+                                                           : std::string(),
                                            a.rope ? " rope" : "", a.checkpoint ? " checkpoint" : ""),
                                    m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
                }});
@@ -888,7 +894,8 @@ std::vector<Check> build_registry() {
                                    str_cat(module_conf(c, false), " layers=", c.layers, " causal", padding ? "+padding" : ""),
                                    m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
                }});
-  // CausalLM with the MultiheadAttention variants of ModelSpec::attention (docs/ATTENTION.md): every parameter.
+  // CausalLM with the MultiheadAttention variants of ModelSpec::attention (docs/ATTENTION.md): every parameter. (mla
+  // and linear attention: after their modules, below.)
   causal_lm_variant(r, "CausalLM.gqa_rope", 47, {.kind = "gqa", .kv_heads = 1, .rope = true});
   causal_lm_variant(r, "CausalLM.local", 48, {.kind = "local", .window = 2});
   causal_lm_variant(r, "CausalLM.block_sparse", 49, {.kind = "block-sparse", .block = 2});
@@ -1021,52 +1028,8 @@ std::vector<Check> build_registry() {
                }});
   // CausalLM with multi-head latent attention (query compression on, attention dropout replayed, pad keys blocked
   // with --mask padding) and with linear attention (causal only: it takes no key mask): every parameter of the model.
-  r.push_back({"CausalLM.mla", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
-                 Generator gen(c.seed * 1000003 + 47), drop(0);
-                 const int64_t rank = std::max<int64_t>(2, c.d_model / 4);
-                 nn::CausalLM m({.vocab = 7,
-                                 .d_model = c.d_model,
-                                 .n_head = c.heads,
-                                 .d_ff = 2 * c.d_model,
-                                 .n_layers = c.layers,
-                                 .dropout = c.dropout,
-                                 .max_len = c.len,
-                                 .pad_idx = 0,
-                                 .attention = {.kind = "mla", .kv_rank = rank, .q_rank = rank, .rope_dim = 2}},
-                                gen);
-                 m.set_generator(drop);
-                 std::vector<int64_t> v = random_tokens(c.batch, c.len, 1, 7, gen);
-                 const bool padding = c.mask == "padding";
-                 if (padding) {
-                   const Tensor kpm = key_padding(c);
-                   for (int64_t i = 0; i < c.batch * c.len; ++i)
-                     if (kpm.flat(i) != 0) v[static_cast<size_t>(i)] = 0;
-                 }
-                 Tensor t = tokens(v, c.batch, c.len);
-                 return module_run("CausalLM.mla",
-                                   str_cat(module_conf(c, false), " layers=", c.layers, " causal",
-                                           padding ? "+padding" : "", " mla kv_rank=", rank, " q_rank=", rank,
-                                           " rope_dim=2"),
-                                   m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
-               }});
-  r.push_back({"CausalLM.linear", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
-                 Generator gen(c.seed * 1000003 + 48), drop(0);
-                 nn::CausalLM m({.vocab = 7,
-                                 .d_model = c.d_model,
-                                 .n_head = c.heads,
-                                 .d_ff = 2 * c.d_model,
-                                 .n_layers = c.layers,
-                                 .dropout = c.dropout,
-                                 .max_len = c.len,
-                                 .pad_idx = 0,
-                                 .attention = {.kind = "linear"}},
-                                gen);
-                 m.set_generator(drop);
-                 Tensor t = tokens(random_tokens(c.batch, c.len, 1, 7, gen), c.batch, c.len);
-                 return module_run("CausalLM.linear",
-                                   str_cat(module_conf(c, false), " layers=", c.layers, " causal linear attention"), m,
-                                   {}, [&] { return m.forward(t); }, c, o, gen, &drop);
-               }});
+  causal_lm_variant(r, "CausalLM.mla", 47, {.kind = "mla"});
+  causal_lm_variant(r, "CausalLM.linear", 48, {.kind = "linear"});
   return r;
 }
 
