@@ -348,6 +348,25 @@ std::shared_ptr<SequenceModel> CausalLM::build(const ModelSpec& s, Generator& ge
   return m;
 }
 
+SequenceBatch CausalLM::shifted_batch(const TokenRows& seqs, const std::vector<size_t>& first_target, size_t L,
+                                     const std::vector<Example>& ex) const {
+  // input = seq[:-1] right-padded to L; target = seq[1:] from position first_target - 1 on, ignore_index elsewhere.
+  const SpecialTokens& sp = spec_.specials;
+  const auto B = static_cast<int64_t>(seqs.size());
+  Tensor input = full({B, static_cast<int64_t>(L)}, static_cast<double>(sp.pad), {.dtype = kInt64});  // (B, L)
+  Tensor target = full({B, static_cast<int64_t>(L)}, static_cast<double>(sp.ignore_index), {.dtype = kInt64});
+  int64_t* in = input.data<int64_t>();
+  int64_t* tg = target.data<int64_t>();
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const std::vector<int64_t>& seq = seqs[i];
+    for (size_t p = 0; p + 1 < seq.size(); ++p) {
+      in[i * L + p] = seq[p];
+      if (p + 1 >= first_target[i]) tg[i * L + p] = seq[p + 1];
+    }
+  }
+  return {.inputs = {input}, .target = target, .examples = ex};
+}
+
 SequenceBatch CausalLM::make_batch(const std::vector<Example>& ex) const {
   check_examples(ex, "CausalLM::make_batch");
   if (spec_.stream) return make_stream_batch(ex);
@@ -357,27 +376,20 @@ SequenceBatch CausalLM::make_batch(const std::vector<Example>& ex) const {
   for (const Example& e : ex) L = std::max(L, e.src.size() + 1 + e.tgt.size());
   ATTO_CHECK(static_cast<int64_t>(L) <= options.max_len, "CausalLM::make_batch", "source + SEP + target of ", L,
              " tokens exceeds max_len ", options.max_len);
-  const auto B = static_cast<int64_t>(ex.size());
-  Tensor input = full({B, static_cast<int64_t>(L)}, static_cast<double>(sp.pad), {.dtype = kInt64});  // (B, L)
-  Tensor target = full({B, static_cast<int64_t>(L)}, static_cast<double>(sp.ignore_index), {.dtype = kInt64});
-  int64_t* in = input.data<int64_t>();
-  int64_t* tg = target.data<int64_t>();
-  for (size_t i = 0; i < ex.size(); ++i) {
-    std::vector<int64_t> seq = ex[i].src;
+  TokenRows seqs;
+  std::vector<size_t> first_target;  // per row, the index in its sequence of the first tgt token
+  for (const Example& e : ex) {
+    std::vector<int64_t> seq = e.src;
     seq.push_back(sp.sep);
-    seq.insert(seq.end(), ex[i].tgt.begin(), ex[i].tgt.end());
+    seq.insert(seq.end(), e.tgt.begin(), e.tgt.end());
     seq.push_back(sp.eos);
-    const size_t first_target = ex[i].src.size() + 1;  // index in seq of the first tgt token
-    for (size_t p = 0; p + 1 < seq.size(); ++p) {
-      in[i * L + p] = seq[p];
-      if (p + 1 >= first_target) tg[i * L + p] = seq[p + 1];
-    }
+    seqs.push_back(std::move(seq));
+    first_target.push_back(e.src.size() + 1);
   }
-  return {.inputs = {input}, .target = target, .examples = ex};
+  return shifted_batch(seqs, first_target, L, ex);
 }
 
 SequenceBatch CausalLM::make_stream_batch(const std::vector<Example>& ex) const {
-  const SpecialTokens& sp = spec_.specials;
   // sequence = src tgt; input = sequence[:-1], target = sequence[1:] at every position (no SEP, no EOS).
   size_t L = 0;
   for (size_t i = 0; i < ex.size(); ++i) {
@@ -388,20 +400,12 @@ SequenceBatch CausalLM::make_stream_batch(const std::vector<Example>& ex) const 
   }
   ATTO_CHECK(static_cast<int64_t>(L) <= options.max_len, "CausalLM::make_batch", "an input of ", L,
              " tokens exceeds max_len ", options.max_len);
-  const auto B = static_cast<int64_t>(ex.size());
-  Tensor input = full({B, static_cast<int64_t>(L)}, static_cast<double>(sp.pad), {.dtype = kInt64});  // (B, L)
-  Tensor target = full({B, static_cast<int64_t>(L)}, static_cast<double>(sp.ignore_index), {.dtype = kInt64});
-  int64_t* in = input.data<int64_t>();
-  int64_t* tg = target.data<int64_t>();
-  for (size_t i = 0; i < ex.size(); ++i) {
-    std::vector<int64_t> seq = ex[i].src;
-    seq.insert(seq.end(), ex[i].tgt.begin(), ex[i].tgt.end());
-    for (size_t p = 0; p + 1 < seq.size(); ++p) {
-      in[i * L + p] = seq[p];
-      tg[i * L + p] = seq[p + 1];
-    }
+  TokenRows seqs;
+  for (const Example& e : ex) {
+    seqs.push_back(e.src);
+    seqs.back().insert(seqs.back().end(), e.tgt.begin(), e.tgt.end());
   }
-  return {.inputs = {input}, .target = target, .examples = ex};
+  return shifted_batch(seqs, std::vector<size_t>(ex.size(), 1), L, ex);
 }
 
 Tensor CausalLM::forward_batch(const SequenceBatch& b) {

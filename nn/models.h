@@ -211,6 +211,10 @@ class CausalLM : public SequenceModel {
   Tensor forward_block(int64_t i, const Tensor& x, const Tensor& kpm);
   // begin_decode's key/value caches for the MultiheadAttention kinds: one per block, H_kv heads, `capacity` positions.
   void make_mha_caches(DecodeState& st, int64_t B, int64_t capacity, Dtype dt) const;
+  // The batch of token sequences `seqs`: inputs seq[:-1] right-padded to L with pad, targets seq[1:] where the
+  // target position is at least first_target[i] (ignore_index elsewhere).
+  SequenceBatch shifted_batch(const TokenRows& seqs, const std::vector<size_t>& first_target, size_t L,
+                              const std::vector<Example>& ex) const;
   // make_batch for a stream model.
   SequenceBatch make_stream_batch(const std::vector<Example>& examples) const;
 

@@ -15,89 +15,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_testing.h"
+
 #include "train/io/serialize.h"
 #include "train/trainer.h"
 
 namespace {
-
-namespace fs = std::filesystem;
-using nlohmann::json;
-
-#ifdef ATTOGRAD_CLI
-constexpr const char* kCli = ATTOGRAD_CLI;
-#else
-constexpr const char* kCli = nullptr;  // examples (and so the tool) not built
-#endif
-
-struct CliRun {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// The whole test's scratch directory.
-const fs::path& scratch() {
-  static const fs::path dir = [] {
-    fs::path d = fs::path(::testing::TempDir()) / ("attograd_cli_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
-
-// Runs `attograd ARGS` (ARGS as shell words), capturing stdout, stderr and the exit status.
-CliRun attograd(const std::string& args, const std::string& shell_prefix = "") {
-  const std::string err_file = (scratch() / "stderr.txt").string();
-  // Under `timeout`: a hang (a FIFO, a run that never ends) fails the test instead of blocking the suite. The bound
-  // is far above any command's normal time, sanitizer builds included; it is never a timing assertion.
-  const std::string cmd =
-      shell_prefix + "timeout -k 10 600 " + std::string(kCli) + " " + args + " 2>" + quote(err_file) + " </dev/null";
-  CliRun r;
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.err = slurp(err_file);
-  return r;
-}
-
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
-
-json last_line_json(const std::string& out) {
-  const std::vector<std::string> l = lines(out);
-  if (l.empty()) return json();
-  return json::parse(l.back(), nullptr, false);
-}
-
-// Asserts the failure contract: exit status 2 and exactly one line on stderr, no crash.
-void expect_one_line_error(const CliRun& r, const std::string& substring, const std::string& what) {
-  EXPECT_EQ(r.status, 2) << what << "\nstdout: " << r.out << "\nstderr: " << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << what << ": " << r.err;
-  EXPECT_EQ(r.err.rfind("attograd", 0), 0u) << what << ": " << r.err;
-  EXPECT_NE(r.err.find(substring), std::string::npos) << what << ": expected '" << substring << "' in " << r.err;
-  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
-}
 
 constexpr const char* kTiny =
     "--steps 30 --d-model 16 --layers 1 --heads 2 --d-ff 32 --max-len 4 --batch 16 --eval-size 50 --eval-every 10";

@@ -1,4 +1,5 @@
-// Data-parallel training across processes: tests/train/dist/dist_worker.cpp and the `attograd` tool started under
+// Data-parallel training across processes through MpiCommunicator (train/dist/mpi_communicator.cpp, the library
+// attograd_mpi): tests/train/dist/dist_worker.cpp and the `attograd` tool started under
 // mpirun (ctest label mpi). The proofs that N processes equal one (within float tolerance against one process, bit
 // for bit against one process with grad_accum N, run to run, across a resume), and the faults: a diverged replica,
 // a killed rank, a batch not divisible by the ranks, ranks with different configurations or builds, a rank that
