@@ -11,11 +11,14 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <type_traits>
@@ -677,6 +680,49 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv, std::vector<s
 // ---------------------------------------------------------------------------------------------
 // Checkpoints
 
+namespace {
+
+// XXH64 of everything a checkpoint holds (the metadata, every tensor's name, dtype, shape and bytes, the generators,
+// counters, scalars and metrics): two copies of one checkpoint agree wherever they are.
+uint64_t checkpoint_digest(const io::Checkpoint& ck) {
+  XXH64_state_t* state = XXH64_createState();
+  ATTO_CHECK(state != nullptr, "checkpoint_digest", "out of memory");
+  XXH64_reset(state, 0);
+  auto add = [&](const void* data, size_t n) {
+    const uint64_t len = n;  // lengths too, so that concatenations cannot collide
+    XXH64_update(state, &len, sizeof len);
+    XXH64_update(state, data, n);
+  };
+  auto add_text = [&](const std::string& t) { add(t.data(), t.size()); };
+  add_text(ck.metadata_json);
+  for (const auto& [name, t] : ck.tensors) {
+    add_text(name);
+    const int64_t dtype = static_cast<int64_t>(t.dtype());
+    add(&dtype, sizeof dtype);
+    add(t.shape().data(), t.shape().size() * sizeof(int64_t));
+    add(t.const_raw_data(), t.nbytes());
+  }
+  for (const auto& [name, g] : ck.generators) {
+    add_text(name);
+    const uint64_t v[2] = {g.state, g.inc};
+    add(v, sizeof v);
+  }
+  for (const auto& [name, c] : ck.counters) {
+    add_text(name);
+    add(&c, sizeof c);
+  }
+  for (const auto& [name, x] : ck.scalars) {
+    add_text(name);
+    add(&x, sizeof x);
+  }
+  add_text(ck.metrics_csv);
+  const uint64_t h = XXH64_digest(state);
+  XXH64_freeState(state);
+  return h;
+}
+
+}  // namespace
+
 void Trainer::save_checkpoint(const std::string& path) {
   if (comm_->size() > 1) {
     check_replicas();
@@ -761,6 +807,9 @@ void Trainer::load_checkpoint(const std::string& path) {
   step_ = step;
   history_ = std::move(history);
   entropy_columns_ = std::move(entropy_columns);
+  resumed_path_ = path;  // for the ranks' agreement (agreement_settings)
+  resumed_step_ = step;
+  resumed_digest_ = checkpoint_digest(ck);
 }
 
 std::string Trainer::metadata() const { return run_metadata(config_, data_->describe()); }
@@ -816,30 +865,100 @@ uint64_t micro_batch_seed(uint64_t base, int64_t step, int64_t j) {
   return z ^ (z >> 31);
 }
 
+// attograd train's flag for a TrainConfig field: --d-model for d_model (--symbols for num_symbols).
+std::string config_flag(const std::string& field) {
+  if (field == "num_symbols") return "--symbols";
+  std::string flag = "--" + field;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+// The shortest text that reads back as the same double.
+std::string shortest(double v) {
+  char buf[32];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
 }  // namespace
+
+std::vector<dist::Setting> Trainer::agreement_settings(const dist::Communicator& comm, const DistOptions& options) {
+  std::vector<dist::Setting> s;
+  s.push_back({.name = "the build", .value = dist::build_id()});
+  if (resumed_path_.empty())
+    s.push_back({.name = "--resume", .value = "none"});
+  else
+    s.push_back(
+        {.name = "--resume",
+         .value = str_cat("step ", resumed_step_, ", XXH64 ", hex64(resumed_digest_)),
+         .shown = str_cat("'", resumed_path_, "' (step ", resumed_step_, ", XXH64 ", hex64(resumed_digest_), ")")});
+  if (const std::string described = data_->describe(); !described.empty()) {
+    std::optional<data::DataSpec> spec;
+    try {
+      spec = data::DataSpec::from_json(described);
+    } catch (const Error&) {  // a user's dataset describes itself in its own way: compared as a whole
+    }
+    if (spec) {
+      // The file's bytes, wherever it is (its path is not compared), then the settings that cut it up.
+      s.push_back({.name = "--" + spec->format,
+                   .value = str_cat(spec->format, ", XXH64 ", hex64(spec->file_hash)),
+                   .shown = str_cat("'", spec->path, "' (XXH64 ", hex64(spec->file_hash), ")")});
+      s.push_back({.name = "--tokenize", .value = spec->tokenize});
+      s.push_back({.name = "--context", .value = std::to_string(spec->context)});
+      s.push_back({.name = "--val-fraction", .value = shortest(spec->val_fraction)});
+      spec->path.clear();
+      s.push_back({.name = "the data settings", .value = spec->to_json()});
+    } else {
+      s.push_back({.name = "the data", .value = described});
+    }
+  }
+  for_each_field(config_, [&](const char* name, const auto& v) {
+    const json j = v;
+    s.push_back({.name = config_flag(name), .value = j.dump(), .shown = j.is_string() ? j.get<std::string>() : ""});
+  });
+  s.push_back({.name = "the model", .value = str_cat(model_->kind(), " of ", model_->num_parameters(), " parameters")});
+  s.push_back({.name = "--allreduce", .value = dist::to_string(options.order)});
+  s.push_back({.name = "--hash-every", .value = std::to_string(options.hash_every)});
+  s.push_back({.name = "--no-overlap", .value = options.overlap ? "false" : "true"});
+  s.push_back({.name = "--bucket-mb",
+               .value = std::to_string(options.bucket_floats),
+               .shown = shortest(static_cast<double>(options.bucket_floats) / (1 << 18))});
+  for (dist::Setting& p : comm.protocol_settings()) s.push_back(std::move(p));
+  // Everything a checkpoint would save but the metadata and metrics: equal unless something above missed a cause.
+  io::Checkpoint state;
+  io::add_module_state(state, *model_, "model.");
+  io::add_optimizer_state(state, *optimizer_, "optim.");
+  state.generators.emplace_back("init", init_gen_.get_state());
+  state.generators.emplace_back("dropout", dropout_gen_.get_state());
+  const data::DataPosition position = data_->position();
+  state.generators.emplace_back("data", position.generator);
+  state.counters.emplace_back("step", step_);
+  state.counters.emplace_back("data.offset", position.offset);
+  state.counters.emplace_back("schedule.step_count", scheduler_->step_count());
+  s.push_back({.name = "the starting weights and optimizer state", .value = hex64(checkpoint_digest(state))});
+  return s;
+}
 
 void Trainer::set_communicator(std::shared_ptr<dist::Communicator> comm, const DistOptions& options) {
   const char* me = "set_communicator";
   ATTO_CHECK(comm != nullptr, me, "no communicator given");
-  ATTO_CHECK(options.hash_every >= 0, me, "hash_every must be >= 0, got ", options.hash_every);
-  ATTO_CHECK(options.bucket_floats >= 1, me, "bucket_floats must be >= 1, got ", options.bucket_floats);
-  // Every rank makes the same checks on the same values, so every rank raises the same error.
+  // Before any collective that depends on an option: the ranks agree on every one (an error on every rank alike).
+  dist::agree_on_settings(*comm, me, agreement_settings(*comm, options));
+  // Every rank now makes the same checks on the same values, so every rank raises the same error.
+  auto check = [&](bool ok, const std::string& what) {
+    if (ok) return;
+    comm->set_failed_together();
+    throw Error(me, what);
+  };
+  check(options.hash_every >= 0, str_cat("hash_every must be >= 0, got ", options.hash_every));
+  check(options.bucket_floats >= 1, str_cat("bucket_floats must be >= 1, got ", options.bucket_floats));
   const int64_t n = comm->size(), k = config_.grad_accum;
-  if (config_.batch % (n * k) != 0) {
-    comm->set_failed_together();
-    throw Error(me, str_cat("the global batch (", config_.batch, ") must be divisible by ranks x grad_accum (", n,
-                            " x ", k, " = ", n * k, ")"));
-  }
-  const std::string mine = config_.to_json(-1) + "\n" + dist::build_id() + "\n" + model_->kind() + "\n" +
-                           std::to_string(model_->num_parameters());
-  const std::vector<uint64_t> all = comm->allgather_u64(XXH64(mine.data(), mine.size(), 0));
-  for (size_t r = 1; r < all.size(); ++r) {
-    if (all[r] == all[0]) continue;
-    comm->set_failed_together();
-    throw Error(
-        me, str_cat("rank ", r, " has a different configuration or build than rank 0 (rank 0: ", config_.to_json(-1),
-                    ", ", dist::build_id(), "); every rank must run the same binary with the same flags"));
-  }
+  check(config_.batch % (n * k) == 0,
+        str_cat("the global batch (", config_.batch, ") must be divisible by ranks x grad_accum (", n, " x ", k, " = ",
+                n * k, ")"));
   comm_ = std::move(comm);
   dist_ = options;
 }
@@ -1007,7 +1126,10 @@ StepMetrics Trainer::accumulated_step() {
       }
     finish_entropy(m, sums, counts);
   }
-  ATTO_CHECK(std::isfinite(m.loss), "Trainer", "loss is not finite (", m.loss, ") at step ", m.step);
+  if (!std::isfinite(m.loss)) {
+    comm_->set_failed_together();  // the gathered loss: every rank sees the same one and stops here alike
+    throw Error("Trainer", str_cat("loss is not finite (", m.loss, ") at step ", m.step));
+  }
   const double max_norm = config_.clip > 0 ? config_.clip : std::numeric_limits<double>::infinity();
   m.grad_norm = optim::clip_grad_norm_(optimizer_->params(), max_norm);
   optimizer_->step();

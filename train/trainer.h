@@ -207,10 +207,19 @@ class Trainer {
   // With entropy_reg, each micro-batch also adds its own regulariser (the mean over its real query rows) weighted
   // 1 / (N K), so N ranks still equal grad_accum N bit for bit (docs/TRAINING.md).
 
-  /// Trains with the ranks of `comm` (collective: every rank calls it with the same config). Errors, raised on
-  /// every rank alike: config.batch not divisible by size() x grad_accum; ranks with different configurations or
-  /// builds (naming the first rank that differs from rank 0).
+  /// Trains with the ranks of `comm` (collective: every rank calls it, before any other collective of the run).
+  /// First the ranks agree on agreement_settings() (dist::agree_on_settings: fixed-size exchanges that do not
+  /// depend on any option, so ranks that differ in how to communicate still meet). Errors, raised on every rank
+  /// alike: "ranks disagree on --bucket-mb: rank 0 has 25, rank 2 has 4" (the first setting that differs, and every
+  /// rank whose value is not rank 0's); then options out of range, config.batch not divisible by size() x grad_accum.
   void set_communicator(std::shared_ptr<dist::Communicator> comm, const DistOptions& options = {});
+  /// What set_communicator compares, in order, each named by attograd train's flag for it: the build, the resumed
+  /// checkpoint (--resume: none, or its step and an XXH64 of its contents), the data file (its format and XXH64 of
+  /// its bytes, then --tokenize, --context, --val-fraction and the rest of its settings but the path), every
+  /// TrainConfig field (--lr, --symbols, --grad-accum, ...), the model's kind and size, the DistOptions
+  /// (--allreduce, --hash-every, --no-overlap, --bucket-mb), comm's protocol_settings(), and an XXH64 of the
+  /// starting weights, optimizer state, generators and data position.
+  std::vector<dist::Setting> agreement_settings(const dist::Communicator& comm, const DistOptions& options);
   /// The communicator (a SingleProcess unless set_communicator was called).
   dist::Communicator& communicator() { return *comm_; }
   /// XXH64 of every parameter's bytes, in named_parameters() order.
@@ -263,6 +272,10 @@ class Trainer {
 
   std::shared_ptr<dist::Communicator> comm_ = std::make_shared<dist::SingleProcess>();
   DistOptions dist_;
+  // The checkpoint load_checkpoint() read last (path empty: none), for agreement_settings().
+  std::string resumed_path_;
+  int64_t resumed_step_ = 0;
+  uint64_t resumed_digest_ = 0;
   std::vector<float> flat_grad_;  // the accumulated gradients of accumulated_step(), every parameter in turn
 
   TrainConfig config_;

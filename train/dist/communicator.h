@@ -28,6 +28,13 @@ ReduceOrder parse_reduce_order(const std::string& name);
 /// "fixed" or "any".
 std::string to_string(ReduceOrder order);
 
+/// One setting the ranks must agree on before they train together (see agree_on_settings).
+struct Setting {
+  std::string name;        ///< as the user sets it: "--bucket-mb", "the build"
+  std::string value;       ///< what the ranks compare, exactly
+  std::string shown = {};  ///< how an error shows this rank's value (empty: value)
+};
+
 /// One rank of a group of processes that train one model together.
 class Communicator {
  public:
@@ -51,6 +58,8 @@ class Communicator {
   virtual std::vector<std::string> allgather(const std::string& bytes) = 0;
   /// Ends every process of the group at once with `code` (for an error only this rank saw).
   [[noreturn]] virtual void abort(int code) = 0;
+  /// The transport's own settings that every rank must share (agree_on_settings compares them): none by default.
+  virtual std::vector<Setting> protocol_settings() const { return {}; }
 
   /// Every rank's value, indexed by rank; collective.
   std::vector<uint64_t> allgather_u64(uint64_t value);
@@ -76,6 +85,15 @@ class Communicator {
  private:
   bool failed_together_ = false;
 };
+
+/// Checks that every rank holds the same settings (the same names with the same values, in the same order);
+/// collective. When they differ, every rank raises, alike (failed_together()), Error(op, "ranks disagree on NAME:
+/// rank 0 has A, rank 2 has B") for the first setting that differs (naming every rank whose value is not rank 0's).
+/// Its exchanges have fixed sizes and do not depend on the settings: an allgather of one digest of all of them
+/// and, only when those differ, of the per-setting digests, 64 at a time, then of the first differing setting's
+/// name and value (cut to 200 characters). So ranks that disagree on how to communicate still meet here, and the
+/// call ends in a bounded number of collectives.
+void agree_on_settings(Communicator& comm, const std::string& op, const std::vector<Setting>& settings);
 
 /// A group of one process: the sum is the value itself.
 class SingleProcess final : public Communicator {

@@ -141,6 +141,11 @@ class MpiWorld final : public Communicator {
     return out;
   }
 
+  std::vector<Setting> protocol_settings() const override {
+    return {{.name = "the MPI library", .value = name_},
+            {.name = "MpiOptions::bucket_floats", .value = std::to_string(options_.bucket_floats)}};
+  }
+
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);

@@ -5,9 +5,12 @@
 
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "testing.h"
@@ -92,6 +95,120 @@ TEST(Dist, ReadsTheLaunchersWorldSize) {
   ::unsetenv("PMIX_RANK");
   for (const auto& [k, v] : saved) ::setenv(k.c_str(), v.c_str(), 1);
   EXPECT_NE(build_id().find("attograd built"), std::string::npos);
+}
+
+// Ranks as threads of this process, meeting in allgather: agree_on_settings runs on every "rank" at once.
+class ThreadRanks {
+ public:
+  explicit ThreadRanks(int n) : n_(n), slots_(static_cast<size_t>(n)) {}
+
+  class Rank final : public Communicator {
+   public:
+    Rank(ThreadRanks* group, int rank) : group_(group), rank_(rank) {}
+    int rank() const override { return rank_; }
+    int size() const override { return group_->n_; }
+    std::string name() const override { return "threads"; }
+    void allreduce_sum(float*, int64_t, ReduceOrder) override { ADD_FAILURE() << "no reduction expected"; }
+    std::vector<std::string> allgather(const std::string& bytes) override {
+      ++gathers_;
+      std::unique_lock<std::mutex> lock(group_->mutex_);
+      group_->slots_[static_cast<size_t>(rank_)] = bytes;
+      const int64_t round = group_->round_;
+      if (++group_->arrived_ == group_->n_) {
+        group_->result_ = group_->slots_;
+        group_->arrived_ = 0;
+        ++group_->round_;
+        group_->cv_.notify_all();
+      } else {
+        group_->cv_.wait(lock, [&] { return group_->round_ != round; });
+      }
+      return group_->result_;
+    }
+    [[noreturn]] void abort(int) override { std::abort(); }
+    int gathers_ = 0;  // collectives this rank took part in
+
+   private:
+    ThreadRanks* group_;
+    int rank_;
+  };
+
+  // Runs agree_on_settings on every rank with its own settings; returns each rank's error ("" when none).
+  std::vector<std::string> agree(const std::vector<std::vector<Setting>>& settings) {
+    std::vector<std::string> errors(static_cast<size_t>(n_));
+    ranks_.clear();
+    for (int r = 0; r < n_; ++r) ranks_.push_back(std::make_unique<Rank>(this, r));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n_; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          agree_on_settings(*ranks_[static_cast<size_t>(r)], "agree", settings[static_cast<size_t>(r)]);
+        } catch (const Error& e) {
+          errors[static_cast<size_t>(r)] = e.what();
+          EXPECT_TRUE(ranks_[static_cast<size_t>(r)]->failed_together()) << r;
+        }
+      });
+    for (std::thread& t : threads) t.join();
+    return errors;
+  }
+  std::vector<std::unique_ptr<Rank>> ranks_;
+
+ private:
+  int n_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::string> slots_, result_;
+  int arrived_ = 0;
+  int64_t round_ = 0;
+};
+
+std::vector<Setting> some_settings(int count) {
+  std::vector<Setting> s;
+  for (int i = 0; i < count; ++i) s.push_back({.name = "--opt" + std::to_string(i), .value = std::to_string(i * 7)});
+  return s;
+}
+
+TEST(AgreeOnSettings, EqualSettingsPassInOneExchange) {
+  ThreadRanks group(3);
+  const std::vector<Setting> s = some_settings(100);
+  EXPECT_EQ(group.agree({s, s, s}), std::vector<std::string>(3, ""));
+  for (const auto& rank : group.ranks_) EXPECT_EQ(rank->gathers_, 1);
+}
+
+TEST(AgreeOnSettings, NamesTheFirstSettingAndEveryRankThatDiffers) {
+  ThreadRanks group(4);
+  std::vector<std::vector<Setting>> s(4, some_settings(150));
+  // Setting 130 (in the third round of digests) differs on ranks 1 and 3 alike, on rank 2 otherwise; a later one
+  // differs too, but only the first is named.
+  s[1][130].value = s[3][130].value = "4";
+  s[2][130].value = "8";
+  s[2][130].shown = "8 MB";
+  s[3][140].value = "x";
+  const std::vector<std::string> errors = group.agree(s);
+  for (const std::string& e : errors)
+    EXPECT_EQ(e, "agree: ranks disagree on --opt130: rank 0 has 910, ranks 1 and 3 have 4, rank 2 has 8 MB");
+  // One digest, three rounds of per-setting digests (64 each), the names: 5 fixed-size exchanges.
+  for (const auto& rank : group.ranks_) EXPECT_EQ(rank->gathers_, 5);
+}
+
+TEST(AgreeOnSettings, ACountThatDiffersOrAGarbledValueEndsInBoundedExchanges) {
+  ThreadRanks group(2);
+  // Rank 1 has one setting more: the first it has alone is named, rank 0 has nothing there.
+  std::vector<std::vector<Setting>> s{some_settings(64), some_settings(65)};
+  std::vector<std::string> errors = group.agree(s);
+  EXPECT_EQ(errors[0], "agree: ranks disagree on --opt64: rank 0 has nothing, rank 1 has 448");
+  EXPECT_EQ(errors[1], errors[0]);
+  // A long value with a line break is cut and kept on one line.
+  s = {some_settings(3), some_settings(3)};
+  s[1][0].value = "line\n" + std::string(1000, 'v');
+  errors = group.agree(s);
+  EXPECT_EQ(errors[0].find('\n'), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("rank 1 has line?vvv"), std::string::npos) << errors[0];
+  EXPECT_LT(errors[0].size(), 300u) << errors[0];
+  EXPECT_EQ(errors[1], errors[0]);
+  // The lengths are part of what is compared: ("ab", "c") is not ("a", "bc").
+  s = {{{.name = "ab", .value = "c"}}, {{.name = "a", .value = "bc"}}};
+  errors = group.agree(s);
+  EXPECT_EQ(errors[0], "agree: ranks disagree on ab: rank 0 has c, rank 1 has bc");
 }
 
 }  // namespace
@@ -221,15 +338,17 @@ TEST(SetCommunicator, RefusesABatchTheRanksDoNotDivide) {
 TEST(SetCommunicator, NamesTheRankWithAnotherConfigurationOrDivergedParameters) {
   Trainer t(tiny(1));
   auto comm = std::make_shared<FakeRanks>(3, 2);
-  comm->armed_ = true;
+  comm->armed_ = true;  // rank 2 answers garbage: the first setting (the build) differs
   try {
     t.set_communicator(comm);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 2 has a different configuration or build than rank 0"),
-              std::string::npos)
+    EXPECT_EQ(
+        std::string(e.what()).rfind("set_communicator: ranks disagree on the build: rank 0 has attograd built ", 0), 0u)
         << e.what();
+    EXPECT_NE(std::string(e.what()).find(", rank 2 has "), std::string::npos) << e.what();
   }
+  EXPECT_TRUE(comm->failed_together());
   comm->armed_ = false;
   t.set_communicator(comm, {.hash_every = 2});
   EXPECT_EQ(t.communicator().size(), 3);
@@ -244,6 +363,40 @@ TEST(SetCommunicator, NamesTheRankWithAnotherConfigurationOrDivergedParameters) 
               std::string::npos)
         << e.what();
   }
+}
+
+// What the ranks compare: every option that changes the run, named by its flag.
+TEST(SetCommunicator, ComparesEveryOptionNamedByItsFlag) {
+  Trainer t(tiny(2));
+  dist::SingleProcess comm;
+  auto value = [](const std::vector<dist::Setting>& s, const std::string& name) {
+    for (const dist::Setting& x : s)
+      if (x.name == name) return x.shown.empty() ? x.value : x.shown;
+    return std::string("(absent)");
+  };
+  const std::vector<dist::Setting> s = t.agreement_settings(comm, {.hash_every = 7, .bucket_floats = 25 << 18});
+  EXPECT_EQ(s.front().name, "the build");
+  EXPECT_EQ(value(s, "--resume"), "none");
+  EXPECT_EQ(value(s, "--grad-accum"), "2");
+  EXPECT_EQ(value(s, "--symbols"), "10");
+  EXPECT_EQ(value(s, "--d-model"), "16");
+  EXPECT_EQ(value(s, "--lr"), "0.1");
+  EXPECT_EQ(value(s, "--task"), "copy");
+  EXPECT_EQ(value(s, "--rope"), "false");  // a field to_json() leaves out at its default is compared too
+  EXPECT_EQ(value(s, "--allreduce"), "fixed");
+  EXPECT_EQ(value(s, "--hash-every"), "7");
+  EXPECT_EQ(value(s, "--no-overlap"), "false");
+  EXPECT_EQ(value(s, "--bucket-mb"), "25");
+  EXPECT_EQ(s.size(), 43u) << "the build, --resume, 35 config fields, the model, 4 options, the state";
+  // Any field changes what is compared; the starting state too.
+  TrainConfig c = tiny(2);
+  c.label_smoothing = 0.25;
+  Trainer other(c);
+  EXPECT_EQ(value(other.agreement_settings(comm, {}), "--label-smoothing"), "0.25");
+  Trainer same(tiny(2));
+  EXPECT_EQ(same.agreement_settings(comm, {}).back().value, t.agreement_settings(comm, {}).back().value);
+  same.step();
+  EXPECT_NE(same.agreement_settings(comm, {}).back().value, t.agreement_settings(comm, {}).back().value);
 }
 
 TEST(ParameterHash, ChangesWithAnyParameter) {
