@@ -400,8 +400,8 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
 }
 
 // Runs `attograd train` alone, or as one rank of the processes an MPI launcher started: errors every rank raised
-// alike end every rank normally (rank 0 reports, exit 2); an error of one rank alone ends the whole job (MPI_Abort,
-// exit 2).
+// alike end every rank normally (rank 0 reports, every rank exits 2); an error of one rank alone ends the whole job
+// (MPI_Abort, exit 2).
 int run_distributed(TrainArgs& a) {
   const int launched = dist::launcher_world_size();
   std::shared_ptr<dist::Communicator> comm;
@@ -422,11 +422,17 @@ int run_distributed(TrainArgs& a) {
     return run(a, comm);
   } catch (const std::exception& e) {
     if (comm->failed_together()) {
-      // Every rank has the error: rank 0 reports it and exits 2, the others end quietly with 0, so that mpirun's
-      // status is rank 0's and mpirun does not end the job before rank 0 has printed.
-      if (comm->rank() != 0) return kExitOk;
-      std::fprintf(stderr, "attograd train: error: %s\n", e.what());
-      std::fflush(stderr);
+      // Every rank has the error, raised at the same point of the run: rank 0 reports it, then every rank exits 2.
+      // The others wait in one more collective until rank 0 has printed: mpirun ends the whole job as soon as one
+      // process exits with an error.
+      if (comm->rank() == 0) {
+        std::fprintf(stderr, "attograd train: error: %s\n", e.what());
+        std::fflush(stderr);
+      }
+      try {
+        comm->allgather("");
+      } catch (const std::exception&) {  // the line is out; the status is what is left to give
+      }
       return kExitError;
     }
     std::fprintf(stderr, "attograd train: rank %d: %s\n", comm->rank(), e.what());

@@ -129,9 +129,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "dist_worker: rank %d: %s\n", comm->rank(), e.what());
       comm->abort(2);
     }
-    if (comm->rank() != 0) return 0;  // rank 0 reports; mpirun's status is its status
-    std::fprintf(stderr, "dist_worker: %s\n", e.what());
-    std::fflush(stderr);
+    if (comm->rank() == 0) {  // rank 0 reports; the others wait until it has (then every rank exits 2)
+      std::fprintf(stderr, "dist_worker: %s\n", e.what());
+      std::fflush(stderr);
+    }
+    try {
+      comm->allgather("");
+    } catch (const std::exception&) {
+    }
     return 2;
   }
 }
