@@ -1007,7 +1007,10 @@ StepMetrics Trainer::accumulated_step() {
     const int64_t* t = target.data<int64_t>();
     for (int64_t i = 0; i < target.numel(); ++i) m.tokens += t[i] != ignore;
   }
-  ATTO_CHECK(m.tokens > 0, "Trainer", "the batch of step ", m.step, " has no target tokens");
+  if (m.tokens == 0) {
+    comm_->set_failed_together();  // every rank drew the same global batch
+    throw Error("Trainer", str_cat("the batch of step ", m.step, " has no target tokens"));
+  }
 
   const std::vector<Tensor> params = optimizer_->params();
   int64_t total = 0;
