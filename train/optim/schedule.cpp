@@ -52,7 +52,10 @@ double nanogpt_lr(int64_t it, double learning_rate, int64_t warmup_iters, int64_
   const double decay_ratio =
       static_cast<double>(it - warmup_iters) / static_cast<double>(lr_decay_iters - warmup_iters);
   const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * decay_ratio));
-  return min_lr + coeff * (learning_rate - min_lr);
+  // Rounded before the addition, as Python does: the compiler may not fuse the two into one FMA (g++ contracts
+  // a * b + c by default, which would differ from nanoGPT's value in the last bit).
+  const volatile double scaled = coeff * (learning_rate - min_lr);
+  return min_lr + scaled;
 }
 
 double noam_lr(int64_t step, double lr_mul, int64_t d_model, int64_t warmup) {
