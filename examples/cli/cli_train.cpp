@@ -166,7 +166,8 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     }
     for (auto& apply : a.overrides) apply(cfg);
     // A short run without an explicit warm-up: scale the default warm-up down to a tenth of the cosine's length.
-    if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cfg.decay_end()) cfg.warmup = cfg.decay_end() / 10;
+    const int64_t cosine_end = std::min(cfg.decay_end(), cfg.steps);
+    if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cosine_end) cfg.warmup = cosine_end / 10;
     cfg.validate();
     if (resume_info) check_config_against_tensors(cfg, *resume_info, a.resume);  // before building the model
     file_data = file_dataset(a, resume_info, cfg);
