@@ -211,10 +211,10 @@ void validate_optimizer_recipe(const TrainConfig& c) {
   ATTO_CHECK(std::isfinite(c.adam_eps) && c.adam_eps > 0, kConfig, "adam_eps (--adam-eps) must be > 0, got ",
              c.adam_eps);
   if (c.optimizer == "sgd") {
-    const char* set = c.beta1 != d.beta1 ? "beta1 (--beta1)"
-                      : c.beta2 != d.beta2 ? "beta2 (--beta2)"
+    const char* set = c.beta1 != d.beta1         ? "beta1 (--beta1)"
+                      : c.beta2 != d.beta2       ? "beta2 (--beta2)"
                       : c.adam_eps != d.adam_eps ? "adam_eps (--adam-eps)"
-                                                  : nullptr;
+                                                 : nullptr;
     ATTO_CHECK(!set, kConfig, set, " applies to the adam and adamw optimizers, not sgd");
   }
   ATTO_CHECK(one_of(c.decay, {"all", "matrices"}), kConfig, "decay (--decay) must be all or matrices, got \"",
@@ -223,19 +223,18 @@ void validate_optimizer_recipe(const TrainConfig& c) {
              "warmup_style (--warmup-style) must be from-zero or nanogpt, got \"", excerpt(c.warmup_style), "\"");
   ATTO_CHECK(std::isfinite(c.min_lr) && c.min_lr >= 0 && c.min_lr <= c.lr, kConfig,
              "min_lr (--min-lr) must be in [0, lr] = [0, ", c.lr, "], got ", c.min_lr);
-  ATTO_CHECK(c.decay_steps >= 0, kConfig, "decay_steps (--decay-steps) must be >= 0 (0: steps), got ",
-             c.decay_steps);
+  ATTO_CHECK(c.decay_steps >= 0, kConfig, "decay_steps (--decay-steps) must be >= 0 (0: steps), got ", c.decay_steps);
   ATTO_CHECK(c.decay_steps <= c.steps, kConfig, "decay_steps (--decay-steps) must not exceed steps (", c.steps,
              "), got ", c.decay_steps);
   if (c.schedule != "cosine") {
-    const char* set = c.min_lr != d.min_lr             ? "min_lr (--min-lr)"
-                      : c.decay_steps != d.decay_steps ? "decay_steps (--decay-steps)"
+    const char* set = c.min_lr != d.min_lr               ? "min_lr (--min-lr)"
+                      : c.decay_steps != d.decay_steps   ? "decay_steps (--decay-steps)"
                       : c.warmup_style != d.warmup_style ? "warmup_style (--warmup-style)"
                                                          : nullptr;
     ATTO_CHECK(!set, kConfig, set, " applies to the cosine schedule, not ", excerpt(c.schedule));
   } else {
-    ATTO_CHECK(c.decay_steps == 0 || c.decay_steps >= c.warmup, kConfig, "decay_steps (--decay-steps) must be >= ",
-               "warmup (", c.warmup, "), got ", c.decay_steps);
+    ATTO_CHECK(c.decay_steps == 0 || c.decay_steps >= c.warmup, kConfig,
+               "decay_steps (--decay-steps) must be >= ", "warmup (", c.warmup, "), got ", c.decay_steps);
   }
 }
 

@@ -607,10 +607,9 @@ TEST_F(Cli, BenchTakesTheVariantFlags) {
 
 TEST_F(Cli, OptimizerFlagsReachTheRunAndBadValuesAreOneLineErrors) {
   const std::string out = (scratch() / "nanogpt-optim").string();
-  const CliRun r =
-      attograd(std::string("train ") + kTiny + " --lr 1e-3 --beta2 0.95 --adam-eps 1e-8 --weight-decay 0.1 " +
-               "--decay matrices --min-lr 1e-4 --warmup 4 --decay-steps 20 --warmup-style nanogpt --json --out " +
-               quote(out));
+  const CliRun r = attograd(
+      std::string("train ") + kTiny + " --lr 1e-3 --beta2 0.95 --adam-eps 1e-8 --weight-decay 0.1 " +
+      "--decay matrices --min-lr 1e-4 --warmup 4 --decay-steps 20 --warmup-style nanogpt --json --out " + quote(out));
   ASSERT_EQ(r.status, 0) << r.err;
   const attograd::train::TrainConfig c = attograd::train::TrainConfig::from_json(slurp(out + "/config.json"));
   EXPECT_EQ(c.beta2, 0.95);
@@ -646,14 +645,14 @@ TEST_F(Cli, OptimizerFlagsReachTheRunAndBadValuesAreOneLineErrors) {
   expect_one_line_error(attograd(base + " --min-lr 1"), "min_lr (--min-lr) must be in [0, lr]", "min-lr > lr");
   expect_one_line_error(attograd(base + " --decay-steps 100"), "decay_steps (--decay-steps) must not exceed steps",
                         "decay-steps > steps");
-  expect_one_line_error(attograd(base + " --warmup 5 --decay-steps 2"),
-                        "decay_steps (--decay-steps) must be >= warmup", "decay-steps < warmup");
+  expect_one_line_error(attograd(base + " --warmup 5 --decay-steps 2"), "decay_steps (--decay-steps) must be >= warmup",
+                        "decay-steps < warmup");
   expect_one_line_error(attograd(base + " --decay biases"), "--decay", "unknown decay rule");
   expect_one_line_error(attograd(base + " --warmup-style linear"), "--warmup-style", "unknown warm-up style");
   expect_one_line_error(attograd(base + " --optimizer sgd --beta2 0.9"), "beta2 (--beta2) applies to the adam",
                         "beta2 with sgd");
-  expect_one_line_error(attograd(base + " --schedule step --min-lr 0.001"),
-                        "min_lr (--min-lr) applies to the cosine", "min-lr with step");
+  expect_one_line_error(attograd(base + " --schedule step --min-lr 0.001"), "min_lr (--min-lr) applies to the cosine",
+                        "min-lr with step");
 }
 
 }  // namespace

@@ -557,7 +557,8 @@ TEST(TrainConfig, OptimizerRecipeErrorsNameTheFlag) {
   EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.beta1 = 1.0; }).validate(), "beta1 (--beta1) must be in [0, 1), got 1");
   EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.beta2 = -0.1; }).validate(),
                     "beta2 (--beta2) must be in [0, 1), got -0.1");
-  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.adam_eps = 0; }).validate(), "adam_eps (--adam-eps) must be > 0, got 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.adam_eps = 0; }).validate(),
+                    "adam_eps (--adam-eps) must be > 0, got 0");
   EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.adam_eps = std::nan(""); }).validate(), "adam_eps (--adam-eps)");
   EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.min_lr = 0.01; }).validate(),
                     "min_lr (--min-lr) must be in [0, lr] = [0, 0.005], got 0.01");

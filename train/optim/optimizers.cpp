@@ -128,8 +128,8 @@ void check_lr(const std::string& op, const std::string& where, double lr) {
 
 void check_sgd_options(const std::string& where, const SGDOptions& o) {
   check_lr("SGD", where, o.lr);
-  ATTO_CHECK(o.momentum >= 0 && std::isfinite(o.momentum), "SGD", where, "invalid momentum value momentum=",
-             o.momentum, " (must be >= 0)");
+  ATTO_CHECK(o.momentum >= 0 && std::isfinite(o.momentum), "SGD", where, "invalid momentum value momentum=", o.momentum,
+             " (must be >= 0)");
   ATTO_CHECK(std::isfinite(o.dampening), "SGD", where, "invalid dampening value dampening=", o.dampening);
   ATTO_CHECK(o.weight_decay >= 0 && std::isfinite(o.weight_decay), "SGD", where,
              "invalid weight_decay value weight_decay=", o.weight_decay, " (must be >= 0)");
@@ -230,8 +230,8 @@ std::string Optimizer::group_prefix(size_t group) const {
 }
 
 size_t Optimizer::check_group(size_t group, const char* what) const {
-  ATTO_CHECK(group < groups_.size(), name_, what, ": no param group ", group, " (this ", name_, " has ",
-             groups_.size(), ")");
+  ATTO_CHECK(group < groups_.size(), name_, what, ": no param group ", group, " (this ", name_, " has ", groups_.size(),
+             ")");
   return group;
 }
 
@@ -403,8 +403,8 @@ std::vector<O> resolve_all(const std::vector<G>& groups, const O& defaults) {
 
 }  // namespace
 
-SGD::SGD(NamedTensors params, SGDOptions options) : SGD(std::vector<SGDParamGroup>{{.params = std::move(params)}},
-                                                          options) {}
+SGD::SGD(NamedTensors params, SGDOptions options)
+    : SGD(std::vector<SGDParamGroup>{{.params = std::move(params)}}, options) {}
 
 SGD::SGD(const std::vector<Tensor>& params, SGDOptions options) : SGD(number(params), options) {}
 
@@ -443,8 +443,8 @@ void SGD::update(Tensor& p, const Tensor& g, ParamState& s, size_t group, double
 Adam::Adam(std::vector<AdamParamGroup> groups, AdamOptions defaults, bool decoupled, const char* name)
     : Adam(resolve_all(groups, defaults), base_groups(groups, defaults), defaults, decoupled, name) {}
 
-Adam::Adam(std::vector<AdamOptions> resolved, std::vector<std::pair<NamedTensors, double>> groups,
-           AdamOptions defaults, bool decoupled, const char* name)
+Adam::Adam(std::vector<AdamOptions> resolved, std::vector<std::pair<NamedTensors, double>> groups, AdamOptions defaults,
+           bool decoupled, const char* name)
     : Optimizer(std::move(groups), name), opt_(defaults), group_opts_(std::move(resolved)), decoupled_(decoupled) {
   for (size_t g = 0; g < group_opts_.size(); ++g) check_adam_options(name, group_prefix(g), group_opts_[g]);
 }

@@ -124,12 +124,12 @@ struct SGDOptions {
 /// One parameter group of an SGD (an entry of PyTorch's param_groups): its parameters and the options it sets;
 /// an unset option takes the optimizer's (the SGDOptions given with the groups).
 struct SGDParamGroup {
-  NamedTensors params = {};                        ///< the group's parameters, by name (names unique across groups)
-  std::optional<double> lr = {};                   ///< learning rate
-  std::optional<double> momentum = {};             ///< momentum factor
-  std::optional<double> dampening = {};            ///< dampening
-  std::optional<double> weight_decay = {};         ///< L2 penalty
-  std::optional<bool> nesterov = {};               ///< Nesterov momentum
+  NamedTensors params = {};                 ///< the group's parameters, by name (names unique across groups)
+  std::optional<double> lr = {};            ///< learning rate
+  std::optional<double> momentum = {};      ///< momentum factor
+  std::optional<double> dampening = {};     ///< dampening
+  std::optional<double> weight_decay = {};  ///< L2 penalty
+  std::optional<bool> nesterov = {};        ///< Nesterov momentum
 };
 
 /// Stochastic gradient descent with optional momentum, dampening, Nesterov and weight decay.
@@ -179,12 +179,12 @@ struct AdamWOptions {
 /// One parameter group of an Adam or AdamW (an entry of PyTorch's param_groups): its parameters and the options
 /// it sets; an unset option takes the optimizer's (the AdamOptions or AdamWOptions given with the groups).
 struct AdamParamGroup {
-  NamedTensors params = {};                        ///< the group's parameters, by name (unique across groups)
-  std::optional<double> lr = {};                   ///< learning rate
-  std::optional<std::pair<double, double>> betas = {};///< decay rates of the first and second moments
-  std::optional<double> eps = {};                  ///< added to the denominator
-  std::optional<double> weight_decay = {};         ///< L2 penalty (Adam) or decoupled decay (AdamW)
-  std::optional<bool> amsgrad = {};                ///< running maximum of the second moment
+  NamedTensors params = {};                             ///< the group's parameters, by name (unique across groups)
+  std::optional<double> lr = {};                        ///< learning rate
+  std::optional<std::pair<double, double>> betas = {};  ///< decay rates of the first and second moments
+  std::optional<double> eps = {};                       ///< added to the denominator
+  std::optional<double> weight_decay = {};              ///< L2 penalty (Adam) or decoupled decay (AdamW)
+  std::optional<bool> amsgrad = {};                     ///< running maximum of the second moment
 };
 
 /// Adam (Kingma & Ba), optionally AMSGrad, with L2 weight decay folded into the gradient.

@@ -44,8 +44,7 @@ double nanogpt_lr(int64_t it, double learning_rate, int64_t warmup_iters, int64_
              "lr_decay_iters must be >= 1 and >= warmup_iters (", warmup_iters, "), got ", lr_decay_iters);
   ATTO_CHECK(min_lr >= 0 && std::isfinite(min_lr), "nanogpt_lr", "min_lr must be finite and >= 0, got ", min_lr);
   // 1) linear warm-up for warmup_iters steps
-  if (it < warmup_iters)
-    return learning_rate * static_cast<double>(it + 1) / static_cast<double>(warmup_iters + 1);
+  if (it < warmup_iters) return learning_rate * static_cast<double>(it + 1) / static_cast<double>(warmup_iters + 1);
   // 2) past lr_decay_iters, the floor (also at it == lr_decay_iters == warmup_iters, a 0 / 0 in nanoGPT)
   if (it > lr_decay_iters || lr_decay_iters == warmup_iters) return min_lr;
   // 3) in between, cosine decay down to min_lr

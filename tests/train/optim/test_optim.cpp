@@ -743,8 +743,7 @@ TEST(ParamGroups, OneGroupIsTheListConstructorBitwise) {
   };
   same(run([](const std::vector<Tensor>& p) { return std::make_unique<AdamW>(p, AdamWOptions{.lr = 0.01}); }),
        run([](const std::vector<Tensor>& p) {
-         return std::make_unique<AdamW>(std::vector<AdamParamGroup>{{.params = numbered(p)}},
-                                        AdamWOptions{.lr = 0.01});
+         return std::make_unique<AdamW>(std::vector<AdamParamGroup>{{.params = numbered(p)}}, AdamWOptions{.lr = 0.01});
        }));
   same(run([](const std::vector<Tensor>& p) {
          return std::make_unique<SGD>(p, SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
@@ -762,8 +761,8 @@ TEST(ParamGroups, StateRoundTripIsBitwise) {
     check_round_trip(
         [](const std::vector<Tensor>& p) {
           return std::make_unique<Adam>(
-              two_groups<AdamParamGroup>(p, {.weight_decay = 0.1}, {.lr = 0.03, .betas = std::pair{0.8, 0.9},
-                                                                    .amsgrad = true}),
+              two_groups<AdamParamGroup>(p, {.weight_decay = 0.1},
+                                         {.lr = 0.03, .betas = std::pair{0.8, 0.9}, .amsgrad = true}),
               AdamOptions{.lr = 0.01});
         },
         dt);
@@ -827,8 +826,11 @@ TEST(ParamGroups, Errors) {
 }
 
 TEST(ParamGroups, SplitByDimIsNanoGPTsDecayRule) {
-  const NamedTensors params = {{"wte", ones({5, 4})},      {"ln.weight", ones({4})}, {"fc.weight", ones({4, 4})},
-                                {"fc.bias", ones({4})},     {"scale", scalar_tensor(1.0)}};
+  const NamedTensors params = {{"wte", ones({5, 4})},
+                               {"ln.weight", ones({4})},
+                               {"fc.weight", ones({4, 4})},
+                               {"fc.bias", ones({4})},
+                               {"scale", scalar_tensor(1.0)}};
   const auto [decay, no_decay] = split_by_dim(params);
   std::vector<std::string> d, n;
   for (auto& [name, _] : decay) d.push_back(name);
