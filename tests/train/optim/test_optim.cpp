@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 
+#include "nn/layers.h"
 #include "nn/module.h"
 #include "testing.h"
 #include "train/optim/optimizers.h"
@@ -839,4 +840,45 @@ TEST(ParamGroups, SplitByDimIsNanoGPTsDecayRule) {
   EXPECT_EQ(n, (std::vector<std::string>{"ln.weight", "fc.bias", "scale"}));
   EXPECT_EQ(split_by_dim(params, 1).second.size(), 1u);
   EXPECT_EQ(numbered({ones({1}), ones({1})}, 3).back().first, "4");
+}
+
+TEST(ParamGroups, TrainingDocsExampleRuns) {
+  // docs/TRAINING.md's example of nanoGPT's configure_optimizers and get_lr, on a Linear and a LayerNorm.
+  struct Model : nn::Module {
+    std::shared_ptr<nn::Linear> fc;
+    std::shared_ptr<nn::LayerNorm> ln;
+    Model() {
+      Generator gen(5);
+      fc = std::make_shared<nn::Linear>(4, 3, nn::LinearOptions{}, gen);
+      ln = std::make_shared<nn::LayerNorm>(3, 1e-5);
+      register_module("fc", fc);
+      register_module("ln", ln);
+    }
+  } model;
+  auto [matrices, others] = optim::split_by_dim(model.named_parameters());
+  ASSERT_EQ(matrices.size(), 1u);
+  ASSERT_EQ(others.size(), 3u);  // fc.bias, ln.weight, ln.bias
+  optim::AdamW opt({{.params = matrices}, {.params = others, .weight_decay = 0.0}},
+                   {.lr = 1e-3, .betas = {0.9, 0.99}, .weight_decay = 0.1});
+  optim::WarmupCosine schedule(opt, 3, 8, 1e-4, optim::WarmupStyle::NanoGPT);
+  Generator gen(6);
+  const Tensor x = randn({5, 4}, gen);
+  const Tensor w0 = copy_of(model.fc->weight);
+  double first_loss = 0, loss_value = 0;
+  for (int it = 0; it < 10; ++it) {
+    EXPECT_EQ(opt.lr(0), nanogpt_lr(it, 1e-3, 3, 8, 1e-4)) << "it " << it;
+    EXPECT_EQ(opt.lr(1), opt.lr(0));
+    opt.zero_grad();
+    const Tensor y = model.ln->forward(model.fc->forward(x));  // (5, 3)
+    const Tensor loss = mean(y * narrow(x, 1, 0, 3));
+    loss_value = loss.item();
+    if (it == 0) first_loss = loss_value;
+    loss.backward();
+    optim::clip_grad_norm_(model.parameters(), 1.0);
+    opt.step();
+    schedule.step();
+  }
+  EXPECT_LT(loss_value, first_loss);
+  EXPECT_FALSE(bitwise_equal(w0, model.fc->weight));
+  EXPECT_EQ(opt.lr(0), 1e-4);
 }
