@@ -1,5 +1,6 @@
 // Optimizers (SGD, Adam, AdamW) and gradient clipping: PyTorch 1.13 trajectories (golden files from
-// tests/train/golden_optim.py), hand-computed steps, state export/restore, option and state errors.
+// tests/train/optim/golden_optim.py), with one list of parameters and with two parameter groups, hand-computed steps,
+// state export/restore, option and state errors.
 
 #include <cmath>
 #include <cstring>
