@@ -57,6 +57,13 @@ void for_each_field(C& c, F&& f) {
   f("momentum", c.momentum);
   f("schedule", c.schedule);
   f("warmup", c.warmup);
+  f("beta1", c.beta1);
+  f("beta2", c.beta2);
+  f("adam_eps", c.adam_eps);
+  f("decay", c.decay);
+  f("min_lr", c.min_lr);
+  f("decay_steps", c.decay_steps);
+  f("warmup_style", c.warmup_style);
   f("clip", c.clip);
   f("label_smoothing", c.label_smoothing);
   f("seed", c.seed);
@@ -78,7 +85,10 @@ void for_each_field(C& c, F&& f) {
 
 // The fields written only when they differ from the default (so that older configurations read and hash as before).
 constexpr const char* kOptionalFields[] = {"grad_accum", "attention", "kv_heads", "kv_rank", "q_rank", "window",
-                                           "block", "rope", "checkpoint_activations", "entropy_reg", "log_entropy"};
+                                           "block", "rope", "checkpoint_activations", "entropy_reg", "log_entropy",
+                                           // the optimizer's recipe
+                                           "beta1", "beta2", "adam_eps", "decay", "min_lr", "decay_steps",
+                                           "warmup_style"};
 
 // A JSON value for an error message: its text, cut to 60 characters (the input is the user's, of any size).
 std::string excerpt(const json& v) {
@@ -193,6 +203,46 @@ TrainConfig TrainConfig::from_json(const std::string& text) {
   return c;
 }
 
+namespace {
+
+// The optimizer-recipe fields (beta1 ... warmup_style): each error names the field and its flag. A field that the
+// configured optimizer or schedule does not use is an error when it is not its default.
+void validate_optimizer_recipe(const TrainConfig& c) {
+  const TrainConfig d;
+  ATTO_CHECK(c.beta1 >= 0 && c.beta1 < 1, kConfig, "beta1 (--beta1) must be in [0, 1), got ", c.beta1);
+  ATTO_CHECK(c.beta2 >= 0 && c.beta2 < 1, kConfig, "beta2 (--beta2) must be in [0, 1), got ", c.beta2);
+  ATTO_CHECK(std::isfinite(c.adam_eps) && c.adam_eps > 0, kConfig, "adam_eps (--adam-eps) must be > 0, got ",
+             c.adam_eps);
+  if (c.optimizer == "sgd") {
+    const char* set = c.beta1 != d.beta1         ? "beta1 (--beta1)"
+                      : c.beta2 != d.beta2       ? "beta2 (--beta2)"
+                      : c.adam_eps != d.adam_eps ? "adam_eps (--adam-eps)"
+                                                 : nullptr;
+    ATTO_CHECK(!set, kConfig, set, " applies to the adam and adamw optimizers, not sgd");
+  }
+  ATTO_CHECK(one_of(c.decay, {"all", "matrices"}), kConfig, "decay (--decay) must be all or matrices, got \"",
+             excerpt(c.decay), "\"");
+  ATTO_CHECK(one_of(c.warmup_style, {"from-zero", "nanogpt"}), kConfig,
+             "warmup_style (--warmup-style) must be from-zero or nanogpt, got \"", excerpt(c.warmup_style), "\"");
+  ATTO_CHECK(std::isfinite(c.min_lr) && c.min_lr >= 0 && c.min_lr <= c.lr, kConfig,
+             "min_lr (--min-lr) must be in [0, lr] = [0, ", c.lr, "], got ", c.min_lr);
+  ATTO_CHECK(c.decay_steps >= 0, kConfig, "decay_steps (--decay-steps) must be >= 0 (0: steps), got ", c.decay_steps);
+  ATTO_CHECK(c.decay_steps <= c.steps, kConfig, "decay_steps (--decay-steps) must not exceed steps (", c.steps,
+             "), got ", c.decay_steps);
+  if (c.schedule != "cosine") {
+    const char* set = c.min_lr != d.min_lr               ? "min_lr (--min-lr)"
+                      : c.decay_steps != d.decay_steps   ? "decay_steps (--decay-steps)"
+                      : c.warmup_style != d.warmup_style ? "warmup_style (--warmup-style)"
+                                                         : nullptr;
+    ATTO_CHECK(!set, kConfig, set, " applies to the cosine schedule, not ", excerpt(c.schedule));
+  } else {
+    ATTO_CHECK(c.decay_steps == 0 || c.decay_steps >= c.warmup, kConfig,
+               "decay_steps (--decay-steps) must be >= ", "warmup (", c.warmup, "), got ", c.decay_steps);
+  }
+}
+
+}  // namespace
+
 void TrainConfig::validate() const {
   if (!nn::has_model(model)) {
     std::string kinds;
@@ -241,6 +291,7 @@ void TrainConfig::validate() const {
   ATTO_CHECK(schedule != "noam" || warmup >= 1, kConfig, "warmup must be >= 1 for the noam schedule, got ", warmup);
   ATTO_CHECK(schedule != "cosine" || warmup <= steps, kConfig, "warmup (", warmup,
              ") must not exceed steps (", steps, ") for the cosine schedule");
+  validate_optimizer_recipe(*this);
   ATTO_CHECK(std::isfinite(clip) && clip >= 0, kConfig, "clip must be >= 0 (0 disables), got ", clip);
   ATTO_CHECK(label_smoothing >= 0 && label_smoothing < 1, kConfig, "label_smoothing must be in [0, 1), got ",
              label_smoothing);
@@ -397,21 +448,31 @@ Trainer::Trainer(const TrainConfig& config, std::shared_ptr<data::Dataset> datas
 void Trainer::build_optimizer() {
   const TrainConfig& c = config_;
   optim::NamedTensors params = model_->named_parameters();
-  const std::pair<double, double> betas{0.9, 0.98};
+  // decay "all": one group; "matrices": nanoGPT's two groups, weight_decay on tensors of two or more dimensions only.
+  auto groups = [&]<class Group>() {
+    if (c.decay == "all") return std::vector<Group>{{.params = params}};
+    auto [matrices, others] = optim::split_by_dim(params);
+    return std::vector<Group>{{.params = std::move(matrices)}, {.params = std::move(others), .weight_decay = 0.0}};
+  };
+  const std::pair<double, double> betas{c.beta1, c.beta2};
   if (c.optimizer == "adam")
     optimizer_ = std::make_unique<optim::Adam>(
-        params, optim::AdamOptions{.lr = c.lr, .betas = betas, .eps = 1e-9, .weight_decay = c.weight_decay});
+        groups.template operator()<optim::AdamParamGroup>(),
+        optim::AdamOptions{.lr = c.lr, .betas = betas, .eps = c.adam_eps, .weight_decay = c.weight_decay});
   else if (c.optimizer == "adamw")
     optimizer_ = std::make_unique<optim::AdamW>(
-        params, optim::AdamWOptions{.lr = c.lr, .betas = betas, .eps = 1e-9, .weight_decay = c.weight_decay});
+        groups.template operator()<optim::AdamParamGroup>(),
+        optim::AdamWOptions{.lr = c.lr, .betas = betas, .eps = c.adam_eps, .weight_decay = c.weight_decay});
   else
     optimizer_ = std::make_unique<optim::SGD>(
-        params, optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
+        groups.template operator()<optim::SGDParamGroup>(),
+        optim::SGDOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
 
   if (c.schedule == "noam")
     scheduler_ = std::make_unique<optim::NoamLR>(*optimizer_, c.lr, c.d_model, c.warmup);
   else if (c.schedule == "cosine")
-    scheduler_ = std::make_unique<optim::WarmupCosine>(*optimizer_, c.warmup, c.steps);
+    scheduler_ = std::make_unique<optim::WarmupCosine>(*optimizer_, c.warmup, c.decay_end(), c.min_lr,
+                                                       optim::parse_warmup_style(c.warmup_style));
   else if (c.schedule == "constant")
     scheduler_ = std::make_unique<optim::ConstantLR>(*optimizer_);
   else
@@ -457,7 +518,7 @@ StepMetrics Trainer::step() {
     loss.backward();
   }
   const double max_norm = config_.clip > 0 ? config_.clip : std::numeric_limits<double>::infinity();
-  m.grad_norm = optim::clip_grad_norm_(optimizer_->params(), max_norm);
+  m.grad_norm = optim::clip_grad_norm_(model_->parameters(), max_norm);  // model order, as nanoGPT
   optimizer_->step();
   scheduler_->step();
   ++step_;
@@ -1012,7 +1073,7 @@ StepMetrics Trainer::accumulated_step() {
     throw Error("Trainer", str_cat("the batch of step ", m.step, " has no target tokens"));
   }
 
-  const std::vector<Tensor> params = optimizer_->params();
+  const std::vector<Tensor> params = model_->parameters();  // named_parameters() order, whatever the groups
   int64_t total = 0;
   for (const Tensor& p : params) total += p.numel();
   flat_grad_.resize(static_cast<size_t>(total));
@@ -1134,7 +1195,7 @@ StepMetrics Trainer::accumulated_step() {
     throw Error("Trainer", str_cat("loss is not finite (", m.loss, ") at step ", m.step));
   }
   const double max_norm = config_.clip > 0 ? config_.clip : std::numeric_limits<double>::infinity();
-  m.grad_norm = optim::clip_grad_norm_(optimizer_->params(), max_norm);
+  m.grad_norm = optim::clip_grad_norm_(model_->parameters(), max_norm);  // model order, as nanoGPT
   optimizer_->step();
   scheduler_->step();
   ++step_;

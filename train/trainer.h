@@ -71,12 +71,24 @@ struct TrainConfig {
   int64_t num_symbols = 10;         ///< payload alphabet size
   int64_t batch = 32;               ///< sequences per step
   int64_t steps = 1500;             ///< optimizer steps of train()
-  std::string optimizer = "adamw";  ///< "adam", "adamw" or "sgd" (Adam/AdamW: betas (0.9, 0.98), eps 1e-9)
+  std::string optimizer = "adamw";  ///< "adam", "adamw" or "sgd" (Adam/AdamW: betas (beta1, beta2), eps adam_eps)
   double lr = 5e-3;                 ///< peak learning rate; for "noam" the seed's lr_mul
   double weight_decay = 0.0;        ///< AdamW's decoupled decay, or the L2 term of Adam and SGD
   double momentum = 0.9;            ///< SGD momentum (ignored by Adam/AdamW)
-  std::string schedule = "cosine";  ///< "noam", "cosine" (linear warm-up, cosine to 0), "constant", "step"
+  std::string schedule = "cosine";  ///< "noam", "cosine" (linear warm-up, cosine to min_lr), "constant", "step"
   int64_t warmup = 100;             ///< warm-up steps (noam, cosine; ignored by constant and step)
+  // The optimizer's recipe (docs/TRAINING.md); each in JSON only when not its default, so that the configurations
+  // and checkpoints from before these fields stay byte-identical.
+  double beta1 = 0.9;               ///< Adam/AdamW: decay rate of the first moment, in [0, 1)
+  double beta2 = 0.98;              ///< Adam/AdamW: decay rate of the second moment, in [0, 1) (the seed's 0.98)
+  double adam_eps = 1e-9;           ///< Adam/AdamW: eps, > 0 (the seed's 1e-9)
+  std::string decay = "all";        ///< which parameters weight_decay applies to: "all", or "matrices" (tensors of
+                                    ///< two or more dimensions, nanoGPT's rule: two parameter groups)
+  double min_lr = 0.0;              ///< cosine: the floor the cosine decays to, in [0, lr]
+  int64_t decay_steps = 0;          ///< cosine: the step at which the cosine reaches min_lr (nanoGPT's
+                                    ///< lr_decay_iters), in [warmup, steps]; min_lr after it; 0: steps
+  std::string warmup_style = "from-zero";  ///< cosine: "from-zero" (lr * s / warmup after s steps: the first update
+                                           ///< uses 0) or "nanogpt" (lr * (s + 1) / (warmup + 1): get_lr)
   double clip = 1.0;                ///< max total gradient 2-norm; 0 disables clipping
   double label_smoothing = 0.0;     ///< cross-entropy label smoothing in [0, 1)
   uint64_t seed = 1;                ///< seeds every generator (init, dropout, data, held-out)
@@ -119,6 +131,8 @@ struct TrainConfig {
   nn::AttentionSpec attention_spec() const;
   /// Whether the Trainer tracks attention entropies (entropy_reg != 0 or log_entropy).
   bool tracks_entropy() const { return entropy_reg != 0 || log_entropy; }
+  /// The step at which the cosine schedule reaches min_lr: decay_steps, or steps when it is 0.
+  int64_t decay_end() const { return decay_steps > 0 ? decay_steps : steps; }
   /// The model-size fields as a spec (layers, d_model, heads, d_ff, dropout, attention_spec()); the token space
   /// comes from data.
   nn::ModelSpec model_sizes() const;

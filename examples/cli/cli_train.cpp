@@ -73,6 +73,21 @@ CLI::Option* flag_field(CLI::App* sub, const std::shared_ptr<TrainArgs>& a, cons
 
 std::string percent(double f) { return strf("%.2f%%", 100 * f); }
 
+// The optimizer settings that differ from TrainConfig's defaults (beta1 ... warmup_style), e.g. "betas (0.9, 0.95),
+// decay on matrices, min-lr 0.0001, decay-steps 2000, nanogpt warm-up"; empty when all are the defaults.
+std::string describe_optimizer_recipe(const TrainConfig& c) {
+  const TrainConfig d;
+  std::string s;
+  auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
+  if (c.beta1 != d.beta1 || c.beta2 != d.beta2) add(strf("betas (%g, %g)", c.beta1, c.beta2));
+  if (c.adam_eps != d.adam_eps) add(strf("eps %g", c.adam_eps));
+  if (c.decay != d.decay) add(strf("weight decay %g on %s only", c.weight_decay, c.decay.c_str()));
+  if (c.min_lr != d.min_lr) add(strf("min-lr %g", c.min_lr));
+  if (c.decay_steps != d.decay_steps) add(strf("decay-steps %lld", static_cast<long long>(c.decay_steps)));
+  if (c.warmup_style != d.warmup_style) add(c.warmup_style + " warm-up");
+  return s;
+}
+
 // A held-out example for the attention picture: the first of a middling length (short enough to read); for a text
 // stream the first 24 characters of the first held-out window.
 data::Example attention_sample(train::Trainer& t) {
@@ -150,8 +165,9 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
       warmup_set = true;
     }
     for (auto& apply : a.overrides) apply(cfg);
-    // A short run without an explicit warm-up: scale the default warm-up down to a tenth of the steps.
-    if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cfg.steps) cfg.warmup = cfg.steps / 10;
+    // A short run without an explicit warm-up: scale the default warm-up down to a tenth of the cosine's length.
+    const int64_t cosine_end = std::min(cfg.decay_end(), cfg.steps);
+    if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cosine_end) cfg.warmup = cosine_end / 10;
     cfg.validate();
     if (resume_info) check_config_against_tensors(cfg, *resume_info, a.resume);  // before building the model
     file_data = file_dataset(a, resume_info, cfg);
@@ -219,6 +235,8 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
               cfg.schedule.c_str(), static_cast<long long>(cfg.warmup), static_cast<unsigned long long>(cfg.seed),
               first_step > 0 ? strf(", resumed at step %lld", static_cast<long long>(first_step)).c_str() : "",
               out.string().c_str());
+  if (const std::string recipe = describe_optimizer_recipe(cfg); !recipe.empty())
+    std::printf("  optimizer: %s\n", recipe.c_str());
   if (cfg.attention_spec() != nn::AttentionSpec{} || cfg.tracks_entropy())
     std::printf("  attention: %s\n", describe_attention(cfg).c_str());
   if (distributed || cfg.grad_accum > 1)
@@ -370,6 +388,8 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     std::printf("  task          %s (lengths %lld-%lld)\n", cfg.task.c_str(), static_cast<long long>(cfg.min_len),
                 static_cast<long long>(cfg.max_len));
   std::printf("  model         %s, %s parameters\n", cfg.model.c_str(), thousands(params).c_str());
+  if (const std::string recipe = describe_optimizer_recipe(cfg); !recipe.empty())
+    std::printf("  optimizer     %s %s\n", cfg.optimizer.c_str(), recipe.c_str());
   if (cfg.attention_spec() != nn::AttentionSpec{} || cfg.tracks_entropy())
     std::printf("  attention     %s\n", describe_attention(cfg).c_str());
   if (cfg.tracks_entropy() && !trainer.history().empty())
@@ -484,6 +504,20 @@ Command add_train(CLI::App& app) {
   a->warmup = field(sub, a, "--warmup", &TrainConfig::warmup,
                     "warm-up steps (cosine: lowered to steps/10 for short runs unless given)")
                   ->check(integer_in(0, train::kMaxSteps));
+  field(sub, a, "--warmup-style", &TrainConfig::warmup_style,
+        "cosine warm-up: from-zero (lr x s/warmup after s steps: the first step uses 0) or nanogpt "
+        "(lr x (s+1)/(warmup+1), nanoGPT's get_lr)")
+      ->check(CLI::IsMember({"from-zero", "nanogpt"}));
+  field(sub, a, "--min-lr", &TrainConfig::min_lr, "cosine: the floor the cosine decays to (nanoGPT's min_lr)");
+  field(sub, a, "--decay-steps", &TrainConfig::decay_steps,
+        "cosine: the step where it reaches --min-lr, then stays there (nanoGPT's lr_decay_iters; 0: --steps)")
+      ->check(integer_in(0, train::kMaxSteps));
+  field(sub, a, "--beta1", &TrainConfig::beta1, "adam, adamw: beta1");
+  field(sub, a, "--beta2", &TrainConfig::beta2, "adam, adamw: beta2");
+  field(sub, a, "--adam-eps", &TrainConfig::adam_eps, "adam, adamw: eps");
+  field(sub, a, "--decay", &TrainConfig::decay,
+        "which parameters --weight-decay applies to: all, or matrices (tensors of 2+ dimensions, nanoGPT's rule)")
+      ->check(CLI::IsMember({"all", "matrices"}));
   field(sub, a, "--clip", &TrainConfig::clip, "max gradient norm (0: no clipping)");
   field(sub, a, "--label-smoothing", &TrainConfig::label_smoothing, "cross-entropy label smoothing");
   field(sub, a, "--seed", &TrainConfig::seed, "seed of every random stream (weights, dropout, data, held-out)")

@@ -605,4 +605,54 @@ TEST_F(Cli, BenchTakesTheVariantFlags) {
   EXPECT_FALSE(d.contains("attention"));
 }
 
+TEST_F(Cli, OptimizerFlagsReachTheRunAndBadValuesAreOneLineErrors) {
+  const std::string out = (scratch() / "nanogpt-optim").string();
+  const CliRun r = attograd(
+      std::string("train ") + kTiny + " --lr 1e-3 --beta2 0.95 --adam-eps 1e-8 --weight-decay 0.1 " +
+      "--decay matrices --min-lr 1e-4 --warmup 4 --decay-steps 20 --warmup-style nanogpt --json --out " + quote(out));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const attograd::train::TrainConfig c = attograd::train::TrainConfig::from_json(slurp(out + "/config.json"));
+  EXPECT_EQ(c.beta2, 0.95);
+  EXPECT_EQ(c.adam_eps, 1e-8);
+  EXPECT_EQ(c.decay, "matrices");
+  EXPECT_EQ(c.min_lr, 1e-4);
+  EXPECT_EQ(c.decay_steps, 20);
+  EXPECT_EQ(c.warmup_style, "nanogpt");
+  // metrics.csv: the first step's lr is lr / (warmup + 1) (nanoGPT's), and min-lr from step 21 on.
+  const std::vector<std::string> rows = lines(slurp(out + "/metrics.csv"));
+  ASSERT_EQ(rows.size(), 31u);
+  auto lr_of = [&](size_t step) {  // the third column
+    std::stringstream row(rows.at(step));
+    std::string field;
+    for (int i = 0; i < 3; ++i) std::getline(row, field, ',');
+    return std::stod(field);
+  };
+  EXPECT_EQ(lr_of(1), 1e-3 * 1 / 5);
+  EXPECT_EQ(lr_of(22), 1e-4);
+  EXPECT_EQ(lr_of(30), 1e-4);
+  // Resuming keeps the groups and the schedule.
+  const CliRun resumed = attograd("train --resume " + quote(out + "/checkpoint.attograd") +
+                                  " --steps 32 --json --out " + quote(out + "-resumed"));
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_EQ(last_line_json(resumed.out)["steps"], 32);
+  // The default run's config.json has none of the fields.
+  EXPECT_EQ(slurp(dir() + "/config.json").find("beta"), std::string::npos);
+  EXPECT_EQ(slurp(dir() + "/config.json").find("warmup_style"), std::string::npos);
+  const std::string base = std::string("train ") + kTiny + " --out " + quote((scratch() / "bad-optim").string());
+  expect_one_line_error(attograd(base + " --beta1 1"), "beta1 (--beta1) must be in [0, 1), got 1", "beta1 = 1");
+  expect_one_line_error(attograd(base + " --beta2 -0.5"), "beta2 (--beta2)", "negative beta2");
+  expect_one_line_error(attograd(base + " --adam-eps 0"), "adam_eps (--adam-eps) must be > 0", "eps 0");
+  expect_one_line_error(attograd(base + " --min-lr 1"), "min_lr (--min-lr) must be in [0, lr]", "min-lr > lr");
+  expect_one_line_error(attograd(base + " --decay-steps 100"), "decay_steps (--decay-steps) must not exceed steps",
+                        "decay-steps > steps");
+  expect_one_line_error(attograd(base + " --warmup 5 --decay-steps 2"), "decay_steps (--decay-steps) must be >= warmup",
+                        "decay-steps < warmup");
+  expect_one_line_error(attograd(base + " --decay biases"), "--decay", "unknown decay rule");
+  expect_one_line_error(attograd(base + " --warmup-style linear"), "--warmup-style", "unknown warm-up style");
+  expect_one_line_error(attograd(base + " --optimizer sgd --beta2 0.9"), "beta2 (--beta2) applies to the adam",
+                        "beta2 with sgd");
+  expect_one_line_error(attograd(base + " --schedule step --min-lr 0.001"), "min_lr (--min-lr) applies to the cosine",
+                        "min-lr with step");
+}
+
 }  // namespace

@@ -514,5 +514,193 @@ TEST(TrainConfig, LimitsAndMemoryEstimate) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The optimizer's recipe: betas, eps, weight decay on matrices (two parameter groups), the cosine's floor and end,
+// nanoGPT's warm-up
+
+// tiny() with nanoGPT's optimizer settings: AdamW (0.9, 0.95), decay 0.1 on matrices, warm-up 4 in its style, the
+// cosine reaching min_lr at step 9 of 12.
+TrainConfig tiny_nanogpt(const std::string& model) {
+  TrainConfig c = tiny(model);
+  c.beta2 = 0.95;
+  c.adam_eps = 1e-8;
+  c.weight_decay = 0.1;
+  c.decay = "matrices";
+  c.min_lr = 3e-4;
+  c.decay_steps = 9;
+  c.warmup_style = "nanogpt";
+  return c;
+}
+
+TEST(TrainConfig, OptimizerRecipeFieldsAreWrittenOnlyWhenSet) {
+  const std::string plain = TrainConfig{}.to_json();
+  for (const char* name : {"beta1", "beta2", "adam_eps", "\"decay\"", "min_lr", "decay_steps", "warmup_style"})
+    EXPECT_EQ(plain.find(name), std::string::npos) << name;
+  TrainConfig c = tiny_nanogpt("lm");
+  c.beta1 = 0.8;
+  const std::string text = c.to_json();
+  EXPECT_NE(text.find("\"beta2\": 0.95"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"decay\": \"matrices\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"warmup_style\": \"nanogpt\""), std::string::npos) << text;
+  EXPECT_EQ(TrainConfig::from_json(text), c);
+  EXPECT_EQ(c.decay_end(), 9);
+  EXPECT_EQ(TrainConfig{}.decay_end(), TrainConfig{}.steps);
+  EXPECT_ATTO_ERROR(TrainConfig::from_json(R"({"beta2": "high"})"), "field \"beta2\" must be a number");
+}
+
+TEST(TrainConfig, OptimizerRecipeErrorsNameTheFlag) {
+  auto with = [](auto edit) {
+    TrainConfig c;
+    edit(c);
+    return c;
+  };
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.beta1 = 1.0; }).validate(), "beta1 (--beta1) must be in [0, 1), got 1");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.beta2 = -0.1; }).validate(),
+                    "beta2 (--beta2) must be in [0, 1), got -0.1");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.adam_eps = 0; }).validate(),
+                    "adam_eps (--adam-eps) must be > 0, got 0");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.adam_eps = std::nan(""); }).validate(), "adam_eps (--adam-eps)");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.min_lr = 0.01; }).validate(),
+                    "min_lr (--min-lr) must be in [0, lr] = [0, 0.005], got 0.01");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.min_lr = -1e-4; }).validate(), "min_lr (--min-lr) must be in [0, lr]");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.decay_steps = 2000; }).validate(),
+                    "decay_steps (--decay-steps) must not exceed steps (1500), got 2000");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.decay_steps = 50; }).validate(),
+                    "decay_steps (--decay-steps) must be >= warmup (100), got 50");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.decay_steps = -1; }).validate(),
+                    "decay_steps (--decay-steps) must be >= 0 (0: steps), got -1");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.decay = "biases"; }).validate(),
+                    "decay (--decay) must be all or matrices, got \"biases\"");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.warmup_style = "linear"; }).validate(),
+                    "warmup_style (--warmup-style) must be from-zero or nanogpt, got \"linear\"");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.optimizer = "sgd", c.beta2 = 0.95; }).validate(),
+                    "beta2 (--beta2) applies to the adam and adamw optimizers, not sgd");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.schedule = "step", c.min_lr = 1e-4; }).validate(),
+                    "min_lr (--min-lr) applies to the cosine schedule, not step");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.schedule = "noam", c.warmup_style = "nanogpt"; }).validate(),
+                    "warmup_style (--warmup-style) applies to the cosine schedule, not noam");
+  EXPECT_ATTO_ERROR(with([](TrainConfig& c) { c.schedule = "constant", c.decay_steps = 10; }).validate(),
+                    "decay_steps (--decay-steps) applies to the cosine schedule");
+  // Valid edges: min_lr = lr, decay_steps = warmup, decay_steps = steps, decay on matrices with SGD.
+  EXPECT_NO_THROW(with([](TrainConfig& c) { c.min_lr = c.lr; }).validate());
+  EXPECT_NO_THROW(with([](TrainConfig& c) { c.decay_steps = c.warmup; }).validate());
+  EXPECT_NO_THROW(with([](TrainConfig& c) { c.decay_steps = c.steps; }).validate());
+  EXPECT_NO_THROW(with([](TrainConfig& c) { c.optimizer = "sgd", c.decay = "matrices"; }).validate());
+}
+
+TEST(Trainer, DecayOnMatricesBuildsNanoGPTsTwoGroups) {
+  for (const char* opt : {"adamw", "adam", "sgd"}) {
+    SCOPED_TRACE(opt);
+    TrainConfig c = tiny_nanogpt("lm");
+    c.optimizer = opt;
+    if (c.optimizer == "sgd") c.beta2 = 0.98, c.adam_eps = 1e-9;
+    Trainer t(c);
+    optim::Optimizer& o = t.optimizer();
+    ASSERT_EQ(o.num_groups(), 2u);
+    size_t matrices = 0, others = 0;
+    for (const auto& [name, p] : t.model().named_parameters()) (p.dim() >= 2 ? matrices : others)++;
+    ASSERT_EQ(o.group_params(0).size(), matrices);
+    ASSERT_EQ(o.group_params(1).size(), others);
+    EXPECT_GT(others, 0u);
+    for (const auto& [name, p] : o.group_params(0)) EXPECT_GE(p.dim(), 2) << name;
+    for (const auto& [name, p] : o.group_params(1)) EXPECT_LT(p.dim(), 2) << name;
+    if (c.optimizer == "sgd") {
+      auto& sgd = dynamic_cast<optim::SGD&>(o);
+      EXPECT_EQ(sgd.group_options(0).weight_decay, 0.1);
+      EXPECT_EQ(sgd.group_options(1).weight_decay, 0.0);
+    } else {
+      auto& adam = dynamic_cast<optim::Adam&>(o);
+      EXPECT_EQ(adam.group_options(0).weight_decay, 0.1);
+      EXPECT_EQ(adam.group_options(1).weight_decay, 0.0);
+      EXPECT_EQ(adam.group_options(1).betas, (std::pair<double, double>{0.9, 0.95}));
+      EXPECT_EQ(adam.group_options(0).eps, 1e-8);
+    }
+  }
+  // The default: one group, the seed's betas and eps.
+  Trainer d(tiny("lm"));
+  ASSERT_EQ(d.optimizer().num_groups(), 1u);
+  const auto& adamw = dynamic_cast<optim::AdamW&>(d.optimizer());
+  EXPECT_EQ(adamw.group_options(0).betas, (std::pair<double, double>{0.9, 0.98}));
+  EXPECT_EQ(adamw.group_options(0).eps, 1e-9);
+}
+
+TEST(Trainer, GroupsWithoutDecayChangeNoBit) {
+  // decay "matrices" with weight_decay 0 trains exactly as decay "all": the groups alone change nothing.
+  TrainConfig a = tiny("lm");
+  TrainConfig b = a;
+  b.decay = "matrices";
+  Trainer ta(a), tb(b);
+  for (int i = 0; i < 6; ++i) {
+    const StepMetrics ma = ta.step(), mb = tb.step();
+    EXPECT_EQ(ma.loss, mb.loss);
+    EXPECT_EQ(ma.grad_norm, mb.grad_norm);
+  }
+  EXPECT_TRUE(same_weights(ta.model(), tb.model()));
+  // With decay the two differ (the first step, with lr 0 in today's warm-up, decays nothing).
+  b.weight_decay = 0.5;
+  TrainConfig all = a;
+  all.weight_decay = 0.5;
+  Trainer decayed(b), everywhere(all);
+  decayed.step();
+  everywhere.step();
+  EXPECT_TRUE(same_weights(decayed.model(), everywhere.model()));
+  decayed.step();
+  everywhere.step();
+  EXPECT_FALSE(same_weights(decayed.model(), everywhere.model()));
+}
+
+TEST(Trainer, NanoGPTScheduleIsGetLrStepByStep) {
+  // Every step's lr is nanoGPT's get_lr(step - 1) as golden_optim.py computes it (lr 1e-3, warm-up 10, the cosine
+  // reaching min_lr 1e-4 at step 40 of 50), bit for bit.
+  const std::map<std::string, Tensor> g = testing::load_golden("train/schedule.golden");
+  const Tensor& expected = g.at("nanogpt_short");
+  TrainConfig c = tiny("lm", 0.0);
+  c.lr = 1e-3, c.warmup = 10, c.decay_steps = 40, c.steps = 50, c.min_lr = 1e-4, c.warmup_style = "nanogpt";
+  c.decay = "matrices", c.weight_decay = 0.1;
+  Trainer t(c);
+  ASSERT_EQ(expected.numel(), c.steps);
+  for (int64_t k = 0; k < c.steps; ++k) {
+    const StepMetrics m = t.step();
+    ASSERT_EQ(m.lr, expected.flat(k)) << "step " << m.step;
+    EXPECT_EQ(t.optimizer().lr(1), t.optimizer().lr(0));  // both groups follow the same schedule
+  }
+  EXPECT_EQ(t.optimizer().lr(), 1e-4);
+  // Today's style: lr 0 at the first step, lr * s / warmup at step s + 1, the same cosine after the warm-up.
+  c.warmup_style = "from-zero";
+  Trainer z(c);
+  for (int64_t k = 0; k < c.steps; ++k) {
+    const StepMetrics m = z.step();
+    EXPECT_EQ(m.lr, optim::warmup_cosine_lr(k, 1e-3, 10, 40, 1e-4)) << "step " << m.step;
+  }
+  EXPECT_EQ(z.history().front().lr, 0.0);
+  EXPECT_EQ(z.history()[3].lr, 1e-3 * 3 / 10);
+}
+
+TEST(Trainer, ResumeWithParameterGroupsIsBitIdentical) {
+  for (const char* model : {"lm", "encoder"}) {
+    SCOPED_TRACE(model);
+    const TrainConfig c = tiny_nanogpt(model);
+    Trainer straight(c);
+    for (int64_t i = 0; i < c.steps; ++i) straight.step();
+    for (int64_t k : {int64_t{3}, int64_t{10}}) {  // in the warm-up; after the cosine's end
+      SCOPED_TRACE("k = " + std::to_string(k));
+      TempFile file(std::string("groups_") + model + "_" + std::to_string(k) + ".ckpt");
+      {
+        Trainer first(c);
+        for (int64_t i = 0; i < k; ++i) first.step();
+        first.save_checkpoint(file.path);
+      }
+      std::unique_ptr<Trainer> resumed = Trainer::from_checkpoint(file.path);
+      EXPECT_EQ(resumed->config(), c);
+      ASSERT_EQ(resumed->optimizer().num_groups(), 2u);
+      EXPECT_EQ(resumed->optimizer().lr(1), straight.history()[static_cast<size_t>(k)].lr);
+      for (int64_t i = k; i < c.steps; ++i) resumed->step();
+      EXPECT_TRUE(same_weights(straight.model(), resumed->model()));
+      EXPECT_TRUE(same_optimizer_state(straight.optimizer(), resumed->optimizer()));
+      EXPECT_TRUE(same_history(straight.history(), resumed->history()));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attograd::train

@@ -120,19 +120,32 @@ void adam_update(T* p, const T* grad, T* m, T* v, T* vmax, int64_t n, int64_t t,
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-void check_lr(const std::string& op, double lr) {
-  ATTO_CHECK(std::isfinite(lr) && lr >= 0, op, "invalid learning rate lr=", lr, " (must be finite and >= 0",
+// `where` starts each message: "" or "param group <g>: " (Optimizer::group_prefix).
+void check_lr(const std::string& op, const std::string& where, double lr) {
+  ATTO_CHECK(std::isfinite(lr) && lr >= 0, op, where, "invalid learning rate lr=", lr, " (must be finite and >= 0",
              op == "SGD" ? "; SGDOptions.lr has no default and must be given)" : ")");
 }
 
-void check_adam_options(const std::string& op, const AdamOptions& o) {
-  check_lr(op, o.lr);
-  ATTO_CHECK(o.eps >= 0 && std::isfinite(o.eps), op, "invalid epsilon value eps=", o.eps, " (must be >= 0)");
-  ATTO_CHECK(o.betas.first >= 0 && o.betas.first < 1, op,
+void check_sgd_options(const std::string& where, const SGDOptions& o) {
+  check_lr("SGD", where, o.lr);
+  ATTO_CHECK(o.momentum >= 0 && std::isfinite(o.momentum), "SGD", where, "invalid momentum value momentum=", o.momentum,
+             " (must be >= 0)");
+  ATTO_CHECK(std::isfinite(o.dampening), "SGD", where, "invalid dampening value dampening=", o.dampening);
+  ATTO_CHECK(o.weight_decay >= 0 && std::isfinite(o.weight_decay), "SGD", where,
+             "invalid weight_decay value weight_decay=", o.weight_decay, " (must be >= 0)");
+  ATTO_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD", where,
+             "Nesterov momentum requires a momentum and zero dampening, got momentum=", o.momentum,
+             " dampening=", o.dampening);
+}
+
+void check_adam_options(const std::string& op, const std::string& where, const AdamOptions& o) {
+  check_lr(op, where, o.lr);
+  ATTO_CHECK(o.eps >= 0 && std::isfinite(o.eps), op, where, "invalid epsilon value eps=", o.eps, " (must be >= 0)");
+  ATTO_CHECK(o.betas.first >= 0 && o.betas.first < 1, op, where,
              "invalid beta parameter at index 0: betas.first=", o.betas.first, " (must be in [0, 1))");
-  ATTO_CHECK(o.betas.second >= 0 && o.betas.second < 1, op,
+  ATTO_CHECK(o.betas.second >= 0 && o.betas.second < 1, op, where,
              "invalid beta parameter at index 1: betas.second=", o.betas.second, " (must be in [0, 1))");
-  ATTO_CHECK(o.weight_decay >= 0 && std::isfinite(o.weight_decay), op,
+  ATTO_CHECK(o.weight_decay >= 0 && std::isfinite(o.weight_decay), op, where,
              "invalid weight_decay value weight_decay=", o.weight_decay, " (must be >= 0)");
 }
 
@@ -166,8 +179,32 @@ std::string join_keys(const std::vector<std::string>& keys) {
 // ---------------------------------------------------------------------------------------------
 // Optimizer
 
-Optimizer::Optimizer(NamedTensors params, double lr, const char* name)
-    : name_(name), params_(std::move(params)), lr_(lr), initial_lr_(lr) {
+NamedTensors numbered(const std::vector<Tensor>& params, size_t first) {
+  NamedTensors named;
+  named.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) named.emplace_back(std::to_string(first + i), params[i]);
+  return named;
+}
+
+std::pair<NamedTensors, NamedTensors> split_by_dim(const NamedTensors& params, int64_t min_dim) {
+  std::pair<NamedTensors, NamedTensors> out;
+  for (const auto& [name, p] : params) {
+    ATTO_CHECK(p.defined(), "split_by_dim", "parameter '", name, "' is undefined");
+    (p.dim() >= min_dim ? out.first : out.second).emplace_back(name, p);
+  }
+  return out;
+}
+
+Optimizer::Optimizer(std::vector<std::pair<NamedTensors, double>> groups, const char* name) : name_(name) {
+  for (auto& [params, lr] : groups) {
+    Group g;
+    g.begin = params_.size();
+    for (auto& named : params) params_.push_back(std::move(named));
+    g.end = params_.size();
+    g.lr = g.initial_lr = lr;
+    group_of_.resize(params_.size(), groups_.size());
+    groups_.push_back(g);
+  }
   ATTO_CHECK(!params_.empty(), name_, "got an empty parameter list");
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& [pname, p] = params_[i];
@@ -176,24 +213,32 @@ Optimizer::Optimizer(NamedTensors params, double lr, const char* name)
                "; only float32 and float64 parameters can be optimized");
     ATTO_CHECK(p.is_leaf(), name_, "parameter '", pname, "' is not a leaf (it comes from '", p.grad_fn_name(),
                "'); optimize leaf tensors");
-    ATTO_CHECK(index_.emplace(pname, i).second, name_, "parameter name '", pname, "' appears more than once");
+    ATTO_CHECK(index_.emplace(pname, i).second, name_, "parameter name '", pname, "' appears more than once",
+               groups_.size() > 1 ? " (names must be unique across the parameter groups)" : "");
     for (size_t j = 0; j < i; ++j)
       ATTO_CHECK(!params_[j].second.is_same(p), name_, "parameters '", params_[j].first, "' and '", pname,
-                 "' are the same tensor; some parameters appear more than once");
+                 "' are the same tensor; some parameters appear more than once",
+                 group_of_[i] != group_of_[j] ? " (in param groups " + std::to_string(group_of_[j]) + " and " +
+                                                    std::to_string(group_of_[i]) + ")"
+                                              : std::string());
   }
   state_.resize(params_.size());
 }
 
-NamedTensors Optimizer::number(const std::vector<Tensor>& params) {
-  NamedTensors named;
-  named.reserve(params.size());
-  for (size_t i = 0; i < params.size(); ++i) named.emplace_back(std::to_string(i), params[i]);
-  return named;
+std::string Optimizer::group_prefix(size_t group) const {
+  return groups_.size() > 1 ? "param group " + std::to_string(group) + ": " : std::string();
+}
+
+size_t Optimizer::check_group(size_t group, const char* what) const {
+  ATTO_CHECK(group < groups_.size(), name_, what, ": no param group ", group, " (this ", name_, " has ", groups_.size(),
+             ")");
+  return group;
 }
 
 void Optimizer::step() {
   NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
+    const size_t group = group_of_[i];
     Tensor& p = params_[i].second;
     const Tensor g = p.grad();
     if (!g.defined()) continue;
@@ -205,7 +250,7 @@ void Optimizer::step() {
     for (Tensor& t : s.slots)
       if (t.defined() && t.dtype() != p.dtype()) t = copy_as(t, p);
     ++s.step;
-    update(p, g, s);
+    update(p, g, s, group, groups_[group].lr);
   }
   ++step_count_;
 }
@@ -214,9 +259,25 @@ void Optimizer::zero_grad(bool set_to_none) {
   for (auto& [_, p] : params_) p.zero_grad(set_to_none);
 }
 
+double Optimizer::lr(size_t group) const { return groups_[check_group(group, "lr")].lr; }
+
+double Optimizer::initial_lr(size_t group) const { return groups_[check_group(group, "initial_lr")].initial_lr; }
+
 void Optimizer::set_lr(double lr) {
-  check_lr(name_, lr);
-  lr_ = lr;
+  check_lr(name_, "", lr);
+  for (Group& g : groups_) g.lr = lr;
+}
+
+void Optimizer::set_lr(size_t group, double lr) {
+  check_group(group, "set_lr");
+  check_lr(name_, group_prefix(group), lr);
+  groups_[group].lr = lr;
+}
+
+NamedTensors Optimizer::group_params(size_t group) const {
+  const Group& g = groups_[check_group(group, "group_params")];
+  return NamedTensors(params_.begin() + static_cast<std::ptrdiff_t>(g.begin),
+                      params_.begin() + static_cast<std::ptrdiff_t>(g.end));
 }
 
 std::vector<Tensor> Optimizer::params() const {
@@ -227,11 +288,11 @@ std::vector<Tensor> Optimizer::params() const {
 }
 
 NamedTensors Optimizer::state_tensors() const {
-  const std::vector<std::string> keys = slot_names();
   NamedTensors out;
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamState& s = state_[i];
     if (s.step == 0) continue;
+    const std::vector<std::string> keys = slot_names(group_of_[i]);
     const std::string& pname = params_[i].first;
     if (exports_step())
       out.emplace_back(pname + ".step", scalar_tensor(static_cast<double>(s.step), {.dtype = kFloat64}));
@@ -243,9 +304,6 @@ NamedTensors Optimizer::state_tensors() const {
 
 void Optimizer::load_state(const NamedTensors& state, int64_t step_count) {
   ATTO_CHECK(step_count >= 0, name_, "load_state: step_count must be >= 0, got ", step_count);
-  const std::vector<std::string> keys = slot_names();
-  std::vector<std::string> all_keys = keys;
-  if (exports_step()) all_keys.insert(all_keys.begin(), "step");
   std::vector<ParamState> fresh(params_.size());
   for (const auto& [full, t] : state) {
     const size_t dot = full.rfind('.');
@@ -258,6 +316,7 @@ void Optimizer::load_state(const NamedTensors& state, int64_t step_count) {
     ATTO_CHECK(t.defined(), name_, "load_state: state '", full, "' is undefined");
     const Tensor& p = params_[it->second].second;
     ParamState& s = fresh[it->second];
+    const std::vector<std::string> keys = slot_names(group_of_[it->second]);
     if (exports_step() && key == "step") {
       ATTO_CHECK(t.numel() == 1 && t.dtype() != kBool, name_, "load_state: state '", full,
                  "' must be a one-element number, got shape ", t.shape(), " (", dtype_name(t.dtype()), ")");
@@ -270,8 +329,14 @@ void Optimizer::load_state(const NamedTensors& state, int64_t step_count) {
     }
     size_t k = 0;
     while (k < keys.size() && keys[k] != key) ++k;
-    ATTO_CHECK(k < keys.size(), name_, "load_state: unknown state key '", key, "' in '", full, "' (this ", name_,
-               " keeps ", join_keys(all_keys), ")");
+    if (k == keys.size()) {
+      std::vector<std::string> all_keys = keys;
+      if (exports_step()) all_keys.insert(all_keys.begin(), "step");
+      throw Error(name_, str_cat("load_state: unknown state key '", key, "' in '", full, "' (this ", name_,
+                                 groups_.size() > 1 ? " keeps, for param group " + std::to_string(group_of_[it->second])
+                                                    : std::string(" keeps"),
+                                 " ", join_keys(all_keys), ")"));
+    }
     ATTO_CHECK(t.shape() == p.shape(), name_, "load_state: state '", full, "' has shape ", t.shape(),
                " but parameter '", pname, "' has shape ", p.shape());
     ATTO_CHECK(is_floating(t.dtype()), name_, "load_state: state '", full, "' has dtype ", dtype_name(t.dtype()),
@@ -281,6 +346,7 @@ void Optimizer::load_state(const NamedTensors& state, int64_t step_count) {
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     ParamState& s = fresh[i];
+    const std::vector<std::string> keys = slot_names(group_of_[i]);
     bool any = s.step > 0;
     for (size_t k = 0; k < keys.size(); ++k) any = any || s.slots[k].defined();
     if (!any) continue;
@@ -299,61 +365,117 @@ void Optimizer::load_state(const NamedTensors& state, int64_t step_count) {
 // ---------------------------------------------------------------------------------------------
 // SGD
 
-SGD::SGD(NamedTensors params, SGDOptions options) : Optimizer(std::move(params), options.lr, "SGD"), opt_(options) {
-  check_lr("SGD", opt_.lr);
-  ATTO_CHECK(opt_.momentum >= 0 && std::isfinite(opt_.momentum), "SGD",
-             "invalid momentum value momentum=", opt_.momentum, " (must be >= 0)");
-  ATTO_CHECK(std::isfinite(opt_.dampening), "SGD", "invalid dampening value dampening=", opt_.dampening);
-  ATTO_CHECK(opt_.weight_decay >= 0 && std::isfinite(opt_.weight_decay), "SGD",
-             "invalid weight_decay value weight_decay=", opt_.weight_decay, " (must be >= 0)");
-  ATTO_CHECK(!opt_.nesterov || (opt_.momentum > 0 && opt_.dampening == 0), "SGD",
-             "Nesterov momentum requires a momentum and zero dampening, got momentum=", opt_.momentum,
-             " dampening=", opt_.dampening);
+namespace {
+
+// A group's options: the defaults with what the group sets.
+SGDOptions resolve(const SGDParamGroup& g, const SGDOptions& d) {
+  return {.lr = g.lr.value_or(d.lr),
+          .momentum = g.momentum.value_or(d.momentum),
+          .dampening = g.dampening.value_or(d.dampening),
+          .weight_decay = g.weight_decay.value_or(d.weight_decay),
+          .nesterov = g.nesterov.value_or(d.nesterov)};
 }
+
+AdamOptions resolve(const AdamParamGroup& g, const AdamOptions& d) {
+  return {.lr = g.lr.value_or(d.lr),
+          .betas = g.betas.value_or(d.betas),
+          .eps = g.eps.value_or(d.eps),
+          .weight_decay = g.weight_decay.value_or(d.weight_decay),
+          .amsgrad = g.amsgrad.value_or(d.amsgrad)};
+}
+
+// The (parameters, lr) pairs of the base class, each group's lr resolved (the groups keep their options).
+template <class G, class O>
+std::vector<std::pair<NamedTensors, double>> base_groups(std::vector<G>& groups, const O& defaults) {
+  std::vector<std::pair<NamedTensors, double>> out;
+  out.reserve(groups.size());
+  for (G& g : groups) out.emplace_back(std::move(g.params), g.lr.value_or(defaults.lr));
+  return out;
+}
+
+template <class G, class O>
+std::vector<O> resolve_all(const std::vector<G>& groups, const O& defaults) {
+  std::vector<O> out;
+  out.reserve(groups.size());
+  for (const G& g : groups) out.push_back(resolve(g, defaults));
+  return out;
+}
+
+}  // namespace
+
+SGD::SGD(NamedTensors params, SGDOptions options)
+    : SGD(std::vector<SGDParamGroup>{{.params = std::move(params)}}, options) {}
 
 SGD::SGD(const std::vector<Tensor>& params, SGDOptions options) : SGD(number(params), options) {}
 
-std::vector<std::string> SGD::slot_names() const {
-  if (opt_.momentum == 0) return {};
+SGD::SGD(std::vector<SGDParamGroup> groups, SGDOptions defaults)
+    : SGD(resolve_all(groups, defaults), base_groups(groups, defaults), defaults) {}
+
+SGD::SGD(std::vector<SGDOptions> resolved, std::vector<std::pair<NamedTensors, double>> groups, SGDOptions defaults)
+    : Optimizer(std::move(groups), "SGD"), opt_(defaults), group_opts_(std::move(resolved)) {
+  for (size_t g = 0; g < group_opts_.size(); ++g) check_sgd_options(group_prefix(g), group_opts_[g]);
+}
+
+const SGDOptions& SGD::group_options(size_t group) const {
+  ATTO_CHECK(group < group_opts_.size(), "SGD", "group_options: no param group ", group, " (this SGD has ",
+             group_opts_.size(), ")");
+  return group_opts_[group];
+}
+
+std::vector<std::string> SGD::slot_names(size_t group) const {
+  if (group_opts_[group].momentum == 0) return {};
   return {"momentum_buffer"};
 }
 
-void SGD::update(Tensor& p, const Tensor& g, ParamState& s) {
-  const bool use_momentum = opt_.momentum != 0;
+void SGD::update(Tensor& p, const Tensor& g, ParamState& s, size_t group, double lr) {
+  const SGDOptions& o = group_opts_[group];
+  const bool use_momentum = o.momentum != 0;
   const bool first = use_momentum && !s.slots[0].defined();
   if (first) s.slots[0] = empty(p.shape(), {.dtype = p.dtype()});
-  const double lr_now = lr();
   dispatch_float(p.dtype(), "SGD", [&]<typename T>() {
-    sgd_update<T>(p.data<T>(), g.data<T>(), use_momentum ? s.slots[0].data<T>() : nullptr, p.numel(), first, opt_,
-                  lr_now);
+    sgd_update<T>(p.data<T>(), g.data<T>(), use_momentum ? s.slots[0].data<T>() : nullptr, p.numel(), first, o, lr);
   });
 }
 
 // ---------------------------------------------------------------------------------------------
 // Adam, AdamW
 
-Adam::Adam(NamedTensors params, AdamOptions options, bool decoupled, const char* name)
-    : Optimizer(std::move(params), options.lr, name), opt_(options), decoupled_(decoupled) {
-  check_adam_options(name, opt_);
+Adam::Adam(std::vector<AdamParamGroup> groups, AdamOptions defaults, bool decoupled, const char* name)
+    : Adam(resolve_all(groups, defaults), base_groups(groups, defaults), defaults, decoupled, name) {}
+
+Adam::Adam(std::vector<AdamOptions> resolved, std::vector<std::pair<NamedTensors, double>> groups, AdamOptions defaults,
+           bool decoupled, const char* name)
+    : Optimizer(std::move(groups), name), opt_(defaults), group_opts_(std::move(resolved)), decoupled_(decoupled) {
+  for (size_t g = 0; g < group_opts_.size(); ++g) check_adam_options(name, group_prefix(g), group_opts_[g]);
 }
 
-Adam::Adam(NamedTensors params, AdamOptions options) : Adam(std::move(params), options, false, "Adam") {}
+Adam::Adam(NamedTensors params, AdamOptions options)
+    : Adam(std::vector<AdamParamGroup>{{.params = std::move(params)}}, options, false, "Adam") {}
 
-Adam::Adam(const std::vector<Tensor>& params, AdamOptions options) : Adam(number(params), options, false, "Adam") {}
+Adam::Adam(const std::vector<Tensor>& params, AdamOptions options) : Adam(number(params), options) {}
 
-std::vector<std::string> Adam::slot_names() const {
-  if (opt_.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+Adam::Adam(std::vector<AdamParamGroup> groups, AdamOptions defaults)
+    : Adam(std::move(groups), defaults, false, "Adam") {}
+
+const AdamOptions& Adam::group_options(size_t group) const {
+  ATTO_CHECK(group < group_opts_.size(), type_name(), "group_options: no param group ", group, " (this ", type_name(),
+             " has ", group_opts_.size(), ")");
+  return group_opts_[group];
+}
+
+std::vector<std::string> Adam::slot_names(size_t group) const {
+  if (group_opts_[group].amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   return {"exp_avg", "exp_avg_sq"};
 }
 
-void Adam::update(Tensor& p, const Tensor& g, ParamState& s) {
-  const size_t nslots = opt_.amsgrad ? 3 : 2;
+void Adam::update(Tensor& p, const Tensor& g, ParamState& s, size_t group, double lr) {
+  const AdamOptions& o = group_opts_[group];
+  const size_t nslots = o.amsgrad ? 3 : 2;
   for (size_t k = 0; k < nslots; ++k)
     if (!s.slots[k].defined()) s.slots[k] = zeros(p.shape(), {.dtype = p.dtype()});
-  const double lr_now = lr();
   dispatch_float(p.dtype(), type_name().c_str(), [&]<typename T>() {
     adam_update<T>(p.data<T>(), g.data<T>(), s.slots[0].data<T>(), s.slots[1].data<T>(),
-                   opt_.amsgrad ? s.slots[2].data<T>() : nullptr, p.numel(), s.step, opt_, lr_now, decoupled_);
+                   o.amsgrad ? s.slots[2].data<T>() : nullptr, p.numel(), s.step, o, lr, decoupled_);
   });
 }
 
@@ -362,9 +484,12 @@ static AdamOptions as_adam(const AdamWOptions& o) {
 }
 
 AdamW::AdamW(NamedTensors params, AdamWOptions options)
-    : Adam(std::move(params), as_adam(options), true, "AdamW"), wopt_(options) {}
+    : AdamW(std::vector<AdamParamGroup>{{.params = std::move(params)}}, options) {}
 
 AdamW::AdamW(const std::vector<Tensor>& params, AdamWOptions options) : AdamW(number(params), options) {}
+
+AdamW::AdamW(std::vector<AdamParamGroup> groups, AdamWOptions defaults)
+    : Adam(std::move(groups), as_adam(defaults), true, "AdamW"), wopt_(defaults) {}
 
 // ---------------------------------------------------------------------------------------------
 // Gradient clipping

@@ -40,6 +40,34 @@ CONFIGS = {
 }
 
 
+def nanogpt_factor(it, warmup_iters=2, lr_decay_iters=5):
+    """nanoGPT's get_lr with learning_rate 1 and min_lr 0: a LambdaLR multiplier of each group's initial lr."""
+    if it < warmup_iters:
+        return (it + 1) / (warmup_iters + 1)
+    if it > lr_decay_iters:
+        return 0.0
+    decay_ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+    return 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
+
+
+# Two parameter groups: parameter 0 (the 3x4 matrix) alone in group 0, parameter 1 (the vector) in group 1.
+# name -> (class, defaults, group 0's own options, group 1's own options, scheduler factory or None)
+GROUP_CONFIGS = {
+    # nanoGPT's split: decay on the matrix only, with its warm-up and cosine as a LambdaLR of each group's lr
+    "adamw_groups": (torch.optim.AdamW, dict(lr=0.01, betas=(0.9, 0.95), weight_decay=0.1), {},
+                     dict(lr=0.02, weight_decay=0.0),
+                     lambda o: torch.optim.lr_scheduler.LambdaLR(o, nanogpt_factor)),
+    # group 1 overrides betas and amsgrad too; CosineAnnealingLR's eta_min is shared by the groups
+    "adam_groups": (torch.optim.Adam, dict(lr=0.01, weight_decay=0.05), {},
+                    dict(lr=0.003, weight_decay=0.0, betas=(0.8, 0.99), amsgrad=True),
+                    lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=4, eta_min=0.001)),
+    # SGD with momentum; group 1 sets its own momentum and Nesterov; StepLR halves each group's lr
+    "sgd_groups": (torch.optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.1), dict(lr=0.2),
+                   dict(lr=0.05, weight_decay=0.0, momentum=0.5, nesterov=True),
+                   lambda o: torch.optim.lr_scheduler.StepLR(o, 2, 0.5)),
+}
+
+
 def optim_goldens():
     g = torch.Generator().manual_seed(1234)
     init = [torch.randn(3, 4, generator=g, dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64)]
@@ -73,6 +101,30 @@ def optim_goldens():
             for i, p in enumerate(params):
                 for key, v in opt.state[p].items():
                     if v is None:  # SGD without momentum keeps momentum_buffer = None
+                        continue
+                    out["%s.%s.state.%d.%s" % (name, tag, i, key)] = (
+                        v.to(torch.float64).reshape(()) if key == "step" else v)
+    for name, (cls, defaults, g0, g1, make_sched) in GROUP_CONFIGS.items():
+        for tag, dt in (("f64", torch.float64), ("f32", torch.float32)):
+            params = [p.to(dt).clone().requires_grad_(True) for p in init]
+            opt = cls([dict(params=[params[0]], **g0), dict(params=[params[1]], **g1)], foreach=False, **defaults)
+            sched = make_sched(opt) if make_sched else None
+            traj, lrs = [[], []], []
+            for k in range(STEPS):
+                lrs.append([group["lr"] for group in opt.param_groups])
+                for i, p in enumerate(params):
+                    p.grad = grads[i][k].to(dt).clone()
+                opt.step()
+                if sched:
+                    sched.step()
+                for i, p in enumerate(params):
+                    traj[i].append(p.detach().clone())
+            for i in range(2):
+                out["%s.%s.p%d" % (name, tag, i)] = torch.stack(traj[i])
+            out["%s.%s.lr" % (name, tag)] = torch.tensor(lrs, dtype=torch.float64)  # (STEPS, 2): each update's lrs
+            for i, p in enumerate(params):
+                for key, v in opt.state[p].items():
+                    if v is None:
                         continue
                     out["%s.%s.state.%d.%s" % (name, tag, i, key)] = (
                         v.to(torch.float64).reshape(()) if key == "step" else v)
@@ -134,6 +186,27 @@ def schedule_goldens():
         return torch.tensor(vals, dtype=torch.float64)
     out["noam_seed_small"] = seed_lrs(0.5, 16, 3, 8)
     out["noam_seed_big"] = seed_lrs(2.0, 512, 4000, 10)
+
+    # nanoGPT's get_lr (train.py), written out as there; value `it` is the lr of iteration it (the update it + 1).
+    def nanogpt_lrs(learning_rate, warmup_iters, lr_decay_iters, min_lr, n):
+        def get_lr(it):
+            # 1) linear warmup for warmup_iters steps
+            if it < warmup_iters:
+                return learning_rate * (it + 1) / (warmup_iters + 1)
+            # 2) if it > lr_decay_iters, return min learning rate
+            if it > lr_decay_iters:
+                return min_lr
+            # 3) in between, use cosine decay down to min learning rate
+            decay_ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+            assert 0 <= decay_ratio <= 1
+            coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
+            return min_lr + coeff * (learning_rate - min_lr)
+        return torch.tensor([get_lr(it) for it in range(n)], dtype=torch.float64)
+    # shakespeare_char's recipe (lr 1e-3, warm-up 100, decay to 1e-4 at 2000), past the end of the decay
+    out["nanogpt_shakespeare"] = nanogpt_lrs(1e-3, 100, 2000, 1e-4, 2050)
+    # a short run: warm-up 10, the cosine ends at 40 (before the 50 steps), floor 1e-4; also the Trainer's test
+    out["nanogpt_short"] = nanogpt_lrs(1e-3, 10, 40, 1e-4, 50)
+    out["nanogpt_no_warmup"] = nanogpt_lrs(6e-4, 0, 20, 6e-5, 25)
     write_golden(os.path.join(DATA, "schedule.golden"), out)
 
 

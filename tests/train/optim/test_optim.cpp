@@ -1,5 +1,6 @@
 // Optimizers (SGD, Adam, AdamW) and gradient clipping: PyTorch 1.13 trajectories (golden files from
-// tests/train/golden_optim.py), hand-computed steps, state export/restore, option and state errors.
+// tests/train/optim/golden_optim.py), with one list of parameters and with two parameter groups, hand-computed steps,
+// state export/restore, option and state errors.
 
 #include <cmath>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <set>
 
+#include "nn/layers.h"
 #include "nn/module.h"
 #include "testing.h"
 #include "train/optim/optimizers.h"
@@ -586,4 +588,298 @@ TEST(ClipGradValue, ClampsInPlace) {
   EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{-1.0f, -0.5f, 0.25f, 1.0f}));
   EXPECT_FALSE(b.grad().defined());
   EXPECT_ATTO_ERROR(clip_grad_value_({a}, -1.0), "clip_value must be >= 0, got -1");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameter groups
+
+namespace {
+
+// Parameter 0 alone in group 0, parameter 1 in group 1, named "0" and "1" as PyTorch's state_dict numbers them.
+template <class G>
+std::vector<G> two_groups(const std::vector<Tensor>& p, G g0, G g1) {
+  g0.params = numbered({p[0]}, 0);
+  g1.params = numbered({p[1]}, 1);
+  return {g0, g1};
+}
+
+struct GroupCase {
+  std::string name;
+  std::function<std::unique_ptr<Optimizer>(const std::vector<Tensor>&)> make;
+  std::function<std::unique_ptr<LRScheduler>(Optimizer&)> schedule;
+};
+
+// Runs a two-group golden case: every parameter after every step, the lr each group's update used, the final state.
+void run_group_case(const GroupCase& c, const std::string& tag) {
+  SCOPED_TRACE(c.name + " " + tag);
+  const double atol = tag == "f64" ? 1e-12 : 1e-6, rtol = atol;
+  std::vector<Tensor> params = {leaf_copy(gold("init." + tag + ".p0")), leaf_copy(gold("init." + tag + ".p1"))};
+  std::unique_ptr<Optimizer> opt = c.make(params);
+  ASSERT_EQ(opt->num_groups(), 2u);
+  std::unique_ptr<LRScheduler> sched = c.schedule(*opt);
+  const Tensor lrs = gold(c.name + "." + tag + ".lr");  // (5, 2)
+  for (int k = 0; k < 5; ++k) {
+    for (size_t g = 0; g < 2; ++g) {
+      const double want = lrs.flat(k * 2 + static_cast<int64_t>(g));
+      EXPECT_NEAR(opt->lr(g), want, 1e-15 * want) << "group " << g << " lr of update " << k + 1;
+      EXPECT_EQ(sched->last_lrs()[g], opt->lr(g));
+    }
+    for (int i = 0; i < 2; ++i) params[i].set_grad(row(gold("grads." + tag + ".p" + std::to_string(i)), k));
+    opt->step();
+    sched->step();
+    for (int i = 0; i < 2; ++i) {
+      Tensor expected = row(gold(c.name + "." + tag + ".p" + std::to_string(i)), k);
+      EXPECT_TRUE(all_close(params[i], expected, atol, rtol)) << "parameter " << i << " after step " << k + 1;
+    }
+  }
+  const std::string prefix = c.name + "." + tag + ".state.";
+  std::set<std::string> expected_names, names;
+  for (const auto& [name, _] : golden())
+    if (name.rfind(prefix, 0) == 0) expected_names.insert(name.substr(prefix.size()));
+  for (const auto& [name, t] : opt->state_tensors()) {
+    names.insert(name);
+    if (!expected_names.count(name)) continue;
+    const Tensor expected = gold(prefix + name);
+    if (name.ends_with(".step"))
+      EXPECT_EQ(t.item(), expected.item()) << name;
+    else
+      EXPECT_TRUE(all_close(t, expected, atol, rtol)) << name;
+  }
+  EXPECT_EQ(names, expected_names);
+}
+
+}  // namespace
+
+TEST(ParamGroups, MatchPyTorchTrajectoriesAndSchedules) {
+  const std::vector<GroupCase> cases = {
+      {"adamw_groups",
+       [](const std::vector<Tensor>& p) {
+         return std::make_unique<AdamW>(two_groups<AdamParamGroup>(p, {}, {.lr = 0.02, .weight_decay = 0.0}),
+                                        AdamWOptions{.lr = 0.01, .betas = {0.9, 0.95}, .weight_decay = 0.1});
+       },
+       [](Optimizer& o) { return std::make_unique<WarmupCosine>(o, 2, 5, 0.0, WarmupStyle::NanoGPT); }},
+      {"adam_groups",
+       [](const std::vector<Tensor>& p) {
+         return std::make_unique<Adam>(
+             two_groups<AdamParamGroup>(
+                 p, {}, {.lr = 0.003, .betas = std::pair{0.8, 0.99}, .weight_decay = 0.0, .amsgrad = true}),
+             AdamOptions{.lr = 0.01, .weight_decay = 0.05});
+       },
+       [](Optimizer& o) { return std::make_unique<WarmupCosine>(o, 0, 4, 0.001); }},
+      {"sgd_groups",
+       [](const std::vector<Tensor>& p) {
+         return std::make_unique<SGD>(
+             two_groups<SGDParamGroup>(p, {.lr = 0.2},
+                                       {.lr = 0.05, .momentum = 0.5, .weight_decay = 0.0, .nesterov = true}),
+             SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});
+       },
+       [](Optimizer& o) { return std::make_unique<StepLR>(o, 2, 0.5); }},
+  };
+  for (const auto& c : cases)
+    for (const char* tag : {"f64", "f32"}) run_group_case(c, tag);
+}
+
+TEST(ParamGroups, UnsetOptionsComeFromTheDefaults) {
+  Tensor w = ones({2, 3}, {.requires_grad = true}), b = ones({3}, {.requires_grad = true});
+  Tensor g = ones({3}, {.requires_grad = true});
+  AdamW opt({{.params = {{"fc.weight", w}}}, {.params = {{"fc.bias", b}, {"ln.weight", g}}, .weight_decay = 0.0}},
+            {.lr = 6e-4, .betas = {0.9, 0.95}, .weight_decay = 0.1});
+  EXPECT_EQ(opt.num_groups(), 2u);
+  EXPECT_EQ(opt.group_options(0).weight_decay, 0.1);
+  EXPECT_EQ(opt.group_options(1).weight_decay, 0.0);
+  EXPECT_EQ(opt.group_options(1).betas.second, 0.95);
+  EXPECT_EQ(opt.group_options(1).eps, 1e-8);  // AdamWOptions' default
+  EXPECT_EQ(opt.group_options(1).lr, 6e-4);
+  EXPECT_EQ(opt.options().weight_decay, 0.1);
+  EXPECT_EQ(opt.lr(0), 6e-4);
+  EXPECT_EQ(opt.lr(1), 6e-4);
+  ASSERT_EQ(opt.group_params(1).size(), 2u);
+  EXPECT_EQ(opt.group_params(1)[1].first, "ln.weight");
+  ASSERT_EQ(opt.named_params().size(), 3u);
+  EXPECT_EQ(opt.named_params()[2].first, "ln.weight");
+  // set_lr(lr) sets every group; set_lr(g, lr) one.
+  opt.set_lr(1, 1e-4);
+  EXPECT_EQ(opt.lr(0), 6e-4);
+  EXPECT_EQ(opt.lr(1), 1e-4);
+  EXPECT_EQ(opt.initial_lr(1), 6e-4);
+  opt.set_lr(2e-4);
+  EXPECT_EQ(opt.lr(0), 2e-4);
+  EXPECT_EQ(opt.lr(1), 2e-4);
+  // A step uses each group's own lr and decay: with zero gradients only the decay moves a parameter.
+  opt.set_lr(0, 0.5);
+  opt.set_lr(1, 0.25);
+  for (Tensor p : {w, b, g}) p.set_grad(zeros_like(p));
+  opt.step();
+  EXPECT_FLOAT_EQ(static_cast<float>(w.flat(0)), 1.0f - 0.5f * 0.1f);
+  EXPECT_EQ(b.flat(0), 1.0);
+  EXPECT_EQ(g.flat(2), 1.0);
+  // SGD: a group without momentum keeps no buffer; one with momentum does.
+  Tensor x = ones({2}, {.requires_grad = true}), y = ones({2}, {.requires_grad = true});
+  SGD sgd({{.params = {{"x", x}}, .momentum = 0.0}, {.params = {{"y", y}}}}, {.lr = 0.1, .momentum = 0.9});
+  x.set_grad(ones({2}));
+  y.set_grad(ones({2}));
+  sgd.step();
+  const NamedTensors st = sgd.state_tensors();
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0].first, "y.momentum_buffer");
+  EXPECT_EQ(sgd.group_options(0).momentum, 0.0);
+  // An SGD's lr may be given per group only.
+  SGD per_group({{.params = {{"x", x}}, .lr = 0.1}, {.params = {{"y", y}}, .lr = 0.2}}, {});
+  EXPECT_EQ(per_group.lr(1), 0.2);
+}
+
+TEST(ParamGroups, OneGroupIsTheListConstructorBitwise) {
+  auto run = [](auto make) {
+    Generator gen(3);
+    std::vector<Tensor> p = {randn({3, 4}, gen), randn({4}, gen)};
+    for (auto& t : p) t.requires_grad_(true);
+    std::unique_ptr<Optimizer> opt = make(p);
+    for (int k = 0; k < 4; ++k) {
+      for (auto& t : p) t.set_grad(randn(t.shape(), gen));
+      opt->step();
+    }
+    return p;
+  };
+  auto same = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(bitwise_equal(a[i], b[i])) << "parameter " << i;
+  };
+  same(run([](const std::vector<Tensor>& p) { return std::make_unique<AdamW>(p, AdamWOptions{.lr = 0.01}); }),
+       run([](const std::vector<Tensor>& p) {
+         return std::make_unique<AdamW>(std::vector<AdamParamGroup>{{.params = numbered(p)}}, AdamWOptions{.lr = 0.01});
+       }));
+  same(run([](const std::vector<Tensor>& p) {
+         return std::make_unique<SGD>(p, SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+       }),
+       run([](const std::vector<Tensor>& p) {
+         return std::make_unique<SGD>(
+             std::vector<SGDParamGroup>{{.params = numbered({p[0]})}, {.params = numbered({p[1]}, 1)}},
+             SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+       }));
+}
+
+TEST(ParamGroups, StateRoundTripIsBitwise) {
+  for (Dtype dt : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    check_round_trip(
+        [](const std::vector<Tensor>& p) {
+          return std::make_unique<Adam>(
+              two_groups<AdamParamGroup>(p, {.weight_decay = 0.1},
+                                         {.lr = 0.03, .betas = std::pair{0.8, 0.9}, .amsgrad = true}),
+              AdamOptions{.lr = 0.01});
+        },
+        dt);
+    check_round_trip(
+        [](const std::vector<Tensor>& p) {
+          return std::make_unique<AdamW>(two_groups<AdamParamGroup>(p, {}, {.weight_decay = 0.0}),
+                                         AdamWOptions{.lr = 0.01, .weight_decay = 0.1});
+        },
+        dt);
+    check_round_trip(
+        [](const std::vector<Tensor>& p) {
+          return std::make_unique<SGD>(two_groups<SGDParamGroup>(p, {.momentum = 0.0}, {.nesterov = true}),
+                                       SGDOptions{.lr = 0.1, .momentum = 0.9});
+        },
+        dt);
+  }
+}
+
+TEST(ParamGroups, Errors) {
+  Tensor a = ones({2}, {.requires_grad = true}), b = ones({2}, {.requires_grad = true});
+  EXPECT_ATTO_ERROR(Adam({{.params = {{"a", a}}}, {.params = {{"b", b}}, .betas = std::pair{1.0, 0.9}}}),
+                    "Adam: param group 1: invalid beta parameter at index 0: betas.first=1");
+  EXPECT_ATTO_ERROR(AdamW({{.params = {{"a", a}}, .eps = -1.0}, {.params = {{"b", b}}}}),
+                    "AdamW: param group 0: invalid epsilon value eps=-1");
+  EXPECT_ATTO_ERROR(AdamW({{.params = {{"a", a}}}, {.params = {{"b", b}}, .lr = -1.0}}),
+                    "AdamW: param group 1: invalid learning rate lr=-1");
+  EXPECT_ATTO_ERROR(SGD({{.params = {{"a", a}}, .lr = 0.1}, {.params = {{"b", b}}}}, {}),
+                    "SGD: param group 1: invalid learning rate lr=nan");
+  EXPECT_ATTO_ERROR(SGD({{.params = {{"a", a}}}, {.params = {{"b", b}}, .nesterov = true}}, {.lr = 0.1}),
+                    "SGD: param group 1: Nesterov momentum requires a momentum");
+  EXPECT_ATTO_ERROR(SGD({{.params = {{"a", a}}}, {.params = {{"b", b}}, .weight_decay = -1.0}}, {.lr = 0.1}),
+                    "param group 1: invalid weight_decay value weight_decay=-1");
+  EXPECT_ATTO_ERROR(Adam({{.params = {{"w", a}}}, {.params = {{"w", b}}}}),
+                    "parameter name 'w' appears more than once (names must be unique across the parameter groups)");
+  EXPECT_ATTO_ERROR(Adam({{.params = {{"a", a}}}, {.params = {{"b", a}}}}),
+                    "parameters 'a' and 'b' are the same tensor; some parameters appear more than once (in param "
+                    "groups 0 and 1)");
+  EXPECT_ATTO_ERROR(Adam(std::vector<AdamParamGroup>{{}, {}}), "Adam: got an empty parameter list");
+  // An empty group is allowed (nanoGPT's no-decay group of a model without biases or gains).
+  Adam with_empty(std::vector<AdamParamGroup>{{.params = {{"a", a}}}, {}});
+  EXPECT_EQ(with_empty.num_groups(), 2u);
+  EXPECT_TRUE(with_empty.group_params(1).empty());
+  EXPECT_ATTO_ERROR(with_empty.lr(2), "Adam: lr: no param group 2 (this Adam has 2)");
+  EXPECT_ATTO_ERROR(with_empty.set_lr(2, 0.1), "set_lr: no param group 2");
+  EXPECT_ATTO_ERROR(with_empty.set_lr(1, -0.5), "Adam: param group 1: invalid learning rate lr=-0.5");
+  EXPECT_ATTO_ERROR(with_empty.group_options(3), "group_options: no param group 3");
+  // State keys follow each group's options.
+  Adam opt({{.params = {{"a", a}}, .amsgrad = true}, {.params = {{"b", b}}}}, {.lr = 0.1});
+  a.set_grad(ones({2}));
+  b.set_grad(ones({2}));
+  opt.step();
+  NamedTensors st = opt.state_tensors();
+  std::vector<std::string> names;
+  for (auto& [n, t] : st) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"a.step", "a.exp_avg", "a.exp_avg_sq", "a.max_exp_avg_sq", "b.step",
+                                             "b.exp_avg", "b.exp_avg_sq"}));
+  st.emplace_back("b.max_exp_avg_sq", zeros({2}));
+  EXPECT_ATTO_ERROR(opt.load_state(st, 1),
+                    "unknown state key 'max_exp_avg_sq' in 'b.max_exp_avg_sq' (this Adam keeps, for param group 1 "
+                    "step, exp_avg, exp_avg_sq)");
+}
+
+TEST(ParamGroups, SplitByDimIsNanoGPTsDecayRule) {
+  const NamedTensors params = {{"wte", ones({5, 4})},
+                               {"ln.weight", ones({4})},
+                               {"fc.weight", ones({4, 4})},
+                               {"fc.bias", ones({4})},
+                               {"scale", scalar_tensor(1.0)}};
+  const auto [decay, no_decay] = split_by_dim(params);
+  std::vector<std::string> d, n;
+  for (auto& [name, _] : decay) d.push_back(name);
+  for (auto& [name, _] : no_decay) n.push_back(name);
+  EXPECT_EQ(d, (std::vector<std::string>{"wte", "fc.weight"}));
+  EXPECT_EQ(n, (std::vector<std::string>{"ln.weight", "fc.bias", "scale"}));
+  EXPECT_EQ(split_by_dim(params, 1).second.size(), 1u);
+  EXPECT_EQ(numbered({ones({1}), ones({1})}, 3).back().first, "4");
+}
+
+TEST(ParamGroups, TrainingDocsExampleRuns) {
+  // docs/TRAINING.md's example of nanoGPT's configure_optimizers and get_lr, on a Linear and a LayerNorm.
+  struct Model : nn::Module {
+    std::shared_ptr<nn::Linear> fc;
+    std::shared_ptr<nn::LayerNorm> ln;
+    Model() {
+      Generator gen(5);
+      fc = std::make_shared<nn::Linear>(4, 3, nn::LinearOptions{}, gen);
+      ln = std::make_shared<nn::LayerNorm>(3, 1e-5);
+      register_module("fc", fc);
+      register_module("ln", ln);
+    }
+  } model;
+  auto [matrices, others] = optim::split_by_dim(model.named_parameters());
+  ASSERT_EQ(matrices.size(), 1u);
+  ASSERT_EQ(others.size(), 3u);  // fc.bias, ln.weight, ln.bias
+  optim::AdamW opt({{.params = matrices}, {.params = others, .weight_decay = 0.0}},
+                   {.lr = 1e-3, .betas = {0.9, 0.99}, .weight_decay = 0.1});
+  optim::WarmupCosine schedule(opt, 3, 8, 1e-4, optim::WarmupStyle::NanoGPT);
+  Generator gen(6);
+  const Tensor x = randn({5, 4}, gen);
+  const Tensor w0 = copy_of(model.fc->weight);
+  double first_loss = 0, loss_value = 0;
+  for (int it = 0; it < 10; ++it) {
+    EXPECT_EQ(opt.lr(0), nanogpt_lr(it, 1e-3, 3, 8, 1e-4)) << "it " << it;
+    EXPECT_EQ(opt.lr(1), opt.lr(0));
+    opt.zero_grad();
+    const Tensor y = model.ln->forward(model.fc->forward(x));  // (5, 3)
+    const Tensor loss = mean(y * narrow(x, 1, 0, 3));
+    loss_value = loss.item();
+    if (it == 0) first_loss = loss_value;
+    loss.backward();
+    optim::clip_grad_norm_(model.parameters(), 1.0);
+    opt.step();
+    schedule.step();
+  }
+  EXPECT_LT(loss_value, first_loss);
+  EXPECT_FALSE(bitwise_equal(w0, model.fc->weight));
+  EXPECT_EQ(opt.lr(0), 1e-4);
 }

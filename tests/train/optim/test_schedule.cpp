@@ -1,6 +1,6 @@
 // Learning-rate schedules: closed-form values by hand, the schedulers against PyTorch's StepLR,
-// ConstantLR, CosineAnnealingLR and LambdaLR and against the seed's ScheduledOptim (golden file from
-// tests/train/golden_optim.py), resuming, and errors.
+// ConstantLR, CosineAnnealingLR and LambdaLR, against the seed's ScheduledOptim and nanoGPT's get_lr (golden file
+// from tests/train/optim/golden_optim.py), parameter groups, resuming, and errors.
 
 #include <cmath>
 #include <numbers>
@@ -36,6 +36,11 @@ void expect_follows(LRScheduler& s, Optimizer& opt, const std::string& golden_na
 }
 
 std::vector<Tensor> one_param() { return {zeros({1}, {.requires_grad = true})}; }
+
+SGD& opt_for_errors() {
+  static SGD opt(one_param(), {.lr = 0.1});
+  return opt;
+}
 
 }  // namespace
 
@@ -161,6 +166,97 @@ TEST(Schedulers, ResumeWithSetStepCount) {
   EXPECT_EQ(second.base_lr(), 0.2);
   EXPECT_EQ(opt3.lr(), 0.2);
   EXPECT_EQ(&second.optimizer(), &opt3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// nanoGPT's get_lr, and schedules of parameter groups
+
+TEST(ScheduleValues, NanoGPTEqualsGetLrExactly) {
+  // The golden values are nanoGPT's get_lr, written out in golden_optim.py; every one must agree to the bit.
+  struct Case {
+    const char* name;
+    double lr;
+    int64_t warmup, decay;
+    double min_lr;
+  };
+  for (const Case& c : {Case{"nanogpt_shakespeare", 1e-3, 100, 2000, 1e-4}, Case{"nanogpt_short", 1e-3, 10, 40, 1e-4},
+                        Case{"nanogpt_no_warmup", 6e-4, 0, 20, 6e-5}}) {
+    const Tensor& expected = golden().at(c.name);
+    ASSERT_GT(expected.numel(), c.decay + 1) << c.name;
+    for (int64_t it = 0; it < expected.numel(); ++it)
+      ASSERT_EQ(nanogpt_lr(it, c.lr, c.warmup, c.decay, c.min_lr), expected.flat(it)) << c.name << " it " << it;
+    // The scheduler sets the same values on the optimizer (after `it` steps: the lr of update it + 1).
+    SGD opt(one_param(), {.lr = c.lr});
+    WarmupCosine s(opt, c.warmup, c.decay, c.min_lr, WarmupStyle::NanoGPT);
+    EXPECT_EQ(s.style(), WarmupStyle::NanoGPT);
+    expect_follows(s, opt, c.name, 0.0);
+  }
+  // By hand: the first update has lr / (warmup + 1), not 0; the peak is reached at it = warmup; the floor after.
+  EXPECT_DOUBLE_EQ(nanogpt_lr(0, 1e-3, 9, 100, 1e-4), 1e-4);
+  EXPECT_DOUBLE_EQ(nanogpt_lr(8, 1e-3, 9, 100, 1e-4), 9e-4);
+  EXPECT_EQ(nanogpt_lr(9, 1e-3, 9, 100, 1e-4), 1e-3);
+  EXPECT_EQ(nanogpt_lr(100, 1e-3, 9, 100, 1e-4), 1e-4);
+  EXPECT_EQ(nanogpt_lr(101, 1e-3, 9, 100, 1e-4), 1e-4);
+  EXPECT_EQ(nanogpt_lr(5, 1e-3, 5, 5, 1e-4), 1e-4);  // no cosine phase (nanoGPT: 0 / 0)
+  // attograd's default warm-up starts at 0: the two styles differ only in the warm-up.
+  EXPECT_EQ(warmup_cosine_lr(0, 1e-3, 10, 40, 1e-4), 0.0);
+  EXPECT_EQ(warmup_cosine_lr(10, 1e-3, 10, 40, 1e-4), nanogpt_lr(10, 1e-3, 10, 40, 1e-4));
+  EXPECT_EQ(warmup_cosine_lr(25, 1e-3, 10, 40, 1e-4), nanogpt_lr(25, 1e-3, 10, 40, 1e-4));
+  EXPECT_EQ(parse_warmup_style("nanogpt"), WarmupStyle::NanoGPT);
+  EXPECT_EQ(parse_warmup_style("from-zero"), WarmupStyle::FromZero);
+  EXPECT_STREQ(warmup_style_name(WarmupStyle::NanoGPT), "nanogpt");
+  EXPECT_ATTO_ERROR(parse_warmup_style("linear", "--warmup-style"),
+                    "--warmup-style must be from-zero or nanogpt, got \"linear\"");
+  EXPECT_ATTO_ERROR(nanogpt_lr(0, 1e-3, 10, 5, 0), "lr_decay_iters must be >= 1 and >= warmup_iters (10), got 5");
+  EXPECT_ATTO_ERROR(nanogpt_lr(-1, 1e-3, 10, 50, 0), "it must be >= 0, got -1");
+  EXPECT_ATTO_ERROR(WarmupCosine(opt_for_errors(), 0, 5, -1.0, WarmupStyle::NanoGPT), "min_lr must be finite and >= 0");
+}
+
+TEST(Schedulers, ScaleEachGroupsInitialLr) {
+  Tensor a = zeros({1}, {.requires_grad = true}), b = zeros({1}, {.requires_grad = true});
+  auto groups = [&](double lr0, double lr1) {
+    return std::vector<SGDParamGroup>{{.params = {{"a", a}}, .lr = lr0}, {.params = {{"b", b}}, .lr = lr1}};
+  };
+  {
+    SGD opt(groups(0.1, 0.4), {});
+    StepLR s(opt, 2, 0.5);
+    EXPECT_EQ(s.base_lrs(), (std::vector<double>{0.1, 0.4}));
+    for (int k = 0; k < 6; ++k, s.step()) {
+      EXPECT_EQ(opt.lr(0), step_lr(k, 0.1, 2, 0.5));
+      EXPECT_EQ(opt.lr(1), step_lr(k, 0.4, 2, 0.5));
+      EXPECT_EQ(s.last_lrs(), (std::vector<double>{opt.lr(0), opt.lr(1)}));
+      EXPECT_EQ(s.last_lr(), opt.lr(0));
+    }
+  }
+  {
+    // The cosine's floor is shared (CosineAnnealingLR's eta_min, nanoGPT's min_lr); the warm-up scales each group.
+    SGD opt(groups(1e-3, 2e-3), {});
+    WarmupCosine s(opt, 4, 12, 1e-4, WarmupStyle::NanoGPT);
+    for (int k = 0; k < 15; ++k, s.step()) {
+      EXPECT_EQ(opt.lr(0), nanogpt_lr(k, 1e-3, 4, 12, 1e-4));
+      EXPECT_EQ(opt.lr(1), nanogpt_lr(k, 2e-3, 4, 12, 1e-4));
+      EXPECT_EQ(s.lr_at(k), opt.lr(0));
+      EXPECT_EQ(s.lr_at(k, 2e-3), opt.lr(1));
+    }
+    EXPECT_EQ(opt.lr(1), 1e-4);
+    // Resuming sets every group.
+    SGD opt2(groups(1e-3, 2e-3), {});
+    WarmupCosine r(opt2, 4, 12, 1e-4, WarmupStyle::NanoGPT);
+    r.set_step_count(7);
+    EXPECT_EQ(opt2.lr(1), nanogpt_lr(7, 2e-3, 4, 12, 1e-4));
+  }
+  {
+    // Noam with an explicit lr_mul sets every group alike (the seed's ScheduledOptim); without one, each group's
+    // initial lr is its lr_mul.
+    Adam opt({{.params = {{"a", a}}, .lr = 1.0}, {.params = {{"b", b}}, .lr = 3.0}});
+    NoamLR seed(opt, 0.5, 16, 3);
+    EXPECT_EQ(opt.lr(0), noam_lr(1, 0.5, 16, 3));
+    EXPECT_EQ(opt.lr(1), noam_lr(1, 0.5, 16, 3));
+    NoamLR scaled(opt, 16, 3);
+    scaled.step();
+    EXPECT_EQ(opt.lr(0), noam_lr(2, 1.0, 16, 3));
+    EXPECT_EQ(opt.lr(1), noam_lr(2, 3.0, 16, 3));
+  }
 }
 
 TEST(Schedulers, Errors) {
