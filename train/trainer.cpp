@@ -23,6 +23,7 @@
 #include "autograd/hooks.h"
 #include "autograd/loss.h"
 #include "autograd/shape.h"
+#include "nn/attention_layer.h"
 #include "train/data/text.h"
 #include "train/io/serialize.h"
 
@@ -269,27 +270,13 @@ MemoryEstimate TrainConfig::estimate_memory() const {
   const double n_layers = static_cast<double>(layers) * (model == "seq2seq" ? 2 : 1);
   const double vocab = 5 + static_cast<double>(num_symbols);
   const double len = 2 * static_cast<double>(max_len) + 1;  // at least the source and the target
-  // Each block: attention projections (4 d^2 for the textbook attention; see attention_weights) and the
-  // feed-forward layers (2 d d_ff); one embedding table.
-  double attention_weights = 4 * d * d;
-  double keys_per_row = len;  // attention probabilities kept per query row and head (at least)
-  const double head = std::floor(d / h);
-  if (attention == "gqa") {
-    attention_weights = 2 * d * d + 2 * d * static_cast<double>(kv_heads) * head;  // q, o; k, v of kv_heads heads
-  } else if (attention == "mla") {
-    // As nn::CausalLMBlock builds it: d_nope = d_v = head size, d_rope = head / 2, kv_lora_rank = d / 4 by default.
-    const double rope_d = std::floor(head / 2);
-    const double kv = kv_rank > 0 ? static_cast<double>(kv_rank) : std::max(1.0, std::floor(d / 4));
-    const double q = q_rank > 0 ? d * static_cast<double>(q_rank) + static_cast<double>(q_rank) * h * (head + rope_d)
-                                : d * h * (head + rope_d);
-    attention_weights = q + d * (kv + rope_d) + kv * h * 2 * head + h * head * d;
-  } else if (attention == "local" && window > 0) {
-    keys_per_row = std::min(len, static_cast<double>(window));
-  } else if (attention == "block-sparse" && block > 0) {
-    keys_per_row = std::min(len, static_cast<double>(block));
-  } else if (attention == "linear") {
-    keys_per_row = 0;  // no probabilities
-  }
+  // Each block: attention projections (the kind's facts: 4 d^2 for the textbook attention) and the feed-forward
+  // layers (2 d d_ff); one embedding table. The attention probabilities kept per query row and head (at least):
+  // the kind's facts for a sequence of `len` positions.
+  const nn::AttentionFacts facts = nn::attention_facts(
+      attention_spec(), {.d_model = d_model, .heads = heads, .dropout = dropout, .max_len = 2 * max_len + 1});
+  const double attention_weights = facts.weights;
+  const double keys_per_row = facts.kept_per_row;
   e.parameters = n_layers * (attention_weights + 2 * d * ff) + vocab * d;
   const double copies = optimizer != "sgd" ? 4 : momentum > 0 ? 3 : 2;  // weights, gradients, optimizer state
   e.model_bytes = e.parameters * 4 * copies;

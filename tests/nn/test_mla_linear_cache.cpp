@@ -354,7 +354,7 @@ TEST(MlaLinearCache, ModuleDecodeRowsMatchForwardAndCheckTheirArguments) {
   const Tensor want_mla = mla.forward(x), want_lin = lin.forward(x);  // (2, 5, 12)
   const Tensor want_mla1 = mla.forward(narrow(x, 1, 0, 3)), want_lin1 = lin.forward(narrow(x, 1, 0, 3));
   for (bool absorbed : {true, false}) {
-    MlaCache cache = mla.make_cache(2, 6);
+    MlaCache cache = mla.make_latent_cache(2, 6);
     auto [S, z] = lin.make_state(2);
     // Step 1: row 0 positions 0..2, row 1 positions 0..1 (its third slot is padding).
     const CachedAttentionRows first{.cache_row = {0, 1}, .start = {0, 0}, .count = {3, 2}};
@@ -381,7 +381,7 @@ TEST(MlaLinearCache, ModuleDecodeRowsMatchForwardAndCheckTheirArguments) {
     // Padding positions are not cached: cache row 1 position 3 onward is still zero.
     EXPECT_EQ(sum(narrow(narrow(cache.latent, 0, 1, 1), 1, 3, 3)).item(), 0.0);
   }
-  MlaCache cache = mla.make_cache(2, 4);
+  MlaCache cache = mla.make_latent_cache(2, 4);
   auto [S, z] = lin.make_state(2);
   const Tensor x1 = narrow(x, 1, 0, 2);  // (2, 2, 12)
   EXPECT_ATTO_ERROR(mla.decode(x1, cache, CachedAttentionRows{.cache_row = {0, 2}, .start = {0, 0}, .count = {2, 2}}),
