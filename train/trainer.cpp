@@ -68,6 +68,7 @@ void for_each_field(C& c, F&& f) {
   f("q_rank", c.q_rank);
   f("window", c.window);
   f("block", c.block);
+  f("attention_options", c.attention_options);
   f("rope", c.rope);
   f("checkpoint_activations", c.checkpoint_activations);
   f("entropy_reg", c.entropy_reg);
@@ -76,7 +77,8 @@ void for_each_field(C& c, F&& f) {
 
 // The fields written only when they differ from the default (so that older configurations read and hash as before).
 constexpr const char* kOptionalFields[] = {"grad_accum", "attention", "kv_heads", "kv_rank", "q_rank", "window",
-                                           "block", "rope", "checkpoint_activations", "entropy_reg", "log_entropy"};
+                                           "block", "attention_options", "rope", "checkpoint_activations",
+                                           "entropy_reg", "log_entropy"};
 
 // A JSON value for an error message: its text, cut to 60 characters (the input is the user's, of any size).
 std::string excerpt(const json& v) {
@@ -260,7 +262,8 @@ nn::AttentionSpec TrainConfig::attention_spec() const {
           .window = window,
           .block = block,
           .rope = rope,
-          .checkpoint = checkpoint_activations};
+          .checkpoint = checkpoint_activations,
+          .options = attention_options};
 }
 
 MemoryEstimate TrainConfig::estimate_memory() const {
@@ -726,6 +729,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   same("q_rank", config_.q_rank, saved.q_rank);
   same("window", config_.window, saved.window);
   same("block", config_.block, saved.block);
+  same("attention_options", config_.attention_options, saved.attention_options);
   same("rope", config_.rope, saved.rope);
 
   // Read everything before changing anything.

@@ -180,6 +180,7 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--attention", at.kind, "Attention variant: any registered kind (" + nn::attention_kinds_list() + ")")
       ->check(attention_kind())
       ->capture_default_str();
+  sub->add_option("--attention-options", at.options, "A registered kind's own options, a JSON object");
   sub->add_option("--kv-heads", at.kv_heads, "--attention gqa: key/value heads")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   sub->add_option("--kv-rank", at.kv_rank, "--attention mla: kv_lora_rank (0: D/4)")

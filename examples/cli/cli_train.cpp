@@ -496,6 +496,8 @@ Command add_train(CLI::App& app) {
         "attention variant (lm; any registered kind: " + nn::attention_kinds_list() +
             "): mha, gqa (--kv-heads), mla (--kv-rank, --q-rank), local (--window), block-sparse (--block), linear")
       ->check(attention_kind());
+  field(sub, a, "--attention-options", &TrainConfig::attention_options,
+        "a registered kind's own options, a JSON object (e.g. '{\"gain\": 0.5}')");
   field(sub, a, "--kv-heads", &TrainConfig::kv_heads, "--attention gqa: key/value heads (divides --heads, below it)")
       ->check(integer_in(1, train::kMaxModelSize));
   field(sub, a, "--kv-rank", &TrainConfig::kv_rank, "--attention mla: kv_lora_rank, the cached latent (0: d_model/4)")
