@@ -28,6 +28,7 @@
 #include "autograd/shape.h"
 #include "autograd/tensor.h"
 #include "nn/attention.h"
+#include "nn/attention_layer.h"
 #include "nn/checkpointed.h"
 #include "nn/encoder_tagger.h"
 #include "nn/feedforward.h"

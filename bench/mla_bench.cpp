@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     }
   };
   auto run_mla = [&](bool absorbed) {
-    nn::MlaCache cache = mla.make_cache(B, L);
+    nn::MlaCache cache = mla.make_latent_cache(B, L);
     for (int64_t t = 0; t < L; ++t) sink += mla.decode(tokens[t], cache, t, absorbed).data<float>()[0];
   };
   const std::vector<std::pair<std::string, std::function<void()>>> sides = {

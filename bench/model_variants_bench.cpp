@@ -98,8 +98,8 @@ void decode_bench(int64_t tokens, int reps) {
       }
     const DecodeState st = m.begin_decode({{5}});
     double bytes = 0;
-    for (const KVCache& c : st.cache)
-      bytes += static_cast<double>(c.key.numel() + c.value.numel()) * 4.0 / static_cast<double>(c.value.size(2));
+    for (const KVCache& c : st.cache)  // each layer's own state (AttentionCache), per position it holds
+      bytes += static_cast<double>(c.layer->bytes()) / static_cast<double>(c.layer->capacity());
     std::printf("{\"bench\": \"decode\", \"attention\": \"%s\", \"cached_tokens_per_s\": %.0f, "
                 "\"recompute_tokens_per_s\": %.0f, \"cache_bytes_per_token\": %.0f}\n",
                 name.c_str(), median(tps[1]), median(tps[0]), bytes);

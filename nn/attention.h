@@ -17,6 +17,7 @@
 
 #include "autograd/random.h"
 #include "autograd/tensor.h"
+#include "nn/attention_layer.h"
 #include "nn/feedforward.h"
 #include "nn/layers.h"
 #include "nn/module.h"
@@ -98,7 +99,9 @@ struct MhaResult {
 ///   angle p * rope_base^(-2i / head_dim)) at positions rope_offset + 0 .. L-1 after the in-projection (and its
 ///   bias), before the attention; no parameters (the tables are not buffers). Self-attention or equal lengths
 ///   (one position per query and key); not with add_bias_kv / add_zero_attn.
-class MultiheadAttention : public Module {
+/// As an AttentionLayer (nn/attention_layer.h) it is the kinds mha, gqa, local and block-sparse: self-attention
+/// forward(x, call), and a KeyValueCache of its H_kv heads for decoding.
+class MultiheadAttention : public AttentionLayer {
  public:
   /// Creates the parameters, drawing their initial values from `gen`.
   explicit MultiheadAttention(const MultiheadAttentionOptions& options, Generator& gen = default_generator());
@@ -111,7 +114,16 @@ class MultiheadAttention : public Module {
                        const MhaForwardOptions& opts = {}) {
     return forward(query, key, value, opts);
   }
-  using Module::forward;
+  /// Self-attention: forward(x, x, x) with call's key padding mask, causality, RoPE offset, per-head weights
+  /// (not averaged) and entropies.
+  AttentionOutput forward(const Tensor& x, const AttentionCall& call) override;
+  using AttentionLayer::forward;
+  /// A KeyValueCache of H_kv heads for B rows and C positions (null, decode by recomputing, for random BigBird
+  /// blocks, bias_kv / zero-attn keys or kdim / vdim other than E).
+  std::shared_ptr<AttentionCache> make_cache(int64_t B, int64_t C) const override;
+  /// Decoding step (see AttentionLayer::forward_cached): causal, through cached_attention with the layer's
+  /// grouped heads, window or block layout, RoPE at each row's absolute positions.
+  Tensor forward_cached(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows) override;
 
   /// The constructor options with kdim/vdim and num_kv_heads resolved (never 0).
   const MultiheadAttentionOptions& options() const { return opts_; }
@@ -154,11 +166,14 @@ class MultiheadAttention : public Module {
 // positions are real). Row a lives in cache row cache_row[a]; its new positions are start[a] ... start[a] +
 // count[a] - 1. Nothing is reallocated or copied per step: each step writes its new keys and values in place.
 
-/// Which cache rows and positions one cached step serves (see the section comment).
-struct CachedAttentionRows {
-  std::vector<int64_t> cache_row = {};  ///< per fed row a: its row in the cache
-  std::vector<int64_t> start = {};      ///< per a: the position of its first new query (= positions already cached)
-  std::vector<int64_t> count = {};      ///< per a: its real new positions (the rest of the N are padding)
+/// MultiheadAttention's decoding state: the keys and values of its H_kv heads (see the section comment).
+struct KeyValueCache : AttentionCache {
+  Tensor key;    ///< (B, H_kv, d_k, C), keys stored transposed
+  Tensor value;  ///< (B, H_kv, C, d_v)
+  /// C.
+  int64_t capacity() const override { return value.size(2); }
+  /// The bytes of key and value.
+  int64_t bytes() const override;
 };
 
 /// The attention variants of cached_attention (all off by default: every query head has its own cache head and sees

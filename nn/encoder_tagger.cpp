@@ -8,6 +8,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/shape.h"
+#include "nn/attention.h"
 #include "nn/model_helpers.h"
 #include "nn/init.h"
 
@@ -26,8 +27,13 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
              " and sep_idx ", o.sep_idx, " must be token ids below vocab=", o.vocab);
   const AttentionSpec& at = o.attention;
   at.validate(o.n_head);
-  ATTO_CHECK(at.kind != "mla" && at.kind != "linear", me, "model kind \"encoder\" does not support attention ", at.kind,
-             " (supported: mha, gqa, local, block-sparse; use the lm model)");
+  // The self-attention is the layers' own MultiheadAttention: any kind that is one, with its options.
+  MultiheadAttentionOptions mo;
+  std::string supported;
+  ATTO_CHECK(attention_as_multihead(at, {.d_model = o.d_model, .heads = o.n_head, .dropout = o.dropout,
+                                         .max_len = o.max_len}, &mo, &supported),
+             me, "model kind \"encoder\" does not support attention ", at.kind, " (supported: ", supported,
+             "; use the lm model)");
   ATTO_CHECK(!at.rope, me, "model kind \"encoder\" does not support attention.rope (--rope): it keeps its sinusoidal "
              "position table");
   spec_ = {.vocab = o.vocab,
@@ -55,9 +61,9 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
                                        .dim_feedforward = o.d_ff,
                                        .dropout = o.dropout,
                                        .norm_first = true,
-                                       .num_kv_heads = at.kind == "gqa" ? at.kv_heads : 0,
-                                       .window = at.kind == "local" ? at.window : 0,
-                                       .block_size = at.kind == "block-sparse" ? at.block : 0},
+                                       .num_kv_heads = mo.num_kv_heads,
+                                       .window = mo.window,
+                                       .block_size = mo.block_size},
         gen));
   norm = register_module("norm", std::make_shared<LayerNorm>(o.d_model));
   head = register_module("head", std::make_shared<Linear>(o.d_model, o.vocab, true, gen));

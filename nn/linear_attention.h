@@ -38,8 +38,21 @@ struct LinearAttentionOptions {
   Dtype dtype = kFloat32;  ///< parameter dtype (initialised in float32, then converted)
 };
 
+/// LinearAttention's decoding state: the running sums of make_state (no position axis).
+struct LinearAttentionState : AttentionCache {
+  Tensor state;            ///< (B, H, d_k, d_v), S = sum_j phi(k_j) v_j^T over the cached positions
+  Tensor normalizer;       ///< (B, H, d_k), z = sum_j phi(k_j)
+  int64_t positions = 0;   ///< the positions the decode planned for (capacity())
+  /// The planned positions (the sums themselves hold any number).
+  int64_t capacity() const override { return positions; }
+  /// The bytes of state and normalizer.
+  int64_t bytes() const override;
+};
+
 /// Multi-head linear attention (see the file comment).
-class LinearAttention : public Module {
+/// As an AttentionLayer (nn/attention_layer.h) it is the kind "linear": causal self-attention without key padding
+/// masks or entropies, decoding from a LinearAttentionState (the running sums).
+class LinearAttention : public AttentionLayer {
  public:
   /// Creates the parameters, drawing their initial values from `gen`.
   explicit LinearAttention(const LinearAttentionOptions& options, Generator& gen = default_generator());
@@ -49,6 +62,12 @@ class LinearAttention : public Module {
   Tensor forward(const Tensor& x) override { return forward(x, x, x, opts_.causal); }
   /// query (B, Lq, E), key and value (B, Lk, E) -> (B, Lq, E); causal needs Lq == Lk.
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal);
+  /// Self-attention through the AttentionLayer interface (Error for a key padding mask, weights or entropies).
+  AttentionOutput forward(const Tensor& x, const AttentionCall& call) override;
+  /// A LinearAttentionState for B rows (make_state); C is only what capacity() reports.
+  std::shared_ptr<AttentionCache> make_cache(int64_t B, int64_t C) const override;
+  /// decode() on a LinearAttentionState.
+  Tensor forward_cached(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows) override;
   /// The constructor options.
   const LinearAttentionOptions& options() const { return opts_; }
 

@@ -232,7 +232,7 @@ std::pair<Tensor, Tensor> MultiHeadLatentAttention::attend(const Tensor& x, cons
   return {wo->forward(r.output), r.entropy};
 }
 
-MlaCache MultiHeadLatentAttention::make_cache(int64_t B, int64_t C) const {
+MlaCache MultiHeadLatentAttention::make_latent_cache(int64_t B, int64_t C) const {
   ATTO_CHECK(B > 0 && C > 0, "MultiHeadLatentAttention::make_cache", "B and C must be positive, got B=", B, ", C=", C);
   return {zeros({B, C, opts_.kv_lora_rank + opts_.qk_rope_head_dim}, {.dtype = wkv_a->weight.dtype()})};
 }

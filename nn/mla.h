@@ -80,8 +80,19 @@ struct MlaCache {
   Tensor latent;  ///< (B, C, kv_lora_rank + d_rope): [c_KV | k_R] of every cached position
 };
 
+/// MultiHeadLatentAttention's decoding state as an AttentionCache.
+struct MlaLayerCache : AttentionCache {
+  MlaCache cache;  ///< the latents
+  /// C.
+  int64_t capacity() const override { return cache.latent.size(1); }
+  /// The latents' bytes.
+  int64_t bytes() const override;
+};
+
 /// Multi-head latent attention (see the file comment).
-class MultiHeadLatentAttention : public Module {
+/// As an AttentionLayer (nn/attention_layer.h) it is the kind "mla": causal self-attention with its own RoPE, decoding
+/// from an MlaLayerCache through the absorbed (absorbed_decode, the default) or the plain path.
+class MultiHeadLatentAttention : public AttentionLayer {
  public:
   /// Creates the parameters, drawing their initial values from `gen`. Errors name the bad option.
   explicit MultiHeadLatentAttention(const MlaOptions& options, Generator& gen = default_generator());
@@ -96,11 +107,20 @@ class MultiHeadLatentAttention : public Module {
   /// forward(x, key_padding_mask) and each head's attention row entropies -sum_j p_ij log p_ij (B, H, L) before
   /// dropout (the fused op's need_entropy; both with history).
   std::pair<Tensor, Tensor> forward_with_entropy(const Tensor& x, const Tensor& key_padding_mask = Tensor());
+  /// Causal self-attention through the AttentionLayer interface (Error for is_causal false or a RoPE offset; no
+  /// weights).
+  AttentionOutput forward(const Tensor& x, const AttentionCall& call) override;
+  /// An MlaLayerCache (make_latent_cache(B, C)).
+  std::shared_ptr<AttentionCache> make_cache(int64_t B, int64_t C) const override;
+  /// decode(x, cache, rows, absorbed_decode) on an MlaLayerCache.
+  Tensor forward_cached(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows) override;
+  /// forward_cached's path: absorbed (true, the default) or plain (false); the same tokens.
+  bool absorbed_decode = true;
   /// The constructor options.
   const MlaOptions& options() const { return opts_; }
 
   /// An empty cache for B rows and C positions, in the parameters' dtype.
-  MlaCache make_cache(int64_t B, int64_t C) const;
+  MlaCache make_latent_cache(int64_t B, int64_t C) const;
   /// Bytes the cache keeps per row and position: (kv_lora_rank + d_rope) * element size.
   int64_t cache_bytes_per_token() const;
   /// Decoding step (no gradients): x (B, N, D) are the positions start .. start + N - 1 of every row; writes their

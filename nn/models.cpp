@@ -87,40 +87,10 @@ Tensor feed_forward(PositionwiseFeedForward& ff, const Tensor& x) {
 
 CausalLMBlock::CausalLMBlock(const CausalLMOptions& o, Generator& gen) {
   const double p = o.dropout;
-  const AttentionSpec& at = o.attention;
   norm1 = register_module("norm1", std::make_shared<LayerNorm>(o.d_model, 1e-6));
-  if (at.kind == "mla") {
-    const int64_t d = o.d_model / o.n_head;
-    latent_attn = register_module(
-        "self_attn", std::make_shared<MultiHeadLatentAttention>(
-                         MlaOptions{.d_model = o.d_model,
-                                    .n_heads = o.n_head,
-                                    .qk_nope_head_dim = d,
-                                    .qk_rope_head_dim = at.rope_dim > 0 ? at.rope_dim : d / 2,
-                                    .v_head_dim = d,
-                                    .kv_lora_rank = at.kv_rank > 0 ? at.kv_rank : std::max<int64_t>(1, o.d_model / 4),
-                                    .q_lora_rank = at.q_rank,
-                                    .dropout = p},
-                         gen));
-  } else if (at.kind == "linear") {
-    linear_attn = register_module(
-        "self_attn", std::make_shared<LinearAttention>(
-                         LinearAttentionOptions{.embed_dim = o.d_model, .num_heads = o.n_head, .causal = true}, gen));
-  } else {
-    self_attn = register_module(
-        "self_attn", std::make_shared<MultiheadAttention>(
-                         MultiheadAttentionOptions{.embed_dim = o.d_model,
-                                                   .num_heads = o.n_head,
-                                                   .dropout = p,
-                                                   .num_kv_heads = at.kind == "gqa" ? at.kv_heads : 0,
-                                                   .window = at.kind == "local" ? at.window : 0,
-                                                   .block_size = at.kind == "block-sparse" ? at.block : 0,
-                                                   .block_local = 1,
-                                                   .block_global = at.kind == "block-sparse" ? 1 : 0,
-                                                   .rope = at.rope,
-                                                   .rope_max_len = o.max_len},
-                         gen));
-  }
+  self_attn = register_module(
+      "self_attn",
+      make_attention(o.attention, {.d_model = o.d_model, .heads = o.n_head, .dropout = p, .max_len = o.max_len}, gen));
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
   norm2 = register_module("norm2", std::make_shared<LayerNorm>(o.d_model, 1e-6));
   ff = register_module(
@@ -132,26 +102,11 @@ Tensor CausalLMBlock::forward(const Tensor& x) { return forward(x, Tensor()); }
 
 Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
   Tensor h = norm1->forward(x);  // (B, L, D)
-  if (self_attn == nullptr) {
-    // mla (with the key padding mask), linear (causal only: right padding never reaches an earlier position).
-    ATTO_CHECK(latent_attn != nullptr || !key_padding_mask.defined(), "CausalLMBlock",
-               "linear attention takes no key padding mask (its running sums have no per-key weights to block)");
-    Tensor a;  // (B, L, D)
-    if (latent_attn != nullptr && track_entropy_)
-      std::tie(a, last_entropy_) = latent_attn->forward_with_entropy(h, key_padding_mask);  // entropy (B, H, L)
-    else
-      a = latent_attn != nullptr ? latent_attn->forward(h, key_padding_mask) : linear_attn->forward(h);
-    Tensor y = dropout_add(x, std::move(a), dropout1->p(), dropout1->is_training(), dropout1->generator());
-    return dropout_add(y, feed_forward(*ff, norm2->forward(y)), dropout2->p(), dropout2->is_training(),
-                       dropout2->generator());
-  }
-  MhaResult r = self_attn->forward(h, h, h,
-                                   {.key_padding_mask = key_padding_mask,
-                                    .need_weights = store_attention_,
-                                    .average_attn_weights = false,
-                                    .is_causal = true,
-                                    .need_entropy = track_entropy_});
-  if (store_attention_) last_attention_ = r.weights;  // (B, H, L, L)
+  AttentionOutput r = self_attn->forward(h, {.key_padding_mask = key_padding_mask,
+                                             .is_causal = true,
+                                             .need_weights = store_attention_,
+                                             .need_entropy = track_entropy_});
+  if (store_attention_) last_attention_ = r.weights;  // (B, H, L, L); undefined for a kind without weights
   if (track_entropy_) last_entropy_ = r.entropy;      // (B, H, L)
   // x + dropout(branch) as one fused op each (the same values and mask draws as the modules').
   Tensor y = dropout_add(x, std::move(r.output), dropout1->p(), dropout1->is_training(), dropout1->generator());
@@ -159,51 +114,14 @@ Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
                      dropout2->generator());
 }
 
-Tensor CausalLMBlock::forward_cached(const Tensor& x, KVCache& cache, const CachedAttentionRows& rows) {
-  if (self_attn == nullptr) return forward_cached_latent_or_linear(x, cache, rows);
-  MultiheadAttention& a = *self_attn;
-  const MultiheadAttentionOptions& ao = a.options();
-  const int64_t E = ao.embed_dim, H = ao.num_heads, Hkv = a.num_kv_heads(), d = a.head_dim();
-  const int64_t Ekv = Hkv * d;
-  Tensor qkv = decode_linear(norm1->forward(x), a.in_proj_weight, a.in_proj_bias);  // (A, N, E + 2 Ekv) [q | k | v]
-  // RoPE: q and k are H + H_kv adjacent heads, each row rotated at its own absolute positions start[a] + i.
-  if (a.rotary()) rotate_cached_rows_(qkv, 0, H + Hkv, *a.rotary(), rows);
-  write_kv_cache(cache.key, cache.value, qkv, E, qkv, E + Ekv, rows);  // H_kv heads
-  CachedAttentionOptions variants{.num_heads = H, .window = ao.window};
-  if (ao.block_size > 0) {
-    // The model's layout has no random blocks (begin_decode caches nothing otherwise), so a layout over the
-    // cache's positions agrees, block for block, with the one forward() builds for any shorter length.
-    const int64_t C = cache.value.size(2), nb = (C + ao.block_size - 1) / ao.block_size;
-    variants.block_size = ao.block_size;
-    variants.block_layout = bigbird_block_layout({.q_blocks = nb,
-                                                  .k_blocks = nb,
-                                                  .local_blocks = ao.block_local,
-                                                  .global_blocks = ao.block_global,
-                                                  .random_blocks = ao.block_random,
-                                                  .seed = ao.block_seed});
-  }
-  Tensor heads = cached_attention(qkv, 0, cache.key, cache.value, rows, 1.0 / std::sqrt(static_cast<double>(d)), true,
-                                  nullptr, -1, variants);  // (A, N, E)
-  Tensor y = x + decode_linear(heads, a.out_proj->weight, a.out_proj->bias);
-  return y + decode_feed_forward(*ff, norm2->forward(y));  // (A, N, D); dropout is off in eval mode
-}
-
-Tensor CausalLMBlock::forward_cached_latent_or_linear(const Tensor& x, KVCache& cache,
-                                                      const CachedAttentionRows& rows) {
-  const Tensor h = norm1->forward(x);  // (A, N, D)
-  Tensor y;
-  if (latent_attn != nullptr) {
-    MlaCache c{cache.latent};  // shares the storage: decode writes the new latents into cache.latent
-    y = x + latent_attn->decode(h, c, rows, mla_absorbed_);
-  } else {
-    y = x + linear_attn->decode(h, cache.state, cache.normalizer, rows);
-  }
+Tensor CausalLMBlock::forward_cached(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows) {
+  Tensor y = x + self_attn->forward_cached(norm1->forward(x), cache, rows);  // (A, N, D)
   return y + decode_feed_forward(*ff, norm2->forward(y));  // (A, N, D); dropout is off in eval mode
 }
 
 void CausalLMBlock::set_track_entropy(bool on) {
-  ATTO_CHECK(!on || linear_attn == nullptr, "CausalLMBlock",
-             "linear attention has no softmax rows, so no attention entropy to track or regularise");
+  ATTO_CHECK(!on || self_attn->facts().softmax, "CausalLMBlock", self_attn->kind(),
+             " attention has no softmax rows, so no attention entropy to track or regularise");
   track_entropy_ = on;
   if (!on) last_entropy_ = Tensor();
 }
@@ -316,7 +234,11 @@ std::vector<Tensor> CausalLM::attention_weights() const {
 }
 
 
-bool CausalLM::uses_position_table() const { return !options.attention.rope && options.attention.kind != "mla"; }
+bool CausalLM::uses_position_table() const { return !attention_facts(options.attention, attention_config()).own_positions; }
+
+AttentionConfig CausalLM::attention_config() const {
+  return {.d_model = options.d_model, .heads = options.n_head, .dropout = options.dropout, .max_len = options.max_len};
+}
 
 std::string CausalLM::extra_repr() const {
   const CausalLMOptions& o = options;
@@ -440,29 +362,17 @@ DecodeState CausalLM::begin_decode(const TokenRows& sources) {
   if (sources.empty()) return st;
   const int64_t capacity = decode_capacity(sources);
   const auto B = static_cast<int64_t>(sources.size());
-  const Dtype dt = embed->weight.dtype();
-  // Attention variants without a cache path decode by recomputing (an empty st.cache).
-  const AttentionSpec& at = options.attention;
-  if (at.kind == "mla" || at.kind == "linear") {
-    make_latent_or_linear_caches(st, capacity);
-    return st;
-  }
-  make_mha_caches(st, B, capacity, dt);
-  return st;
-}
-
-void CausalLM::make_mha_caches(DecodeState& st, int64_t B, int64_t capacity, Dtype dt) const {
-  // MultiheadAttention kinds (mha, gqa, local, block-sparse; with or without RoPE): per block a cache of its H_kv
-  // key/value heads over every position a row can reach (a local window also caches the whole sequence, not a
-  // ring: cached_attention reads only the window). A block layout with random blocks depends on the sequence
-  // length, so such a model recomputes instead.
-  for (const auto& m : *blocks)
-    if (static_cast<CausalLMBlock&>(*m).self_attn->options().block_random > 0) return;
+  // Every block's attention makes its own state; a kind without one (or a layer that cannot cache, e.g. random
+  // BigBird blocks, whose layout depends on the length) makes the whole model decode by recomputing.
   for (const auto& m : *blocks) {
-    const MultiheadAttention& a = *static_cast<CausalLMBlock&>(*m).self_attn;
-    auto [k, v] = make_kv_cache(B, a.num_kv_heads(), capacity, a.head_dim(), a.head_dim(), dt);
-    st.cache.push_back({k, v});
+    std::shared_ptr<AttentionCache> c = static_cast<CausalLMBlock&>(*m).self_attn->make_cache(B, capacity);
+    if (c == nullptr) {
+      st.cache.clear();
+      return st;
+    }
+    st.cache.push_back({.layer = std::move(c)});
   }
+  return st;
 }
 
 int64_t CausalLM::decode_capacity(const TokenRows& sources) const {
@@ -475,39 +385,18 @@ int64_t CausalLM::decode_capacity(const TokenRows& sources) const {
 
 int64_t CausalLM::cache_capacity(const DecodeState& st) const {
   if (blocks->empty()) return options.max_len;
-  const KVCache& c = st.cache[0];
-  if (c.value.defined()) return c.value.size(2);
-  if (c.latent.defined()) return c.latent.size(1);
-  return decode_capacity(st.sources);  // linear attention's running sums: as far as begin_decode planned
-}
-
-void CausalLM::make_latent_or_linear_caches(DecodeState& st, int64_t capacity) const {
-  const auto B = static_cast<int64_t>(st.sources.size());
-  for (const auto& m : *blocks) {
-    const CausalLMBlock& blk = static_cast<CausalLMBlock&>(*m);
-    if (blk.latent_attn != nullptr) {
-      st.cache.push_back({.latent = blk.latent_attn->make_cache(B, capacity).latent});
-    } else {
-      auto [s, z] = blk.linear_attn->make_state(B);
-      st.cache.push_back({.state = s, .normalizer = z});
-    }
-  }
+  return st.cache[0].layer->capacity();
 }
 
 int64_t CausalLM::kv_cache_bytes_per_token() const {
-  const AttentionSpec& at = options.attention;
-  const int64_t es = static_cast<int64_t>(dtype_size(embed->weight.dtype()));
-  const int64_t H = options.n_head, d = options.d_model / H;
-  if (at.kind == "mla") {
-    const int64_t rank = at.kv_rank > 0 ? at.kv_rank : std::max<int64_t>(1, options.d_model / 4);
-    return (rank + (at.rope_dim > 0 ? at.rope_dim : d / 2)) * es;
-  }
-  if (at.kind == "linear") return H * d * (d + 1) * es;  // per row, not per token
-  return 2 * (at.kind == "gqa" ? at.kv_heads : H) * d * es;
+  const AttentionFacts f = attention_facts(options.attention, attention_config());
+  const auto es = static_cast<double>(dtype_size(embed->weight.dtype()));
+  return static_cast<int64_t>((f.cache_per_token > 0 ? f.cache_per_token : f.state_per_row) * es);
 }
 
 void CausalLM::set_mla_absorbed_decode(bool absorbed) {
-  for (const auto& m : *blocks) static_cast<CausalLMBlock&>(*m).set_mla_absorbed(absorbed);
+  for (const auto& m : *blocks)
+    if (auto mla = static_cast<CausalLMBlock&>(*m).attention<MultiHeadLatentAttention>()) mla->absorbed_decode = absorbed;
 }
 
 Tensor CausalLM::recompute_logits(const DecodeState& st, const std::vector<int64_t>& rows_in) {
@@ -566,7 +455,7 @@ Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows
       }
   });
   for (size_t l = 0; l < blocks->size(); ++l)
-    x = blocks->at<CausalLMBlock>(static_cast<int64_t>(l))->forward_cached(x, st.cache[l], rows);
+    x = blocks->at<CausalLMBlock>(static_cast<int64_t>(l))->forward_cached(x, *st.cache[l].layer, rows);
   std::vector<std::pair<int64_t, int64_t>> last;
   for (int64_t a = 0; a < A; ++a) last.emplace_back(a, rows.count[static_cast<size_t>(a)] - 1);
   for (size_t a = 0; a < rows.cache_row.size(); ++a) st.cached[static_cast<size_t>(rows.cache_row[a])] += rows.count[a];

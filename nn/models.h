@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "nn/attention.h"
+#include "nn/attention_layer.h"
 #include "nn/feedforward.h"
 #include "nn/layers.h"
 #include "nn/linear_attention.h"
@@ -53,9 +54,9 @@ struct CausalLMOptions {
 
 /// One pre-LN block of CausalLM: x + dropout1(self_attn(norm1(x))) with a causal mask, then
 /// x + dropout2(ff(norm2(x))). Children: norm1, self_attn, dropout1, norm2, ff (PositionwiseFeedForward: ff.linear1,
-/// ff.dropout, ff.linear2), dropout2. The child "self_attn" is, by options.attention.kind, a MultiheadAttention (mha,
-/// gqa, local, block-sparse: the member self_attn), a MultiHeadLatentAttention (mla: latent_attn) or a
-/// LinearAttention (linear: linear_attn); the other two members are null.
+/// ff.dropout, ff.linear2), dropout2. The child "self_attn" is the AttentionLayer that the registry builds for
+/// options.attention (nn/attention_layer.h): a MultiheadAttention (mha, gqa, local, block-sparse), a
+/// MultiHeadLatentAttention (mla), a LinearAttention (linear) or a user's kind.
 class CausalLMBlock : public Module {
  public:
   /// Draws initial weights from `gen` (self_attn, then ff).
@@ -66,10 +67,11 @@ class CausalLMBlock : public Module {
   Tensor forward(const Tensor& x) override;
   /// x (B, L, D) -> (B, L, D), causal, with keys blocked where key_padding_mask (B, L) Bool is TRUE (or undefined).
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask);
-  /// Decoding with a key/value cache (eval mode, no gradients): x (A, N, D) holds the new positions of A rows
-  /// (see CachedAttentionRows); their keys and values are written into `cache` and the queries attend to every
-  /// cached position up to their own -> (A, N, D), the rows' values at those positions as forward() gives them.
-  Tensor forward_cached(const Tensor& x, KVCache& cache, const CachedAttentionRows& rows);
+  /// Decoding with the attention's own cache (eval mode, no gradients): x (A, N, D) holds the new positions of A
+  /// rows (see CachedAttentionRows); the attention keeps what it needs of them in `cache` (made by
+  /// self_attn->make_cache) and the queries attend to every cached position up to their own -> (A, N, D), the
+  /// rows' values at those positions as forward() gives them.
+  Tensor forward_cached(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows);
   /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
   void set_store_attention(bool on);
   /// Self-attention probabilities (B, H, L, L) of the last forward; undefined unless stored.
@@ -78,14 +80,14 @@ class CausalLMBlock : public Module {
   void set_track_entropy(bool on);
   /// Row entropies (B, H, L) of the last forward, with history; undefined unless tracked.
   const Tensor& last_entropy() const { return last_entropy_; }
-  /// mla: decode through the absorbed path (true, the default) or the plain one (false); see nn/mla.h.
-  void set_mla_absorbed(bool absorbed) { mla_absorbed_ = absorbed; }
+  /// The attention as its implementation's type (null when it is another): block->attention<MultiheadAttention>().
+  template <class A>
+  std::shared_ptr<A> attention() const {
+    return std::dynamic_pointer_cast<A>(self_attn);
+  }
 
   std::shared_ptr<LayerNorm> norm1;               ///< before self-attention (eps 1e-6)
-  std::shared_ptr<MultiheadAttention> self_attn;  ///< causal softmax self-attention with attention dropout (mha,
-                                                 ///< gqa, local, block-sparse), else null
-  std::shared_ptr<MultiHeadLatentAttention> latent_attn;  ///< "self_attn" when the attention is mla, else null
-  std::shared_ptr<LinearAttention> linear_attn;           ///< "self_attn" when the attention is linear, else null
+  std::shared_ptr<AttentionLayer> self_attn;     ///< causal self-attention of options.attention's kind
   std::shared_ptr<Dropout> dropout1;              ///< on the attention branch
   std::shared_ptr<LayerNorm> norm2;               ///< before the feed-forward block (eps 1e-6)
   std::shared_ptr<PositionwiseFeedForward> ff;    ///< Linear(D, F), ReLU, Dropout, Linear(F, D)
@@ -97,9 +99,6 @@ class CausalLMBlock : public Module {
   Tensor last_attention_;
   bool track_entropy_ = false;
   Tensor last_entropy_;
-  bool mla_absorbed_ = true;
-  // forward_cached for mla (cache.latent) and linear attention (cache.state, cache.normalizer).
-  Tensor forward_cached_latent_or_linear(const Tensor& x, KVCache& cache, const CachedAttentionRows& rows);
 };
 
 /// Decoder-only pre-LN language model (see the file comment). Parameters: embed.weight (vocab, D) ~ N(0, 1/D)
@@ -142,9 +141,9 @@ class CausalLM : public SequenceModel {
   SequenceBatch make_batch(const std::vector<Example>& examples) const override;
   /// forward(inputs[0]) -> (B, L, vocab).
   Tensor forward_batch(const SequenceBatch& batch) override;
-  /// Prompts src SEP (a stream model: src alone), one per row; allocates one key/value cache per block for every
-  /// row and min(max_len, longest prompt + max_decode_len()) positions, of the block's H_kv heads (every
-  /// MultiheadAttention kind, RoPE included; mla and linear attention decode by recomputing).
+  /// Prompts src SEP (a stream model: src alone), one per row; asks every block's attention for its cache
+  /// (make_cache) for every row and min(max_len, longest prompt + max_decode_len()) positions; when one gives none,
+  /// the model decodes by recomputing.
   DecodeState begin_decode(const TokenRows& sources) override;
   /// The spec's max_target_len + 1; unbounded for a stream model (sampling asks for any number of tokens).
   int64_t max_decode_len() const override;
@@ -161,10 +160,10 @@ class CausalLM : public SequenceModel {
   void track_attention_entropy(bool on) override;
   /// Per block ("layer0", ...): its entropies (B, H, L) from the last forward, rows = the non-padding tokens.
   std::vector<AttentionEntropy> attention_entropies() const override;
-  /// Bytes one block's decoding cache keeps per token, from the options and the parameters' dtype (element size
-  /// es): mha, local, block-sparse 2 H d es; gqa 2 H_kv d es; mla (kv_rank + rope_dim) es. Linear attention keeps
-  /// no per-token cache: its running sums take H d (d + 1) es per ROW whatever the length, which this returns.
-  /// The whole model keeps n_layers times this.
+  /// Bytes one block's decoding cache keeps per token: the attention kind's facts (AttentionFacts::cache_per_token)
+  /// times the parameters' element size es: mha, local, block-sparse 2 H d es; gqa 2 H_kv d es; mla (kv_rank +
+  /// rope_dim) es. A kind without a per-token cache (linear attention: running sums of H d (d + 1) es per ROW
+  /// whatever the length) returns its state per row. The whole model keeps n_layers times this.
   int64_t kv_cache_bytes_per_token() const;
   /// mla: decode through the absorbed path (true, the default: the up-projections folded into the query and the
   /// output) or the plain one (false: the cached latents expanded into per-head keys and values); the same tokens.
@@ -199,18 +198,16 @@ class CausalLM : public SequenceModel {
   Tensor recompute_logits(const DecodeState& state, const std::vector<int64_t>& rows);
   // Logits (A, V) of the listed rows' last positions from the cache, feeding only their new positions.
   Tensor cached_logits(DecodeState& state, const std::vector<int64_t>& rows);
-  // Whether the input adds the sinusoidal table (else positions come from RoPE inside the attention).
+  // Whether the input adds the sinusoidal table (else positions come from inside the attention: its facts).
   bool uses_position_table() const;
+  // The sizes the blocks' attention is built for.
+  AttentionConfig attention_config() const;
   // The positions a decode of `sources` can reach: min(max_len, longest prompt + max_decode_len()).
   int64_t decode_capacity(const TokenRows& sources) const;
-  // The positions st.cache can hold (the running sums of linear attention: decode_capacity).
+  // The positions st.cache can hold.
   int64_t cache_capacity(const DecodeState& st) const;
-  // begin_decode's caches for mla (one latent cache per block) and linear attention (running sums per block).
-  void make_latent_or_linear_caches(DecodeState& st, int64_t capacity) const;
   // Block i of forward(): x (B, L, D) -> (B, L, D), under checkpoint() when options.attention.checkpoint asks.
   Tensor forward_block(int64_t i, const Tensor& x, const Tensor& kpm);
-  // begin_decode's key/value caches for the MultiheadAttention kinds: one per block, H_kv heads, `capacity` positions.
-  void make_mha_caches(DecodeState& st, int64_t B, int64_t capacity, Dtype dt) const;
   // The batch of token sequences `seqs`: inputs seq[:-1] right-padded to L with pad, targets seq[1:] where the
   // target position is at least first_target[i] (ignore_index elsewhere).
   SequenceBatch shifted_batch(const TokenRows& seqs, const std::vector<size_t>& first_target, size_t L,

@@ -111,39 +111,17 @@ void for_each_attention_field(S& s, F&& f) {
 
 }  // namespace
 
-void AttentionSpec::validate(int64_t heads) const {
-  const char* me = "AttentionSpec";
-  static const char* kinds[] = {"mha", "gqa", "mla", "local", "block-sparse", "linear"};
-  ATTO_CHECK(std::find(std::begin(kinds), std::end(kinds), kind) != std::end(kinds), me, "unknown attention \"", kind,
-             "\" (expected mha, gqa, mla, local, block-sparse or linear)");
-  ATTO_CHECK(kv_heads >= 0 && kv_rank >= 0 && q_rank >= 0 && rope_dim >= 0 && window >= 0 && block >= 0, me,
-             "sizes must be non-negative, got kv_heads=", kv_heads, ", kv_rank=", kv_rank, ", q_rank=", q_rank,
-             ", rope_dim=", rope_dim, ", window=", window, ", block=", block);
-  auto only = [&](const char* field, bool set, const char* variant) {
-    ATTO_CHECK(!set || kind == variant, me, field, " applies to attention ", variant, ", not ", kind);
-  };
-  only("kv_heads", kv_heads != 0, "gqa");
-  only("kv_rank", kv_rank != 0, "mla");
-  only("q_rank", q_rank != 0, "mla");
-  only("rope_dim", rope_dim != 0, "mla");
-  only("window", window != 0, "local");
-  only("block", block != 0, "block-sparse");
-  if (kind == "gqa")
-    ATTO_CHECK(kv_heads > 0 && kv_heads < heads && heads % kv_heads == 0, me,
-               "gqa needs kv_heads (--kv-heads) dividing heads=", heads, " and below it, got kv_heads=", kv_heads);
-  if (kind == "local") ATTO_CHECK(window > 0, me, "local attention needs window (--window) > 0, got ", window);
-  if (kind == "block-sparse") ATTO_CHECK(block > 0, me, "block-sparse attention needs block (--block) > 0, got ", block);
-  ATTO_CHECK(!rope || (kind != "mla" && kind != "linear"), me, "rope applies to softmax attention with a query/key ",
-             "per head (mha, gqa, local, block-sparse); ", kind == "mla" ? "mla always uses its own decoupled RoPE"
-                                                                          : "linear attention has no positions in it");
-}
-
 namespace {
 
 void read_attention(const json& v, AttentionSpec& a) {
   ATTO_CHECK(v.is_object(), kSpec, "field \"attention\" must be an object");
   for (const auto& item : v.items()) {
     const std::string& key = item.key();
+    if (key == "options") {  // a user's kind's own options: any JSON object, kept as its compact text
+      ATTO_CHECK(item.value().is_object(), kSpec, "field \"attention.options\" must be an object");
+      a.options = item.value().dump();
+      continue;
+    }
     bool known = false;
     for_each_attention_field(a, [&](const char* name, auto& field) {
       if (key != name) return;
@@ -159,16 +137,27 @@ void read_attention(const json& v, AttentionSpec& a) {
   }
 }
 
+// The attention object of the JSON: every field, then "options" when not empty.
+json attention_json(const AttentionSpec& attention) {
+  json a = json::object();
+  for_each_attention_field(attention, [&](const char* name, const auto& v) { a[name] = v; });
+  if (!attention.options.empty()) {
+    const json o = json::parse(attention.options, nullptr, false);
+    ATTO_CHECK(!o.is_discarded() && o.is_object(), kSpec, "attention.options must be a JSON object, got ",
+               attention.options);
+    a["options"] = o;
+  }
+  return a;
+}
+
 }  // namespace
+
+std::string AttentionSpec::to_json() const { return attention_json(*this).dump(); }
 
 std::string ModelSpec::to_json() const {
   json j = json::object();
   for_each_field(*this, [&](const char* name, const auto& v) { j[name] = v; });
-  if (attention != AttentionSpec{}) {
-    json a = json::object();
-    for_each_attention_field(attention, [&](const char* name, const auto& v) { a[name] = v; });
-    j["attention"] = a;
-  }
+  if (attention != AttentionSpec{}) j["attention"] = attention_json(attention);
   return j.dump();
 }
 

@@ -53,7 +53,8 @@ struct SpecialTokens {
 /// multi-head softmax attention and, in the decoder-only model, the sinusoidal position table. A model kind states
 /// which variants it supports and refuses the others with an Error naming the kind and the variant.
 struct AttentionSpec {
-  std::string kind = "mha";  ///< "mha", "gqa", "mla", "local", "block-sparse" or "linear"
+  std::string kind = "mha";  ///< a registered kind (nn/attention_layer.h): "mha", "gqa", "mla", "local",
+                             ///< "block-sparse", "linear" or a user's
   int64_t kv_heads = 0;      ///< gqa: key/value heads (must divide heads and be below it; 1 = multi-query)
   int64_t kv_rank = 0;       ///< mla: kv_lora_rank, the cached latent's width (0 = d_model / 4)
   int64_t q_rank = 0;        ///< mla: q_lora_rank, the query latent's width (0 = no query compression)
@@ -64,8 +65,13 @@ struct AttentionSpec {
                              ///< (mla always uses its own decoupled RoPE)
   bool checkpoint = false;   ///< gradient checkpointing: every block but the last recomputes its activations in
                              ///< the backward instead of keeping them (the same gradients, bitwise)
-  /// Error naming the field for an unknown kind, a field that the kind does not use, or an invalid value (heads
-  /// is the model's, to check kv_heads).
+  /// A user's kind's own options: a JSON object (e.g. {"slopes": 0.5}), "" for none; read them with
+  /// attention_option(). In the JSON as the object "options", only when not empty.
+  std::string options = "";
+  /// The spec as a JSON object (every field; "options" only when not empty), as in ModelSpec's JSON.
+  std::string to_json() const;
+  /// Error for an unknown kind (listing the registered ones), a field that the kind does not read, options that
+  /// are not a JSON object, or what the kind's own checks refuse (heads is the model's, to check kv_heads).
   void validate(int64_t heads) const;
   /// Field-wise equality.
   bool operator==(const AttentionSpec&) const = default;
@@ -99,19 +105,15 @@ struct ModelSpec {
   bool operator==(const ModelSpec&) const = default;
 };
 
-/// One attention layer's key/value cache (see cached_attention in nn/attention.h): the keys and values of the
-/// positions decoded so far, preallocated to the longest sequence the decode can reach and written in place. Which
-/// fields a layer uses depends on its attention (the others stay undefined):
-/// - softmax attention with per-head keys (mha, ...): key and value;
-/// - multi-head latent attention (mla): latent only (MlaCache's, nn/mla.h);
-/// - linear attention: state and normalizer, the causal form's running sums (no position axis: a new token costs
-///   O(H d^2) whatever its position; see LinearAttention::decode in nn/linear_attention.h).
+class AttentionCache;
+
+/// One attention layer's decoding cache: the state an AttentionLayer made for itself (nn/attention_layer.h: keys
+/// and values, latents or running sums, whatever its kind needs), or plain per-head keys and values of a model's
+/// own softmax attention (the seq2seq decoder's; see cached_attention in nn/attention.h).
 struct KVCache {
-  Tensor key = {};    ///< (B, H, d_k, C): keys stored transposed, C = the cache's positions; undefined until made
+  Tensor key = {};    ///< (B, H, d_k, C): keys stored transposed, C = the cache's positions; undefined unless used
   Tensor value = {};  ///< (B, H, C, d_v)
-  Tensor latent = {};      ///< mla: (B, C, kv_lora_rank + d_rope), [c_KV | k_R] of every cached position
-  Tensor state = {};       ///< linear: (B, H, d_k, d_v), S = sum_j phi(k_j) v_j^T over the cached positions
-  Tensor normalizer = {};  ///< linear: (B, H, d_k), z = sum_j phi(k_j) over the cached positions
+  std::shared_ptr<AttentionCache> layer = {};  ///< an AttentionLayer's own state (AttentionLayer::make_cache)
 };
 
 /// The state of an incremental decode. The decoding loop owns `decoded`, `active` and `use_cache`; the model owns

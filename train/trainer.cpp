@@ -26,6 +26,7 @@
 #include "autograd/hooks.h"
 #include "autograd/loss.h"
 #include "autograd/shape.h"
+#include "nn/attention_layer.h"
 #include "train/data/text.h"
 #include "train/io/serialize.h"
 
@@ -77,6 +78,7 @@ void for_each_field(C& c, F&& f) {
   f("q_rank", c.q_rank);
   f("window", c.window);
   f("block", c.block);
+  f("attention_options", c.attention_options);
   f("rope", c.rope);
   f("checkpoint_activations", c.checkpoint_activations);
   f("entropy_reg", c.entropy_reg);
@@ -85,7 +87,8 @@ void for_each_field(C& c, F&& f) {
 
 // The fields written only when they differ from the default (so that older configurations read and hash as before).
 constexpr const char* kOptionalFields[] = {"grad_accum", "attention", "kv_heads", "kv_rank", "q_rank", "window",
-                                           "block", "rope", "checkpoint_activations", "entropy_reg", "log_entropy",
+                                           "block", "attention_options", "rope", "checkpoint_activations",
+                                           "entropy_reg", "log_entropy",
                                            // the optimizer's recipe
                                            "beta1", "beta2", "adam_eps", "decay", "min_lr", "decay_steps",
                                            "warmup_style"};
@@ -313,7 +316,8 @@ nn::AttentionSpec TrainConfig::attention_spec() const {
           .window = window,
           .block = block,
           .rope = rope,
-          .checkpoint = checkpoint_activations};
+          .checkpoint = checkpoint_activations,
+          .options = attention_options};
 }
 
 MemoryEstimate TrainConfig::estimate_memory() const {
@@ -323,27 +327,13 @@ MemoryEstimate TrainConfig::estimate_memory() const {
   const double n_layers = static_cast<double>(layers) * (model == "seq2seq" ? 2 : 1);
   const double vocab = 5 + static_cast<double>(num_symbols);
   const double len = 2 * static_cast<double>(max_len) + 1;  // at least the source and the target
-  // Each block: attention projections (4 d^2 for the textbook attention; see attention_weights) and the
-  // feed-forward layers (2 d d_ff); one embedding table.
-  double attention_weights = 4 * d * d;
-  double keys_per_row = len;  // attention probabilities kept per query row and head (at least)
-  const double head = std::floor(d / h);
-  if (attention == "gqa") {
-    attention_weights = 2 * d * d + 2 * d * static_cast<double>(kv_heads) * head;  // q, o; k, v of kv_heads heads
-  } else if (attention == "mla") {
-    // As nn::CausalLMBlock builds it: d_nope = d_v = head size, d_rope = head / 2, kv_lora_rank = d / 4 by default.
-    const double rope_d = std::floor(head / 2);
-    const double kv = kv_rank > 0 ? static_cast<double>(kv_rank) : std::max(1.0, std::floor(d / 4));
-    const double q = q_rank > 0 ? d * static_cast<double>(q_rank) + static_cast<double>(q_rank) * h * (head + rope_d)
-                                : d * h * (head + rope_d);
-    attention_weights = q + d * (kv + rope_d) + kv * h * 2 * head + h * head * d;
-  } else if (attention == "local" && window > 0) {
-    keys_per_row = std::min(len, static_cast<double>(window));
-  } else if (attention == "block-sparse" && block > 0) {
-    keys_per_row = std::min(len, static_cast<double>(block));
-  } else if (attention == "linear") {
-    keys_per_row = 0;  // no probabilities
-  }
+  // Each block: attention projections (the kind's facts: 4 d^2 for the textbook attention) and the feed-forward
+  // layers (2 d d_ff); one embedding table. The attention probabilities kept per query row and head (at least):
+  // the kind's facts for a sequence of `len` positions.
+  const nn::AttentionFacts facts = nn::attention_facts(
+      attention_spec(), {.d_model = d_model, .heads = heads, .dropout = dropout, .max_len = 2 * max_len + 1});
+  const double attention_weights = facts.weights;
+  const double keys_per_row = facts.kept_per_row;
   e.parameters = n_layers * (attention_weights + 2 * d * ff) + vocab * d;
   const double copies = optimizer != "sgd" ? 4 : momentum > 0 ? 3 : 2;  // weights, gradients, optimizer state
   e.model_bytes = e.parameters * 4 * copies;
@@ -846,6 +836,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   same("q_rank", config_.q_rank, saved.q_rank);
   same("window", config_.window, saved.window);
   same("block", config_.block, saved.block);
+  same("attention_options", config_.attention_options, saved.attention_options);
   same("rope", config_.rope, saved.rope);
 
   // Read everything before changing anything.

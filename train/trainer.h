@@ -99,7 +99,9 @@ struct TrainConfig {
                                     ///< Trainer::set_communicator); in JSON only when not 1
   // The attention variant (nn::AttentionSpec, docs/ATTENTION.md); each in JSON only when not its default, so that
   // the configurations and checkpoints of the textbook model stay byte-identical.
-  std::string attention = "mha";    ///< "mha", "gqa", "mla", "local", "block-sparse" or "linear"
+  std::string attention = "mha";    ///< a registered attention kind (nn::register_attention): "mha", "gqa", "mla",
+                                    ///< "local", "block-sparse", "linear" or a user's
+  std::string attention_options = "";  ///< a user's kind's own options: a JSON object (nn::AttentionSpec::options)
   int64_t kv_heads = 0;             ///< gqa: key/value heads (divides heads, below it)
   int64_t kv_rank = 0;              ///< mla: kv_lora_rank (0 = d_model / 4)
   int64_t q_rank = 0;               ///< mla: q_lora_rank (0 = no query compression)

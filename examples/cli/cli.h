@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "nn/attention_layer.h"
 #include "train/io/serialize.h"
 #include "train/trainer.h"
 
@@ -69,6 +70,8 @@ CLI::Validator unsigned64();
 CLI::Validator positive_real();
 /// The configuration's attention variant in words: "gqa (2 key/value heads), rope, checkpointed, entropy-reg 0.01".
 std::string describe_attention(const train::TrainConfig& cfg);
+/// A CLI11 validator: the value must be a registered attention kind (nn::has_attention); the error lists them.
+CLI::Validator attention_kind();
 /// Peak resident memory of this process in MB (getrusage ru_maxrss).
 double peak_rss_mb();
 /// 101056 -> "101,056".

@@ -35,11 +35,7 @@ struct BenchArgs {
 // " attention gqa (kv_heads 2), rope" for the header line, empty for the default.
 std::string attention_words(const nn::AttentionSpec& a) {
   if (a == nn::AttentionSpec{}) return "";
-  std::string s = ", attention " + a.kind;
-  if (a.kind == "gqa") s += " (kv_heads " + std::to_string(a.kv_heads) + ")";
-  if (a.kind == "mla") s += " (kv_rank " + std::to_string(a.kv_rank) + ", q_rank " + std::to_string(a.q_rank) + ")";
-  if (a.kind == "local") s += " (window " + std::to_string(a.window) + ")";
-  if (a.kind == "block-sparse") s += " (block " + std::to_string(a.block) + ")";
+  std::string s = ", attention " + a.kind + nn::attention_fields_words(a);
   if (a.rope) s += ", rope";
   if (a.checkpoint) s += ", checkpointed";
   return s;
@@ -49,9 +45,9 @@ std::string group_digits(int64_t n);
 
 // The cache line of a summary: key/value bytes per token (from the spec), or linear attention's fixed state.
 void print_cache(const nn::AttentionSpec& a, int64_t D, int64_t H, int64_t N) {
-  if (a.kind == "linear")
-    std::printf("  kv cache    none: a fixed state of %s bytes per sequence (linear attention)\n",
-                group_digits(static_cast<int64_t>(bench::linear_state_bytes(a, D, H, N))).c_str());
+  if (bench::kv_cache_bytes_per_token(a, D, H, N) == 0 && bench::linear_state_bytes(a, D, H, N) > 0)
+    std::printf("  kv cache    none: a fixed state of %s bytes per sequence (%s attention)\n",
+                group_digits(static_cast<int64_t>(bench::linear_state_bytes(a, D, H, N))).c_str(), a.kind.c_str());
   else
     std::printf("  kv cache    %s bytes per token (float32, all %lld layers)\n",
                 group_digits(static_cast<int64_t>(bench::kv_cache_bytes_per_token(a, D, H, N))).c_str(),
@@ -181,9 +177,10 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--rounds", args->rounds, "With --generate: timed rounds of each path")->capture_default_str();
   sub->add_flag("--no-uncached", args->no_uncached, "With --generate: time only the cached path");
   nn::AttentionSpec& at = args->attention;
-  sub->add_option("--attention", at.kind, "Attention variant: mha, gqa, mla, local, block-sparse or linear")
-      ->check(CLI::IsMember({"mha", "gqa", "mla", "local", "block-sparse", "linear"}))
+  sub->add_option("--attention", at.kind, "Attention variant: any registered kind (" + nn::attention_kinds_list() + ")")
+      ->check(attention_kind())
       ->capture_default_str();
+  sub->add_option("--attention-options", at.options, "A registered kind's own options, a JSON object");
   sub->add_option("--kv-heads", at.kv_heads, "--attention gqa: key/value heads")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   sub->add_option("--kv-rank", at.kv_rank, "--attention mla: kv_lora_rank (0: D/4)")

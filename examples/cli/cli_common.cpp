@@ -92,15 +92,17 @@ CLI::Validator positive_real() {
       "POSITIVE");
 }
 
+CLI::Validator attention_kind() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        if (nn::has_attention(value)) return "";
+        return "unknown kind '" + value + "' (registered: " + nn::attention_kinds_list() + ")";
+      },
+      "KIND");
+}
+
 std::string describe_attention(const train::TrainConfig& c) {
-  std::string s = c.attention;
-  if (c.attention == "gqa") s += strf(" (%lld key/value heads)", static_cast<long long>(c.kv_heads));
-  if (c.attention == "mla")
-    s += strf(" (kv_lora_rank %lld, q_lora_rank %lld)",
-              static_cast<long long>(c.kv_rank > 0 ? c.kv_rank : std::max<int64_t>(1, c.d_model / 4)),
-              static_cast<long long>(c.q_rank));
-  if (c.attention == "local") s += strf(" (window %lld)", static_cast<long long>(c.window));
-  if (c.attention == "block-sparse") s += strf(" (block %lld)", static_cast<long long>(c.block));
+  std::string s = c.attention + nn::attention_fields_words(c.attention_spec());
   if (c.rope) s += ", rope";
   if (c.checkpoint_activations) s += ", checkpointed";
   if (c.entropy_reg != 0) s += strf(", entropy-reg %g", c.entropy_reg);

@@ -533,9 +533,11 @@ Command add_train(CLI::App& app) {
         "micro-batches per step and process (--batch stays the global batch; must divide it)")
       ->check(integer_in(1, train::kMaxModelSize));
   field(sub, a, "--attention", &TrainConfig::attention,
-        "attention variant (lm): mha, gqa (--kv-heads), mla (--kv-rank, --q-rank), local (--window), block-sparse "
-        "(--block) or linear")
-      ->check(CLI::IsMember({"mha", "gqa", "mla", "local", "block-sparse", "linear"}));
+        "attention variant (lm; any registered kind: " + nn::attention_kinds_list() +
+            "): mha, gqa (--kv-heads), mla (--kv-rank, --q-rank), local (--window), block-sparse (--block), linear")
+      ->check(attention_kind());
+  field(sub, a, "--attention-options", &TrainConfig::attention_options,
+        "a registered kind's own options, a JSON object (e.g. '{\"gain\": 0.5}')");
   field(sub, a, "--kv-heads", &TrainConfig::kv_heads, "--attention gqa: key/value heads (divides --heads, below it)")
       ->check(integer_in(1, train::kMaxModelSize));
   field(sub, a, "--kv-rank", &TrainConfig::kv_rank, "--attention mla: kv_lora_rank, the cached latent (0: d_model/4)")

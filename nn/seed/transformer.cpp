@@ -8,6 +8,7 @@
 #include "autograd/checkpoint.h"
 #include "autograd/matmul.h"
 #include "autograd/shape.h"
+#include "nn/attention.h"
 #include "nn/init.h"
 #include "nn/masks.h"
 #include "nn/model_helpers.h"
@@ -368,8 +369,13 @@ std::shared_ptr<SequenceModel> Transformer::build(const ModelSpec& s, Generator&
              s.d_model, ")");
   const AttentionSpec& at = s.attention;
   at.validate(s.heads);
-  ATTO_CHECK(at.kind != "mla" && at.kind != "linear", "Transformer", "model kind \"seq2seq\" does not support attention ",
-             at.kind, " (supported: mha, gqa, local, block-sparse; use the lm model)");
+  // The seed's attention sublayers are its own: any kind that is a MultiheadAttention, with its variant options.
+  MultiheadAttentionOptions mo;
+  std::string supported;
+  ATTO_CHECK(attention_as_multihead(at, {.d_model = s.d_model, .heads = s.heads, .dropout = s.dropout}, &mo,
+                                    &supported),
+             "Transformer", "model kind \"seq2seq\" does not support attention ", at.kind, " (supported: ", supported,
+             "; use the lm model)");
   ATTO_CHECK(!at.rope, "Transformer", "model kind \"seq2seq\" does not support attention.rope (--rope): the seed's ",
              "model keeps its sinusoidal position tables");
   auto m =
@@ -384,9 +390,9 @@ std::shared_ptr<SequenceModel> Transformer::build(const ModelSpec& s, Generator&
                                                        .dropout = s.dropout,
                                                        .pad_idx = s.specials.pad,
                                                        .n_position = std::max(s.max_source_len, s.max_target_len + 1),
-                                                       .n_kv_head = at.kind == "gqa" ? at.kv_heads : 0,
-                                                       .enc_window = at.kind == "local" ? at.window : 0,
-                                                       .enc_block = at.kind == "block-sparse" ? at.block : 0,
+                                                       .n_kv_head = mo.num_kv_heads,
+                                                       .enc_window = mo.window,
+                                                       .enc_block = mo.block_size,
                                                        .checkpoint = at.checkpoint},
                                     gen);
   m->spec_ = s;

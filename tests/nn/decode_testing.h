@@ -45,7 +45,11 @@ inline DecodeTrace run_greedy(nn::SequenceModel& m, const nn::TokenRows& sources
   st.use_cache = use_cache;
   DecodeTrace t;
   t.cache_blocks = st.cache.size();
-  t.cache_heads = st.cache.empty() || !st.cache[0].key.defined() ? 0 : st.cache[0].key.size(1);
+  // Heads of the first layer's keys: the seq2seq decoder's plain cache, or a MultiheadAttention's KeyValueCache.
+  const auto* kv = st.cache.empty() ? nullptr : dynamic_cast<const nn::KeyValueCache*>(st.cache[0].layer.get());
+  t.cache_heads = kv != nullptr                                  ? kv->key.size(1)
+                  : st.cache.empty() || !st.cache[0].key.defined() ? 0
+                                                                   : st.cache[0].key.size(1);
   for (int64_t s = 0; s < steps && !st.active.empty(); ++s) {
     Tensor l = m.decode_step(st);
     EXPECT_EQ(l.size(0), static_cast<int64_t>(st.active.size()));

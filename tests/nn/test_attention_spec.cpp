@@ -84,7 +84,7 @@ TEST(AttentionSpec, EveryVariantBuildsRunsAndKeepsItsModuleUnderSelfAttn) {
   }
   const auto gqa = std::dynamic_pointer_cast<CausalLM>(make_model("lm", lm_spec({.kind = "gqa", .kv_heads = 2})));
   ASSERT_NE(gqa, nullptr);
-  EXPECT_EQ(gqa->block(0)->self_attn->in_proj_weight.shape(), (Shape{(4 + 2 * 2) * 4, 16}));
+  EXPECT_EQ(gqa->block(0)->attention<MultiheadAttention>()->in_proj_weight.shape(), (Shape{(4 + 2 * 2) * 4, 16}));
 }
 
 TEST(AttentionSpec, TrackedEntropiesArePerBlockAndDifferentiable) {
@@ -110,7 +110,7 @@ TEST(AttentionSpec, TrackedEntropiesArePerBlockAndDifferentiable) {
     }
   }
   sum(e[0].entropy).backward();
-  EXPECT_TRUE(std::dynamic_pointer_cast<CausalLM>(model)->block(0)->self_attn->in_proj_weight.grad().defined());
+  EXPECT_TRUE(std::dynamic_pointer_cast<CausalLM>(model)->block(0)->attention<MultiheadAttention>()->in_proj_weight.grad().defined());
   model->track_attention_entropy(false);
   EXPECT_TRUE(model->attention_entropies().empty());
   auto linear = make_model("lm", lm_spec({.kind = "linear"}));

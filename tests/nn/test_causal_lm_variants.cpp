@@ -99,8 +99,12 @@ TEST(CausalLMVariants, CacheBytesPerTokenFollowKvHeads) {
     NoGradGuard no_grad;
     DecodeState st = m->begin_decode({{4, 5}});
     ASSERT_EQ(st.cache.size(), 2u);
-    const int64_t C = st.cache[0].value.size(2);
-    EXPECT_EQ(st.cache[0].key.numel() + st.cache[0].value.numel(), 2 * kv_heads(v.spec) * 8 * C);
+    const auto* kv = dynamic_cast<const KeyValueCache*>(st.cache[0].layer.get());  // MultiheadAttention's state
+    ASSERT_TRUE(kv != nullptr);
+    const int64_t C = kv->value.size(2);
+    EXPECT_EQ(kv->capacity(), C);
+    EXPECT_EQ(kv->key.numel() + kv->value.numel(), 2 * kv_heads(v.spec) * 8 * C);
+    EXPECT_EQ(kv->bytes(), (kv->key.numel() + kv->value.numel()) * 4);
   }
 }
 
@@ -129,8 +133,8 @@ TEST(CausalLMVariants, RopeModelHasNoPositionTableAndDependsOnOrder) {
   auto m = make_lm({.kind = "gqa", .kv_heads = 2, .rope = true}, kFloat64, 24, 5, 0.1, 1);
   EXPECT_FALSE(m->pe.defined());
   EXPECT_EQ(m->named_buffers().size(), 0u);
-  ASSERT_TRUE(m->block(0)->self_attn->rotary() != nullptr);
-  EXPECT_EQ(m->block(0)->self_attn->rotary()->max_len, 24);
+  ASSERT_TRUE(m->block(0)->attention<MultiheadAttention>()->rotary() != nullptr);
+  EXPECT_EQ(m->block(0)->attention<MultiheadAttention>()->rotary()->max_len, 24);
   NoGradGuard no_grad;
   // Without positions a causal model's last logit would not see the order of the earlier tokens; RoPE does.
   const Tensor a = m->forward(pack_rows({{4, 5, 6}}, 3, 0)), b = m->forward(pack_rows({{5, 4, 6}}, 3, 0));
@@ -162,7 +166,8 @@ TEST(CausalLMVariants, TrackedEntropiesEqualTheModuleCalledDirectly) {
     for (int64_t i = 0; i < 2; ++i) {
       std::shared_ptr<CausalLMBlock> blk = m->block(i);
       Tensor h = blk->norm1->forward(x);
-      MhaResult r = blk->self_attn->forward(h, h, h, {.need_weights = false, .is_causal = true, .need_entropy = true});
+      MhaResult r = blk->attention<MultiheadAttention>()->forward(
+          h, h, h, {.need_weights = false, .is_causal = true, .need_entropy = true});
       EXPECT_EQ(got[static_cast<size_t>(i)].label, "layer" + std::to_string(i));
       // Bitwise where the model's input is embedding * sqrt(D) alone (RoPE); with the table the model's fused input
       // op may contract the multiply-add (an FMA), so the input here differs in the last bit.

@@ -135,7 +135,7 @@ TEST(MultiHeadLatentAttention, GradcheckFloat64) {
 // Decoding through the cache, position groups `chunks` (summing to L), against the full forward.
 Tensor decode_in_chunks(const MultiHeadLatentAttention& m, const Tensor& x, const std::vector<int64_t>& chunks,
                         bool absorbed, int64_t capacity) {
-  MlaCache cache = m.make_cache(x.size(0), capacity);
+  MlaCache cache = m.make_latent_cache(x.size(0), capacity);
   std::vector<Tensor> outs;
   int64_t t = 0;
   for (int64_t n : chunks) {
@@ -184,7 +184,7 @@ TEST(MultiHeadLatentAttention, PlainAndAbsorbedDecodingEqualTheForward) {
 TEST(MultiHeadLatentAttention, CacheHoldsOnlyTheLatentAndTheRopeKey) {
   Generator gen(5);
   MultiHeadLatentAttention m(small_options(0, kFloat64), gen);
-  MlaCache cache = m.make_cache(2, 6);
+  MlaCache cache = m.make_latent_cache(2, 6);
   EXPECT_EQ(cache.latent.shape(), (Shape{2, 6, 5 + 4}));
   EXPECT_EQ(cache.latent.dtype(), kFloat64);
   EXPECT_EQ(m.cache_bytes_per_token(), (5 + 4) * 8);
@@ -239,12 +239,12 @@ TEST(MultiHeadLatentAttention, Errors) {
                "qk_nope_head_dim must be positive, got -2");
   MultiHeadLatentAttention m(small_options(0, kFloat64), gen);
   expect_error([&] { m.forward(zeros({2, 3, 10}, {.dtype = kFloat64})); }, "d_model=12");
-  MlaCache cache = m.make_cache(2, 4);
+  MlaCache cache = m.make_latent_cache(2, 4);
   Tensor x = zeros({2, 3, 12}, {.dtype = kFloat64});
   expect_error([&] { m.decode(x, cache, 2); }, "positions [2, 5) fall outside the cache's 4 positions");
   expect_error([&] { m.decode(zeros({1, 3, 12}, {.dtype = kFloat64}), cache, 0); }, "cache must be (B=1");
   expect_error([&] { m.decode(zeros({2, 1, 12}), cache, 0); }, "of the input's dtype");
-  expect_error([&] { m.make_cache(0, 4); }, "B=0");
+  expect_error([&] { m.make_latent_cache(0, 4); }, "B=0");
 }
 
 }  // namespace

@@ -71,21 +71,25 @@ TEST(MlaLinearCache, BeginDecodeAllocatesTheVariantsCache) {
     auto mla = make_lm(kVariants[2], dt);
     DecodeState st = mla->begin_decode(kSources);
     ASSERT_EQ(st.cache.size(), 2u);
-    for (const KVCache& c : st.cache) {
-      EXPECT_FALSE(c.key.defined());
-      EXPECT_FALSE(c.state.defined());
+    for (const KVCache& kc : st.cache) {
+      EXPECT_FALSE(kc.key.defined());
+      const auto* c = dynamic_cast<const MlaLayerCache*>(kc.layer.get());
+      ASSERT_TRUE(c != nullptr);
       // (B, C, kv_rank + rope_dim): capacity = longest prompt (5 + SEP) + max_decode_len (24) capped at max_len 24.
-      EXPECT_EQ(c.latent.shape(), (Shape{4, 24, 6 + 2}));
-      EXPECT_EQ(c.latent.dtype(), dt);
+      EXPECT_EQ(c->cache.latent.shape(), (Shape{4, 24, 6 + 2}));
+      EXPECT_EQ(c->cache.latent.dtype(), dt);
+      EXPECT_EQ(c->capacity(), 24);
     }
     auto lin = make_lm(kVariants[4], dt);
     st = lin->begin_decode(kSources);
     ASSERT_EQ(st.cache.size(), 2u);
-    for (const KVCache& c : st.cache) {
-      EXPECT_FALSE(c.key.defined());
-      EXPECT_FALSE(c.latent.defined());
-      EXPECT_EQ(c.state.shape(), (Shape{4, 4, 8, 8}));  // (B, H, d, d): no position axis
-      EXPECT_EQ(c.normalizer.shape(), (Shape{4, 4, 8}));
+    for (const KVCache& kc : st.cache) {
+      EXPECT_FALSE(kc.key.defined());
+      const auto* c = dynamic_cast<const LinearAttentionState*>(kc.layer.get());
+      ASSERT_TRUE(c != nullptr);
+      EXPECT_EQ(c->state.shape(), (Shape{4, 4, 8, 8}));  // (B, H, d, d): no position axis
+      EXPECT_EQ(c->normalizer.shape(), (Shape{4, 4, 8}));
+      EXPECT_EQ(c->capacity(), 24);  // as far as begin_decode planned
     }
   }
 }
@@ -208,10 +212,14 @@ TEST(MlaLinearCache, BytesPerToken) {
   for (Dtype dt : {kFloat32, kFloat64}) {
     auto mla = make_lm(kVariants[0], dt), lin = make_lm(kVariants[4], dt);
     const KVCache c = mla->begin_decode(kSources).cache[0];
-    EXPECT_EQ(c.latent.size(2) * static_cast<int64_t>(dtype_size(dt)), mla->kv_cache_bytes_per_token());
+    const Tensor& latent = dynamic_cast<const MlaLayerCache&>(*c.layer).cache.latent;
+    EXPECT_EQ(latent.size(2) * static_cast<int64_t>(dtype_size(dt)), mla->kv_cache_bytes_per_token());
+    EXPECT_EQ(mla->block(0)->self_attn->cache_bytes_per_token(), mla->kv_cache_bytes_per_token());
     const KVCache s = lin->begin_decode(kSources).cache[0];
-    EXPECT_EQ((s.state.numel() + s.normalizer.numel()) / 4 * static_cast<int64_t>(dtype_size(dt)),
+    const auto& sums = dynamic_cast<const LinearAttentionState&>(*s.layer);
+    EXPECT_EQ((sums.state.numel() + sums.normalizer.numel()) / 4 * static_cast<int64_t>(dtype_size(dt)),
               lin->kv_cache_bytes_per_token());
+    EXPECT_EQ(lin->block(0)->self_attn->cache_bytes_per_token(), lin->kv_cache_bytes_per_token());
   }
 }
 
@@ -282,7 +290,7 @@ TEST(MlaLinearCache, MlaEntropiesEqualTheProbabilitiesReference) {
         NoGradGuard no_grad;
         h = m->block(0)->norm1->forward(mul(m->embed->forward(tokens), std::sqrt(32.0)));
       }
-      const std::vector<double> want = mla_entropy_reference(*m->block(0)->latent_attn, h);
+      const std::vector<double> want = mla_entropy_reference(*m->block(0)->attention<MultiHeadLatentAttention>(), h);
       const std::vector<double> got = e[0].entropy.to_vector<double>();
       ASSERT_EQ(got.size(), want.size());
       const double tol = dt == kFloat64 ? 1e-12 : 1e-5;
@@ -290,7 +298,7 @@ TEST(MlaLinearCache, MlaEntropiesEqualTheProbabilitiesReference) {
       EXPECT_EQ(got[0], 0.0);  // position 0 sees one key
       // Differentiable back to the projections.
       sum(e[1].entropy).backward();
-      EXPECT_TRUE(m->block(1)->latent_attn->wkv_a->weight.grad().defined());
+      EXPECT_TRUE(m->block(1)->attention<MultiHeadLatentAttention>()->wkv_a->weight.grad().defined());
       m->track_attention_entropy(false);
       EXPECT_TRUE(m->attention_entropies().empty());
     }
@@ -332,7 +340,7 @@ TEST(MlaLinearCache, MlaAttentionDropoutInTheModel) {
                     "dropout must be in [0, 1)");
   // In the model, the block's dropout is MLA's.
   auto lm = make_lm(kVariants[0], kFloat32);
-  EXPECT_EQ(lm->block(0)->latent_attn->options().dropout, 0.1);
+  EXPECT_EQ(lm->block(0)->attention<MultiHeadLatentAttention>()->options().dropout, 0.1);
 }
 
 TEST(MlaLinearCache, ModuleDecodeRowsMatchForwardAndCheckTheirArguments) {
@@ -354,7 +362,7 @@ TEST(MlaLinearCache, ModuleDecodeRowsMatchForwardAndCheckTheirArguments) {
   const Tensor want_mla = mla.forward(x), want_lin = lin.forward(x);  // (2, 5, 12)
   const Tensor want_mla1 = mla.forward(narrow(x, 1, 0, 3)), want_lin1 = lin.forward(narrow(x, 1, 0, 3));
   for (bool absorbed : {true, false}) {
-    MlaCache cache = mla.make_cache(2, 6);
+    MlaCache cache = mla.make_latent_cache(2, 6);
     auto [S, z] = lin.make_state(2);
     // Step 1: row 0 positions 0..2, row 1 positions 0..1 (its third slot is padding).
     const CachedAttentionRows first{.cache_row = {0, 1}, .start = {0, 0}, .count = {3, 2}};
@@ -381,7 +389,7 @@ TEST(MlaLinearCache, ModuleDecodeRowsMatchForwardAndCheckTheirArguments) {
     // Padding positions are not cached: cache row 1 position 3 onward is still zero.
     EXPECT_EQ(sum(narrow(narrow(cache.latent, 0, 1, 1), 1, 3, 3)).item(), 0.0);
   }
-  MlaCache cache = mla.make_cache(2, 4);
+  MlaCache cache = mla.make_latent_cache(2, 4);
   auto [S, z] = lin.make_state(2);
   const Tensor x1 = narrow(x, 1, 0, 2);  // (2, 2, 12)
   EXPECT_ATTO_ERROR(mla.decode(x1, cache, CachedAttentionRows{.cache_row = {0, 2}, .start = {0, 0}, .count = {2, 2}}),

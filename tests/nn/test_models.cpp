@@ -102,7 +102,7 @@ TEST(CausalLM, ParameterNamesAndCountByHand) {
   EXPECT_TRUE(all_close(buffers[0].second, sinusoidal_table(20, 8), 0));
   EXPECT_DOUBLE_EQ(lm.norm->eps, 1e-6);
   EXPECT_DOUBLE_EQ(lm.block(0)->norm1->eps, 1e-6);
-  EXPECT_EQ(lm.block(-1)->self_attn->options().dropout, 0.1);
+  EXPECT_EQ(lm.block(-1)->attention<MultiheadAttention>()->options().dropout, 0.1);
   // Defaults of the options.
   const CausalLMOptions d{};
   EXPECT_EQ(d.d_model, 128);

@@ -57,7 +57,7 @@ TrainConfig tiny() {
 
 TEST(TrainConfigAttention, JsonHasTheFieldsOnlyWhenNotDefault) {
   const std::string plain = TrainConfig{}.to_json();
-  for (const char* key : {"attention", "kv_heads", "kv_rank", "q_rank", "window", "block", "rope",
+  for (const char* key : {"attention", "kv_heads", "kv_rank", "q_rank", "window", "block", "attention_options", "rope",
                           "checkpoint_activations", "entropy_reg", "log_entropy"})
     EXPECT_EQ(plain.find(std::string("\"") + key + "\""), std::string::npos) << key;
   // The default's JSON is the one of the configuration before these fields (grad_accum's last field: threads).
@@ -350,6 +350,47 @@ TEST(TrainerAttention, EveryKindTrainsAndResumes) {
     Trainer wrong(other);
     EXPECT_ATTO_ERROR(wrong.load_checkpoint(ck.path), "was saved with");
   }
+}
+
+TEST(TrainerAttention, UserKindWithItsOptionsTrainsAndResumes) {
+  // A user's kind: MultiheadAttention whose output is scaled by its option "gain" (read through the spec).
+  nn::register_attention(
+      "test-trainer-gain",
+      [](const nn::AttentionSpec& s, const nn::AttentionConfig& c, Generator& gen) {
+        struct Gain : nn::MultiheadAttention {
+          double g;
+          Gain(const nn::MultiheadAttentionOptions& o, double gain, Generator& gen) : MultiheadAttention(o, gen), g(gain) {}
+          nn::AttentionOutput forward(const Tensor& x, const nn::AttentionCall& call) override {
+            nn::AttentionOutput r = MultiheadAttention::forward(x, call);
+            r.output = r.output * g;
+            return r;
+          }
+          using MultiheadAttention::forward;
+        };
+        return std::make_shared<Gain>(
+            nn::MultiheadAttentionOptions{.embed_dim = c.d_model, .num_heads = c.heads, .dropout = c.dropout},
+            nn::attention_option(s, "gain", 1.0), gen);
+      },
+      "test: scaled attention");
+  TrainConfig c = tiny();
+  c.attention = "test-trainer-gain";
+  c.attention_options = R"({"gain":0.5})";
+  // The options survive the configuration's JSON and reach the model's spec.
+  const std::string j = c.to_json();
+  EXPECT_NE(j.find(R"("attention_options": "{\"gain\":0.5}")"), std::string::npos) << j;
+  EXPECT_EQ(TrainConfig::from_json(j), c);
+  Trainer t(c);
+  EXPECT_EQ(t.model().spec().attention.options, c.attention_options);
+  EXPECT_EQ(nn::attention_option(t.model().spec().attention, "gain", 1.0), 0.5);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(std::isfinite(t.step().loss));
+  TempFile ck("user_kind.ckpt");
+  t.save_checkpoint(ck.path);
+  const auto resumed = Trainer::from_checkpoint(ck.path);
+  EXPECT_EQ(resumed->config(), c);
+  EXPECT_TRUE(same_weights(resumed->model(), t.model()));
+  // Options that are not a JSON object are refused by name.
+  c.attention_options = "[1]";
+  EXPECT_ATTO_ERROR(c.validate(), "options must be a JSON object");
 }
 
 }  // namespace

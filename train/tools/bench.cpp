@@ -138,77 +138,25 @@ void validate(const BenchConfig& c) {
 
 namespace {
 
-// Head size and, for mla, (d_rope, kv_lora_rank) as nn::CausalLMBlock builds them.
-struct MlaDims {
-  double head, rope, kv;
-};
-MlaDims mla_dims(const nn::AttentionSpec& a, int64_t D, int64_t H) {
-  const int64_t d = D / H;
-  return {static_cast<double>(d), static_cast<double>(a.rope_dim > 0 ? a.rope_dim : d / 2),
-          static_cast<double>(a.kv_rank > 0 ? a.kv_rank : std::max<int64_t>(1, D / 4))};
-}
-
-// Weights of one block's attention (no biases, no norms).
-double attention_weights(const nn::AttentionSpec& a, double D, int64_t H) {
-  if (a.kind == "gqa") return 2 * D * D + 2 * D * static_cast<double>(a.kv_heads) * (D / static_cast<double>(H));
-  if (a.kind == "mla") {
-    const MlaDims m = mla_dims(a, static_cast<int64_t>(D), H);
-    const double h = static_cast<double>(H);
-    const double qr = static_cast<double>(a.q_rank);
-    const double q = a.q_rank > 0 ? D * qr + qr * h * (m.head + m.rope) : D * h * (m.head + m.rope);
-    return q + D * (m.kv + m.rope) + m.kv * h * 2 * m.head + h * m.head * D;
-  }
-  return 4 * D * D;
-}
-
-// Causal query-key pairs the pattern computes for one sequence of length L.
-double attended_pairs(const nn::AttentionSpec& a, int64_t L) {
-  const double l = static_cast<double>(L);
-  if (a.kind == "local" && a.window > 0) {
-    const double w = static_cast<double>(std::min(a.window, L));
-    return w * (w + 1) / 2 + (l - w) * w;  // rows 0..w-1 see i + 1 keys, the others w
-  }
-  if (a.kind == "block-sparse" && a.block > 0) {
-    // The layout CausalLM uses (BigBird, local 1, global 1), restricted to j <= i.
-    const int64_t b = a.block, nb = (L + b - 1) / b;
-    const Tensor layout = bigbird_block_layout({.q_blocks = nb, .k_blocks = nb, .local_blocks = 1, .global_blocks = 1});
-    const bool* on = layout.data<bool>();
-    double pairs = 0;
-    for (int64_t qb = 0; qb < nb; ++qb)
-      for (int64_t kb = 0; kb <= qb; ++kb) {
-        if (!on[qb * nb + kb]) continue;
-        const double rows = static_cast<double>(std::min(L, (qb + 1) * b) - qb * b);
-        const double cols = static_cast<double>(std::min(L, (kb + 1) * b) - kb * b);
-        pairs += kb < qb ? rows * cols : rows * (rows + 1) / 2;  // the diagonal block: its causal triangle
-      }
-    return pairs;
-  }
-  return l * (l + 1) / 2;
+// The attention kind's facts (nn::AttentionFacts) for one sequence of L positions.
+nn::AttentionFacts facts_of(const nn::AttentionSpec& a, int64_t D, int64_t H, int64_t L) {
+  return nn::attention_facts(a, {.d_model = D, .heads = H, .max_len = L});
 }
 
 }  // namespace
 
 double kv_cache_bytes_per_token(const nn::AttentionSpec& a, int64_t D, int64_t H, int64_t N) {
-  const double n = static_cast<double>(N);
-  if (a.kind == "linear") return 0;
-  if (a.kind == "gqa") return 4 * n * 2 * static_cast<double>(a.kv_heads * (D / H));
-  if (a.kind == "mla") {
-    const MlaDims m = mla_dims(a, D, H);
-    return 4 * n * (m.kv + m.rope);
-  }
-  return 4 * n * 2 * static_cast<double>(D);
+  return 4 * static_cast<double>(N) * facts_of(a, D, H, 1).cache_per_token;
 }
 
 double linear_state_bytes(const nn::AttentionSpec& a, int64_t D, int64_t H, int64_t N) {
-  if (a.kind != "linear") return 0;
-  const double d = static_cast<double>(D / H);
-  return 4 * static_cast<double>(N * H) * (d * d + d);
+  return 4 * static_cast<double>(N) * facts_of(a, D, H, 1).state_per_row;
 }
 
 double estimate_bench_bytes(const BenchConfig& c) {
   const double D = static_cast<double>(c.D), F = static_cast<double>(c.F), V = static_cast<double>(c.V);
   const double N = static_cast<double>(c.N), T = static_cast<double>(c.B) * static_cast<double>(c.L);
-  const double params = N * (attention_weights(c.attention, D, c.H) + 2 * D * F) + V * D;
+  const double params = N * (facts_of(c.attention, c.D, c.H, c.L).weights + 2 * D * F) + V * D;
   const double per_token = (c.attention.checkpoint && c.N > 1 ? (F + 4 * D) + (N - 1) * D : N * (F + 4 * D)) + 2 * V;
   return 4 * (4 * params + T * per_token);
 }
@@ -232,11 +180,10 @@ double model_flops_per_step(const BenchConfig& c) {
   const double B = static_cast<double>(c.B), L = static_cast<double>(c.L), D = static_cast<double>(c.D);
   const double F = static_cast<double>(c.F), V = static_cast<double>(c.V), N = static_cast<double>(c.N);
   const double T = B * L;                                      // tokens per step
-  const double projections = 2 * T * attention_weights(c.attention, D, c.H);  // q, k, v, o (mha: 4 (D, D))
+  const nn::AttentionFacts f = facts_of(c.attention, c.D, c.H, c.L);
+  const double projections = 2 * T * f.weights;                 // q, k, v, o (mha: 4 (D, D))
   const double ffn = 2 * T * D * F * 2;                        // (T, D) x (D, F) and (T, F) x (F, D)
-  // Q K^T and P V over the computed causal pairs, all heads (linear attention: k v^T into the state, q times it).
-  const double attention = c.attention.kind == "linear" ? 2 * 2 * T * D * (D / static_cast<double>(c.H))
-                                                        : 2 * (2 * B * D * attended_pairs(c.attention, c.L));
+  const double attention = B * f.flops;                        // the kind's: Q K^T and P V over its causal pairs
   const double output = 2 * T * D * V;                         // tied projection (T, D) x (D, V)
   const double forward = N * (projections + ffn + attention) + output;
   return 3 * forward;

@@ -52,12 +52,13 @@ double estimate_bench_bytes(const BenchConfig& config);
 /// memory (or the address-space limit); run_bench checks it before building anything.
 void check_bench_fits_in_memory(const BenchConfig& config);
 
-/// The key/value cache bytes per generated token of a decoder-only model with this attention (float32): 2 N D for
-/// mha, local and block-sparse (the whole sequence is cached), 2 N kv_heads (D / H) for gqa, N (kv_rank + rope_dim)
-/// for mla (the latent and the shared RoPE key), 0 for linear attention (its state has a fixed size:
-/// linear_state_bytes). Computed from the spec (nn::CausalLM reports no cache size on this branch).
+/// The key/value cache bytes per generated token of a decoder-only model with this attention (float32), from the
+/// kind's facts (nn::AttentionFacts::cache_per_token): 2 N D for mha, local and block-sparse (the whole sequence is
+/// cached), 2 N kv_heads (D / H) for gqa, N (kv_rank + rope_dim) for mla (the latent and the shared RoPE key), 0
+/// for linear attention (its state has a fixed size: linear_state_bytes).
 double kv_cache_bytes_per_token(const nn::AttentionSpec& attention, int64_t D, int64_t H, int64_t N);
-/// Linear attention's fixed decoding state in bytes (N H (d^2 + d) floats, d = D / H); 0 for the other kinds.
+/// A kind's fixed decoding state in bytes (AttentionFacts::state_per_row: linear attention's N H (d^2 + d) floats,
+/// d = D / H); 0 for the other built-in kinds.
 double linear_state_bytes(const nn::AttentionSpec& attention, int64_t D, int64_t H, int64_t N);
 
 /// Model FLOPs of one training step: 2*M*N*K for every matrix product of the forward (q, k, v and output

@@ -6,8 +6,10 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "autograd/activation.h"
 #include "autograd/attention.h"
@@ -243,48 +245,60 @@ Tensor key_padding(const CheckConfig& c) {
 
 // A registry entry checking CausalLM built with one attention variant (every parameter; padding and causal as the
 // plain CausalLM entry). RoPE needs an even head size: the width is heads * (d_model / heads rounded down to even,
-// at least 2).
-void causal_lm_variant(std::vector<Check>& r, const char* name, uint64_t salt, nn::AttentionSpec spec) {
-  r.push_back({name, "module", [name, salt, spec](const CheckConfig& c, const GradcheckOptions& o) {
-                 Generator gen(c.seed * 1000003 + salt), drop(0);
-                 const int64_t D = spec.rope ? std::max<int64_t>(2, c.d_model / c.heads / 2 * 2) * c.heads : c.d_model;
-                 nn::AttentionSpec a = spec;
-                 if (a.kind == "gqa" && c.heads == 1) a = {.rope = a.rope};  // no grouping below 2 heads
-                 // mla: query compression on, a latent of a quarter of the width, 2 RoPE features.
-                 const int64_t rank = std::max<int64_t>(2, c.d_model / 4);
-                 if (a.kind == "mla") a = {.kind = "mla", .kv_rank = rank, .q_rank = rank, .rope_dim = 2};
-                 const int64_t layers = a.checkpoint ? std::max<int64_t>(2, c.layers) : c.layers;
-                 nn::CausalLM m({.vocab = 7,
-                                 .d_model = D,
-                                 .n_head = c.heads,
-                                 .d_ff = 2 * D,
-                                 .n_layers = layers,
-                                 .dropout = c.dropout,
-                                 .max_len = c.len,
-                                 .pad_idx = 0,
-                                 .attention = a},
-                                gen);
-                 m.set_generator(drop);
-                 std::vector<int64_t> v = random_tokens(c.batch, c.len, 1, 7, gen);
-                 // Linear attention takes no key mask (its running sums have no per-key weights to block).
-                 const bool padding = c.mask == "padding" && a.kind != "linear";
-                 if (padding) {
-                   const Tensor kpm = key_padding(c);
-                   for (int64_t i = 0; i < c.batch * c.len; ++i)
-                     if (kpm.flat(i) != 0) v[static_cast<size_t>(i)] = 0;
-                 }
-                 Tensor t = tokens(v, c.batch, c.len);
-                 return module_run(name,
-                                   str_cat(module_conf(c, false), " D=", D, " layers=", layers, " causal",
-                                           padding ? "+padding" : "", " attention=", a.kind,
-                                           a.kind == "gqa" ? str_cat(" kv_heads=", a.kv_heads) : std::string(),
-                                           a.window > 0 ? str_cat(" window=", a.window) : std::string(),
-                                           a.block > 0 ? str_cat(" block=", a.block) : std::string(),
-                                           a.kind == "mla" ? str_cat(" kv_rank=", rank, " q_rank=", rank, " rope_dim=2")
-                                                           : std::string(),
-                                           a.rope ? " rope" : "", a.checkpoint ? " checkpoint" : ""),
-                                   m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
-               }});
+// at least 2). `adapt` (optional) fits the spec to the configuration (e.g. ranks from its d_model).
+Check causal_lm_variant_check(const std::string& name, uint64_t salt, nn::AttentionSpec spec,
+                              std::function<nn::AttentionSpec(const CheckConfig&)> adapt = {}) {
+  return {name, "module", [name, salt, spec, adapt](const CheckConfig& c, const GradcheckOptions& o) {
+            Generator gen(c.seed * 1000003 + salt), drop(0);
+            const int64_t D = spec.rope ? std::max<int64_t>(2, c.d_model / c.heads / 2 * 2) * c.heads : c.d_model;
+            nn::AttentionSpec a = adapt ? adapt(c) : spec;
+            if (a.kv_heads >= c.heads) a = {.rope = a.rope};  // no grouping below 2 heads
+            const int64_t layers = a.checkpoint ? std::max<int64_t>(2, c.layers) : c.layers;
+            nn::CausalLM m({.vocab = 7,
+                            .d_model = D,
+                            .n_head = c.heads,
+                            .d_ff = 2 * D,
+                            .n_layers = layers,
+                            .dropout = c.dropout,
+                            .max_len = c.len,
+                            .pad_idx = 0,
+                            .attention = a},
+                           gen);
+            m.set_generator(drop);
+            std::vector<int64_t> v = random_tokens(c.batch, c.len, 1, 7, gen);
+            // A kind without key padding masks (linear attention's running sums have no per-key weights to block).
+            const bool padding =
+                c.mask == "padding" && nn::attention_facts(a, {.d_model = D, .heads = c.heads, .max_len = c.len})
+                                           .key_padding;
+            if (padding) {
+              const Tensor kpm = key_padding(c);
+              for (int64_t i = 0; i < c.batch * c.len; ++i)
+                if (kpm.flat(i) != 0) v[static_cast<size_t>(i)] = 0;
+            }
+            Tensor t = tokens(v, c.batch, c.len);
+            auto size = [](const char* field, int64_t n) { return n > 0 ? str_cat(" ", field, "=", n) : std::string(); };
+            return module_run(name,
+                              str_cat(module_conf(c, false), " D=", D, " layers=", layers, " causal",
+                                      padding ? "+padding" : "", " attention=", a.kind, size("kv_heads", a.kv_heads),
+                                      size("window", a.window), size("block", a.block), size("kv_rank", a.kv_rank),
+                                      size("q_rank", a.q_rank), size("rope_dim", a.rope_dim),
+                                      a.options.empty() ? "" : " options=" + a.options, a.rope ? " rope" : "",
+                                      a.checkpoint ? " checkpoint" : ""),
+                              m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
+          }};
+}
+
+}  // namespace
+
+Check causal_lm_attention_check(const std::string& name, const nn::AttentionSpec& spec) {
+  return causal_lm_variant_check(name, 51, spec);
+}
+
+namespace {
+
+void causal_lm_variant(std::vector<Check>& r, const char* name, uint64_t salt, nn::AttentionSpec spec,
+                       std::function<nn::AttentionSpec(const CheckConfig&)> adapt = {}) {
+  r.push_back(causal_lm_variant_check(name, salt, std::move(spec), std::move(adapt)));
 }
 
 std::vector<Check> build_registry() {
@@ -1028,7 +1042,11 @@ std::vector<Check> build_registry() {
                }});
   // CausalLM with multi-head latent attention (query compression on, attention dropout replayed, pad keys blocked
   // with --mask padding) and with linear attention (causal only: it takes no key mask): every parameter of the model.
-  causal_lm_variant(r, "CausalLM.mla", 47, {.kind = "mla"});
+  // mla: query compression on, a latent of a quarter of the width, 2 RoPE features.
+  causal_lm_variant(r, "CausalLM.mla", 47, {.kind = "mla"}, [](const CheckConfig& c) {
+    const int64_t rank = std::max<int64_t>(2, c.d_model / 4);
+    return nn::AttentionSpec{.kind = "mla", .kv_rank = rank, .q_rank = rank, .rope_dim = 2};
+  });
   causal_lm_variant(r, "CausalLM.linear", 48, {.kind = "linear"});
   return r;
 }
@@ -1105,12 +1123,26 @@ const Check& find_check(const std::string& name) {
   for (const Check& c : all)
     if (lower(c.name) == key) match = &c, ++matches;
   if (matches == 1) return *match;
+  // Any registered attention kind, a user's included: "CausalLM.<kind>" or the kind's name checks CausalLM built
+  // with that kind at its defaults (the attention spec {.kind = kind}).
+  const std::string prefix = "CausalLM.";
+  const std::string kind = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+  if (matches == 0 && nn::has_attention(kind)) {
+    static std::mutex mutex;
+    static std::deque<Check> made;  // stable addresses
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const Check& c : made)
+      if (c.name == prefix + kind) return c;
+    made.push_back(causal_lm_attention_check(prefix + kind, {.kind = kind}));
+    return made.back();
+  }
   std::string names;
   for (const Check& c : all) names += (names.empty() ? "" : ", ") + c.name;
   ATTO_CHECK(matches == 0, "gradcheck", "'", name, "' is ambiguous: write the op in snake_case or the module in ",
              "PascalCase (", names, ")");
   throw Error("gradcheck", str_cat("no check named '", name, "'; known: ", names,
-                               "; aliases: mha, seed_mha, ffn, encoder_layer, decoder_layer, causal_lm, transformer, sdpa"));
+                               "; aliases: mha, seed_mha, ffn, encoder_layer, decoder_layer, causal_lm, transformer, sdpa; or ",
+                               "CausalLM.<attention kind> for a registered kind (", nn::attention_kinds_list(), ")"));
 }
 
 void validate(const CheckConfig& c) {

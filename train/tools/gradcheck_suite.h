@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "autograd/gradcheck.h"
+#include "nn/sequence_model.h"
 
 namespace attograd::checks {
 
@@ -89,9 +90,14 @@ GradcheckOptions tolerances(Dtype dtype);
 
 /// The check called `name`: an exact registry name ("softmax", "MultiheadAttention"), else an alias or a
 /// case-insensitive name ("mha" = MultiheadAttention, "seed_mha" = seed::AttentionSublayer, "encoder_layer",
-/// "decoder_layer", "ffn", "causal_lm", "transformer" = seed::Transformer, ...). Error listing the names when none
-/// matches.
+/// "decoder_layer", "ffn", "causal_lm", "transformer" = seed::Transformer, ...), else "CausalLM.<kind>" or the name
+/// of a registered attention kind (causal_lm_attention_check). Error listing the names when none matches.
 const Check& find_check(const std::string& name);
+
+/// A check of CausalLM (every parameter, causal, with padding unless the kind takes no key padding mask) built with
+/// `spec`, any registered attention kind: what the CausalLM.<variant> entries run. find_check("CausalLM.<kind>")
+/// (or the kind's bare name, when no other check has it) makes one for a kind at its defaults.
+Check causal_lm_attention_check(const std::string& name, const nn::AttentionSpec& spec);
 
 /// Validates a configuration (Error naming the offending field).
 void validate(const CheckConfig& config);
