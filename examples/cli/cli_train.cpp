@@ -549,7 +549,7 @@ Command add_train(CLI::App& app) {
   field(sub, a, "--block", &TrainConfig::block, "--attention block-sparse: block size of the BigBird layout")
       ->check(integer_in(1, train::kMaxModelSize));
   flag_field(sub, a, "--rope", &TrainConfig::rope,
-             "rotary position embeddings instead of the sinusoidal table (mha, gqa, local, block-sparse)");
+             "rotary position embeddings instead of the sinusoidal table (mha, gqa, local, block-sparse; mla: only its decoupled RoPE)");
   flag_field(sub, a, "--checkpoint-activations", &TrainConfig::checkpoint_activations,
              "gradient checkpointing: every block but the last recomputes its activations in the backward");
   field(sub, a, "--entropy-reg", &TrainConfig::entropy_reg,

@@ -49,7 +49,7 @@ TEST(AttentionSpec, ValidateNamesTheBadField) {
   EXPECT_ATTO_ERROR((AttentionSpec{.kind = "local"}.validate(4)), "--window");
   EXPECT_ATTO_ERROR((AttentionSpec{.kind = "block-sparse"}.validate(4)), "--block");
   EXPECT_ATTO_ERROR((AttentionSpec{.kind = "mha", .window = 4}.validate(4)), "applies to attention local");
-  EXPECT_ATTO_ERROR((AttentionSpec{.kind = "mla", .rope = true}.validate(4)), "decoupled RoPE");
+  AttentionSpec{.kind = "mla", .rope = true}.validate(4);  // DeepSeek's form: positions only from its decoupled RoPE
   EXPECT_ATTO_ERROR((AttentionSpec{.kind = "linear", .rope = true}.validate(4)), "rope");
   EXPECT_ATTO_ERROR((AttentionSpec{.kind = "local", .window = -1}.validate(4)), "window=-1");
   AttentionSpec{.kind = "gqa", .kv_heads = 1}.validate(4);
@@ -64,6 +64,7 @@ TEST(AttentionSpec, EveryVariantBuildsRunsAndKeepsItsModuleUnderSelfAttn) {
       {{.kind = "local", .window = 3}, "blocks.0.self_attn.in_proj_weight"},
       {{.kind = "block-sparse", .block = 2}, "blocks.0.self_attn.in_proj_weight"},
       {{.kind = "mla"}, "blocks.0.self_attn.wkv_a.weight"},
+      {{.kind = "mla", .rope = true}, "blocks.0.self_attn.wkv_a.weight"},
       {{.kind = "linear"}, "blocks.0.self_attn.in_proj_weight"},
   };
   for (const auto& [a, key] : variants) {
@@ -73,7 +74,9 @@ TEST(AttentionSpec, EveryVariantBuildsRunsAndKeepsItsModuleUnderSelfAttn) {
     std::set<std::string> names;
     for (const auto& [name, t] : model->state_dict()) names.insert(name);
     EXPECT_TRUE(names.count(key)) << key;
-    EXPECT_EQ(names.count("pe"), a.kind == "mla" ? 0u : 1u);  // mla takes positions from its decoupled RoPE
+    // The sinusoidal table for every kind (mla too: its decoupled RoPE alone cannot learn reverse, docs/ATTENTION.md);
+    // rope: positions only from the attention's RoPE, no table.
+    EXPECT_EQ(names.count("pe"), a.rope ? 0u : 1u);
     const SequenceBatch b = model->make_batch({{.src = {4, 5, 6}, .tgt = {6, 5, 4}}, {.src = {7}, .tgt = {7}}});
     const Tensor logits = model->forward_batch(b);  // (2, 7, 11)
     EXPECT_EQ(logits.shape(), (Shape{2, 7, 11}));

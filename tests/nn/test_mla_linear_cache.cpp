@@ -37,6 +37,7 @@ const std::vector<Variant> kVariants = {
     {"mla q_rank absorbed", {.kind = "mla", .kv_rank = 6, .q_rank = 5, .rope_dim = 2}, true},
     {"mla q_rank plain", {.kind = "mla", .kv_rank = 6, .q_rank = 5, .rope_dim = 2}, false},
     {"linear", {.kind = "linear"}, true},
+    {"mla rope only absorbed", {.kind = "mla", .rope = true}, true},  // DeepSeek's form: no position table
 };
 
 std::shared_ptr<CausalLM> make_lm(const Variant& v, Dtype dtype, int64_t max_len = 24, uint64_t seed = 5) {
@@ -272,7 +273,7 @@ std::vector<double> mla_entropy_reference(MultiHeadLatentAttention& m, const Ten
 }  // namespace
 
 TEST(MlaLinearCache, MlaEntropiesEqualTheProbabilitiesReference) {
-  for (const Variant& v : {kVariants[0], kVariants[2]})
+  for (const Variant& v : {kVariants[0], kVariants[2], kVariants[5]})
     for (Dtype dt : {kFloat32, kFloat64}) {
       SCOPED_TRACE(std::string(v.name) + " " + dtype_name(dt));
       auto m = make_lm(v, dt);
@@ -284,11 +285,15 @@ TEST(MlaLinearCache, MlaEntropiesEqualTheProbabilitiesReference) {
       ASSERT_EQ(e[0].entropy.shape(), (Shape{2, 4, 6}));  // (B, H, L)
       ASSERT_EQ(e[1].entropy.shape(), (Shape{2, 4, 6}));
       EXPECT_EQ(e[0].rows.data<bool>()[6 + 3], false);  // padding
-      // Block 0's input: embed * sqrt(D) (mla adds no position table), then norm1.
+      // Block 0's input: embed * sqrt(D) plus the sinusoidal table (none with rope: positions only from the
+      // decoupled RoPE), then norm1.
       Tensor h;
       {
         NoGradGuard no_grad;
-        h = m->block(0)->norm1->forward(mul(m->embed->forward(tokens), std::sqrt(32.0)));
+        Tensor x = mul(m->embed->forward(tokens), std::sqrt(32.0));  // (2, 6, 32)
+        EXPECT_EQ(m->pe.defined(), !v.attention.rope);
+        if (m->pe.defined()) x = add(x, narrow(m->pe, 0, 0, 6));
+        h = m->block(0)->norm1->forward(x);
       }
       const std::vector<double> want = mla_entropy_reference(*m->block(0)->attention<MultiHeadLatentAttention>(), h);
       const std::vector<double> got = e[0].entropy.to_vector<double>();

@@ -1047,6 +1047,11 @@ std::vector<Check> build_registry() {
     const int64_t rank = std::max<int64_t>(2, c.d_model / 4);
     return nn::AttentionSpec{.kind = "mla", .kv_rank = rank, .q_rank = rank, .rope_dim = 2};
   });
+  // mla with positions only from its decoupled RoPE (DeepSeek's form, --rope: no sinusoidal table).
+  causal_lm_variant(r, "CausalLM.mla_rope", 49, {.kind = "mla", .rope = true}, [](const CheckConfig& c) {
+    const int64_t rank = std::max<int64_t>(2, c.d_model / 4);
+    return nn::AttentionSpec{.kind = "mla", .kv_rank = rank, .q_rank = rank, .rope_dim = 2, .rope = true};
+  });
   causal_lm_variant(r, "CausalLM.linear", 48, {.kind = "linear"});
   return r;
 }
