@@ -25,6 +25,7 @@ Score sqrt(const Score& a) {
 Score abs(const Score& a) { return chain(a, std::fabs(a.v), a.v < 0 ? -1.0 : 1.0); }
 
 Captures::Captures(const std::vector<Tensor>& tensors) {
+  std::vector<View>& views_ = own_;
   views_.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
@@ -33,6 +34,8 @@ Captures::Captures(const std::vector<Tensor>& tensors) {
                t.defined() ? dtype_name(t.dtype()) : "undefined", t.defined() ? str_cat(" ", t.shape()) : "");
     views_.push_back({t.const_raw_data(), t.dtype(), t.shape(), static_cast<int32_t>(i)});
   }
+  v_ = own_.data();
+  n_ = own_.size();
 }
 
 Score Captures::View::at(const int64_t* ix, int64_t n) const {
@@ -256,6 +259,19 @@ ScoreMod alibi(const Tensor& slopes) {
 }
 
 ScoreMod alibi(int64_t num_heads) { return alibi(alibi_slopes(num_heads)); }
+
+ScoreMod compose_score_mods(const ScoreMod& first, const ScoreMod& then) {
+  if (!first) return then;
+  if (!then) return first;
+  const size_t na = first.captures.size(), nb = then.captures.size();
+  std::vector<Tensor> caps = first.captures;
+  caps.insert(caps.end(), then.captures.begin(), then.captures.end());
+  return {.fn = [fa = first.fn, fb = then.fn, na, nb](const Score& s, int64_t b, int64_t h, int64_t q, int64_t kv,
+                                                      const Captures& c) {
+            return fb(fa(s, b, h, q, kv, c.slice(0, na)), b, h, q, kv, c.slice(na, nb));
+          },
+          .captures = std::move(caps)};
+}
 
 ScoreMod softcap(double cap) {
   ATTO_CHECK(cap > 0 && std::isfinite(cap), "softcap", "cap must be positive and finite, got ", cap);

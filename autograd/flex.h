@@ -116,17 +116,33 @@ class Captures {
   Captures() = default;
   /// Views of `tensors` (float32 or float64, kept alive by the caller).
   explicit Captures(const std::vector<Tensor>& tensors);
+  Captures(const Captures& o) { *this = o; }
+  Captures& operator=(const Captures& o) {
+    own_ = o.own_;
+    v_ = o.v_ == o.own_.data() ? own_.data() : o.v_;
+    n_ = o.n_;
+    return *this;
+  }
   /// The i-th captured tensor.
   const View& operator[](size_t i) const {
-    ATTO_CHECK(i < views_.size(), "score_mod", "capture ", i, " read, but the ScoreMod captures ", views_.size(),
-               " tensors");
-    return views_[i];
+    ATTO_CHECK(i < n_, "score_mod", "capture ", i, " read, but the ScoreMod captures ", n_, " tensors");
+    return v_[i];
   }
   /// Number of captured tensors.
-  size_t size() const { return views_.size(); }
+  size_t size() const { return n_; }
+  /// Captures [from, from + count) as a view (no copy; valid while this lives): what a composed mod's part reads.
+  Captures slice(size_t from, size_t count) const {
+    ATTO_CHECK(from + count <= n_, "score_mod", "captures [", from, ", ", from + count, ") of ", n_);
+    Captures c;
+    c.v_ = v_ + from;
+    c.n_ = count;
+    return c;
+  }
 
  private:
-  std::vector<View> views_;
+  std::vector<View> own_;
+  const View* v_ = nullptr;
+  size_t n_ = 0;
 };
 
 /// score_mod's function: (score, b, h, q_idx, kv_idx, captures) -> the new score.
@@ -255,6 +271,9 @@ Tensor alibi_slopes(int64_t num_heads);
 ScoreMod alibi(const Tensor& slopes);
 /// ALiBi with the fixed slopes alibi_slopes(num_heads).
 ScoreMod alibi(int64_t num_heads);
+/// `then` applied to the result of `first`: then(first(score, ...), ...), captures first's then then's (each part
+/// reads its own as c[0], c[1], ...).
+ScoreMod compose_score_mods(const ScoreMod& first, const ScoreMod& then);
 /// Gemma 2's soft-capping: cap * tanh(score / cap), cap > 0.
 ScoreMod softcap(double cap);
 /// A learned relative-position bias (T5-like, unbucketed): score + table[h, clamp(kv - q, -D, D) + D] with table
