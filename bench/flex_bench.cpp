@@ -23,7 +23,7 @@ using namespace attograd;
 
 namespace {
 
-double run_ms(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const AttentionOptions& o) {
+double run_ms(Tensor q, Tensor k, Tensor v, const Tensor& g, const AttentionOptions& o) {
   q.zero_grad(true), k.zero_grad(true), v.zero_grad(true);
   const auto t0 = std::chrono::steady_clock::now();
   scaled_dot_product_attention(q, k, v, o).output.backward(g);
