@@ -180,6 +180,8 @@ std::shared_ptr<FlexState> make_flex(const Plan& p, const AttentionOptions& opts
                ", ", p.Lk, ") at mod_q_offset ", opts.mod_q_offset);
     st->mask = bm.mask_fn();
     st->args.kinds = bm.q_len() > 0 && bm.kv_len() > 0 ? bm.row(0, 0, 0) : nullptr;
+    st->args.bits_at = st->args.kinds ? bm.partial_row(0, 0, 0) : nullptr;
+    st->args.bits = bm.partial_bits();
     st->args.mB = bm.batch(), st->args.mH = bm.heads(), st->args.nbq = bm.q_blocks(), st->args.nbk = bm.kv_blocks();
     st->args.bs = bm.block_size();
     st->args.mask = &st->mask;

@@ -86,6 +86,11 @@ BlockMask MaskMod::block_mask(int64_t B, int64_t H, int64_t Lq, int64_t Lk, int6
   return m;
 }
 
+int64_t& detail::block_mask_bits_limit() {
+  static int64_t limit = int64_t(256) << 20;
+  return limit;
+}
+
 BlockMask create_block_mask(const MaskMod& mod, int64_t B, int64_t H, int64_t Lq, int64_t Lk, int64_t bs,
                             int64_t q_offset) {
   constexpr const char* op = "create_block_mask";
@@ -98,17 +103,31 @@ BlockMask create_block_mask(const MaskMod& mod, int64_t B, int64_t H, int64_t Lq
   d->B = std::max<int64_t>(B, 1), d->H = std::max<int64_t>(H, 1), d->Lq = Lq, d->Lk = Lk, d->bs = bs;
   d->q_offset = q_offset;
   const int64_t nbq = (Lq + bs - 1) / bs, nbk = (Lk + bs - 1) / bs;
-  d->kinds.assign(static_cast<size_t>(d->B * d->H * nbq * nbk), 0);
+  const size_t nblocks = static_cast<size_t>(d->B * d->H * nbq * nbk);
+  d->kinds.assign(nblocks, 0);
+  d->bits_at.assign(nblocks, -1);
   const MaskFn& fn = mod.fn();
+  const auto kBitsLimit = static_cast<size_t>(std::max<int64_t>(detail::block_mask_bits_limit(), 0));
+  std::vector<uint8_t> blk(static_cast<size_t>(bs * bs));
   for (int64_t b = 0; b < d->B; ++b)
     for (int64_t h = 0; h < d->H; ++h)
       for (int64_t qb = 0; qb < nbq; ++qb)
         for (int64_t kb = 0; kb < nbk; ++kb) {
           int64_t seen = 0, total = 0;
+          std::fill(blk.begin(), blk.end(), uint8_t(0));
           for (int64_t i = qb * bs; i < std::min(Lq, (qb + 1) * bs); ++i)
-            for (int64_t j = kb * bs; j < std::min(Lk, (kb + 1) * bs); ++j, ++total) seen += fn(b, h, q_offset + i, j);
+            for (int64_t j = kb * bs; j < std::min(Lk, (kb + 1) * bs); ++j, ++total) {
+              const bool on = fn(b, h, q_offset + i, j);
+              blk[static_cast<size_t>((i - qb * bs) * bs + (j - kb * bs))] = on;
+              seen += on;
+            }
           const BlockKind k = seen == 0 ? BlockKind::Empty : seen == total ? BlockKind::Full : BlockKind::Partial;
-          d->kinds[static_cast<size_t>(((b * d->H + h) * nbq + qb) * nbk + kb)] = static_cast<uint8_t>(k);
+          const size_t id = static_cast<size_t>(((b * d->H + h) * nbq + qb) * nbk + kb);
+          d->kinds[id] = static_cast<uint8_t>(k);
+          if (k == BlockKind::Partial && d->bits.size() + blk.size() <= kBitsLimit) {
+            d->bits_at[id] = static_cast<int64_t>(d->bits.size());
+            d->bits.insert(d->bits.end(), blk.begin(), blk.end());
+          }
         }
   BlockMask m;
   m.d_ = std::move(d);

@@ -219,6 +219,13 @@ class BlockMask {
     const int64_t bb = d_->B == 1 ? 0 : b, hh = d_->H == 1 ? 0 : h;
     return d_->kinds.data() + ((bb * d_->H + hh) * q_blocks() + qb) * kv_blocks();
   }
+  /// Per block of query block qb of (b, h): where its elements start in partial_bits() (-1 = not kept).
+  const int64_t* partial_row(int64_t b, int64_t h, int64_t qb) const {
+    const int64_t bb = d_->B == 1 ? 0 : b, hh = d_->H == 1 ? 0 : h;
+    return d_->bits_at.data() + ((bb * d_->H + hh) * q_blocks() + qb) * kv_blocks();
+  }
+  /// The partial blocks' elements (block_size x block_size bytes each, row-major, 1 = attended).
+  const uint8_t* partial_bits() const { return d_->bits.data(); }
   /// How many blocks are of each kind (over every b, h): {empty, partial, full}.
   std::array<int64_t, 3> counts() const;
   /// The mask function partial blocks evaluate.
@@ -231,18 +238,30 @@ class BlockMask {
     MaskFn fn;  // (not the MaskMod: its cache holds this mask)
     int64_t B = 1, H = 1, Lq = 0, Lk = 0, bs = 128, q_offset = 0;
     std::vector<uint8_t> kinds;  // (B, H, q_blocks, kv_blocks)
+    // The partial blocks' elements, evaluated once: block k's bs x bs bytes (1 = attended) from bits[bits_at[k]];
+    // -1 = not kept (past the memory limit: mask_mod is then called per element).
+    std::vector<int64_t> bits_at;
+    std::vector<uint8_t> bits;
   };
   std::shared_ptr<const Data> d_;
   friend BlockMask create_block_mask(const MaskMod&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
 };
 
 /// FlexAttention's create_block_mask: evaluates mask_mod over every (b, h, q, kv) (q at absolute position
-/// q_offset + row) and classifies each block_size x block_size block as empty, full or partial. B = 0 / H = 0 build
+/// q_offset + row) and classifies each block_size x block_size block as empty, full or partial. The partial blocks'
+/// elements are kept (one byte each, up to 256 MiB in all), so that the kernel reads them instead of calling
+/// mask_mod; a mask built for every row / head (B = 0 / H = 0) must then not depend on b / h. B = 0 / H = 0 build
 /// one mask for every batch row / head (PyTorch's None; mask_mod evaluated at b = 0 / h = 0). Build it once and pass
 /// it as AttentionOptions::block_mask; the kernel's rows of queries never cross a block, so block_size also sets
 /// their granularity (any size >= 1; 128 is FlexAttention's default).
 BlockMask create_block_mask(const MaskMod& mask_mod, int64_t B, int64_t H, int64_t Lq, int64_t Lk,
                             int64_t block_size = 128, int64_t q_offset = 0);
+
+namespace detail {
+/// Most bytes of partial-block elements a block mask keeps (default 256 MiB; 0 keeps none: mask_mod is then called
+/// per element of the partial blocks). Either way the results are the same.
+int64_t& block_mask_bits_limit();
+}  // namespace detail
 
 // ---- library mods
 

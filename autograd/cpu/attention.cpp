@@ -380,6 +380,7 @@ void sparse_scores(const Plan& p, const T* q_bh, int64_t q_sl, const T* kg, int6
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const FlexArgs* fx = p.flex;
   const uint8_t* kinds = fx && fx->kinds ? fx->row(b, h, i0 / fx->bs) : nullptr;
+  const int64_t* bits_at = kinds ? fx->bits_row(b, h, i0 / fx->bs) : nullptr;
   for (int64_t r = 0; r < n; ++r) {
     const int64_t i = i0 + r;
     T* row = s + r * m;
@@ -403,11 +404,25 @@ void sparse_scores(const Plan& p, const T* q_bh, int64_t q_sl, const T* kg, int6
         if (p.window > 0) blocked = blocked || (p.causal ? j <= i - p.window : (j < i - p.window || j > i + p.window));
         if (blocked) row[t] = kNegInf;
       }
-    if (kinds)  // mask_mod: per element in partial blocks only (full blocks skip it, empty ones are not in idx)
-      for (int64_t t = 0; t < m; ++t) {
-        const int64_t j = idx[t];
-        if (kinds[j / fx->bs] == 1 && !flex_mask(*fx, b, h, i, j)) row[t] = kNegInf;
+    if (kinds) {  // mask_mod in partial blocks only (full blocks skip it, empty ones are not in idx): their kept
+                  // elements, else a call per element
+      const int64_t bs = fx->bs, ib = i % bs;
+      for (int64_t t = 0; t < m;) {
+        const int64_t c = idx[t] / bs, end = (c + 1) * bs;
+        int64_t t2 = t + 1;
+        while (t2 < m && idx[t2] < end) ++t2;
+        if (kinds[c] == 1) {
+          if (bits_at[c] >= 0) {
+            const uint8_t* brow = fx->bits + bits_at[c] + ib * bs - c * bs;  // indexed by the key j
+            for (int64_t u = t; u < t2; ++u) row[u] = brow[idx[u]] ? row[u] : kNegInf;
+          } else {
+            for (int64_t u = t; u < t2; ++u)
+              if (!flex_mask(*fx, b, h, i, idx[u])) row[u] = kNegInf;
+          }
+        }
+        t = t2;
       }
+    }
   }
 }
 

@@ -38,6 +38,8 @@ struct FlexArgs {
   const uint8_t* kinds = nullptr;  // block mask (mB, mH, nbq, nbk) of BlockKind (0 empty, 1 partial, 2 full); null =
                                    // no mask_mod
   int64_t mB = 1, mH = 1, nbq = 0, nbk = 0, bs = 1;  // its dims (mB, mH = 1: broadcast) and block side
+  const int64_t* bits_at = nullptr;  // per block (as kinds): its partial elements' start in bits, -1 = call mask
+  const uint8_t* bits = nullptr;     // partial blocks' elements, bs x bs bytes each (1 = attended)
   const void* mask = nullptr;                        // the MaskFn
   const void* score = nullptr;                       // the ScoreFn; null = no score_mod
   const void* captures = nullptr;                    // the Captures
@@ -50,6 +52,10 @@ struct FlexArgs {
   /// The block kinds of query block qb of head (b, h).
   [[gnu::always_inline]] const uint8_t* row(int64_t b, int64_t h, int64_t qb) const {
     return kinds + (((mB == 1 ? 0 : b) * mH + (mH == 1 ? 0 : h)) * nbq + qb) * nbk;
+  }
+  /// bits_at of query block qb of head (b, h).
+  [[gnu::always_inline]] const int64_t* bits_row(int64_t b, int64_t h, int64_t qb) const {
+    return bits_at + (((mB == 1 ? 0 : b) * mH + (mH == 1 ? 0 : h)) * nbq + qb) * nbk;
   }
 };
 /// mask_mod(b, h, q_offset + i, j): true = the score exists.

@@ -78,9 +78,23 @@ TEST(BlockMask, BuiltOncePerShapeAndCached) {
   const int64_t first = calls->load();
   EXPECT_GE(first, L * L);  // the block mask's classification (once for both heads: the mask ignores h)
   scaled_dot_product_attention(q, k, v, {.mask_mod = m});
-  // The second call only runs the per-element test of the partial blocks (the diagonal ones, per head): 2 (3 * 64^2
-  // + 8^2) calls, fewer than one sweep of the scores.
-  EXPECT_EQ(calls->load() - first, 2 * (3 * 64 * 64 + 8 * 8));
+  // The second call calls mask_mod no more: the block mask kept its partial blocks' elements.
+  EXPECT_EQ(calls->load(), first);
+  // Without kept elements (a new MaskMod, so a new cache), the per-element test of the partial blocks (the diagonal
+  // ones, per head) calls it 2 (3 * 64^2 + 8^2) times per call, fewer than one sweep of the scores.
+  const int64_t saved = detail::block_mask_bits_limit();
+  detail::block_mask_bits_limit() = 0;
+  auto calls2 = std::make_shared<std::atomic<int64_t>>(0);
+  MaskMod m2([calls2](int64_t, int64_t, int64_t q, int64_t kv) {
+    ++*calls2;
+    return kv <= q;
+  });
+  const Tensor o1 = scaled_dot_product_attention(q, k, v, {.mask_mod = m2}).output;
+  const int64_t first2 = calls2->load();
+  const Tensor o2 = scaled_dot_product_attention(q, k, v, {.mask_mod = m2}).output;
+  detail::block_mask_bits_limit() = saved;
+  EXPECT_EQ(calls2->load() - first2, 2 * (3 * 64 * 64 + 8 * 8));
+  EXPECT_TRUE(bitwise_equal(o2, scaled_dot_product_attention(q, k, v, {.mask_mod = m}).output));
   const MaskMod copy = m;  // copies share the cache: no new sweep
   const int64_t before = calls->load();
   EXPECT_EQ(copy.block_mask(1, 2, L, L, 0).counts(), m.block_mask(1, 2, L, L, 0).counts());
@@ -104,6 +118,12 @@ TEST_P(FlexEquals, CausalWindowAndBlockLayout) {
   const Tensor layout = bigbird_block_layout({.q_blocks = nb, .k_blocks = nb, .random_blocks = 1, .seed = 3});
   expect_same(run(q, k, v, go, {.mask_mod = block_layout_mask(layout, bs)}),
               run(q, k, v, go, {.block_size = bs, .block_layout = layout}), 1e-12);
+  // Calling mask_mod per element instead of reading the kept elements gives the same.
+  const int64_t saved = detail::block_mask_bits_limit();
+  detail::block_mask_bits_limit() = 0;
+  const Grads no_bits = run(q, k, v, go, {.mask_mod = sliding_window_mask(9, true)});
+  detail::block_mask_bits_limit() = saved;
+  expect_same(no_bits, run(q, k, v, go, {.is_causal = true, .window = 9}), 1e-12);
   // A prebuilt block mask of another block size gives the same.
   expect_same(run(q, k, v, go, {.block_mask = create_block_mask(causal_mask(), 0, 0, L, L, 16)}),
               run(q, k, v, go, {.is_causal = true}), 1e-12);
