@@ -207,6 +207,24 @@ std::shared_ptr<FlexState> make_flex(const Plan& p, const AttentionOptions& opts
     st->args.cap_offset = st->cap_offset.data();
   }
   st->args.q_offset = opts.mod_q_offset;
+  // The dense path: a mask alone (no window or layout) whose rows of blocks are prefixes, every partial block kept,
+  // the dense rows of queries (32, or Lq when shorter) inside one row of blocks.
+  if (st->args.kinds && !opts.score_mod && opts.window == 0 && opts.block_size == 0 &&
+      (st->args.bs % 32 == 0 || p.Lq <= st->args.bs)) {
+    const cpu::FlexArgs& a = st->args;
+    bool dense = true;
+    const int64_t rows = a.mB * a.mH * a.nbq;
+    for (int64_t r = 0; dense && r < rows; ++r) {
+      const uint8_t* k = a.kinds + r * a.nbk;
+      const int64_t* at = a.bits_at + r * a.nbk;
+      bool ended = false;
+      for (int64_t c = 0; dense && c < a.nbk; ++c) {
+        if (k[c] == 0) ended = true;
+        else dense = !ended && (k[c] != 1 || at[c] >= 0);
+      }
+    }
+    st->args.dense = dense;
+  }
   return st;
 }
 

@@ -136,6 +136,21 @@ void block_scores(const Plan& p, const T* q_bh, int64_t q_sl, const HeadOperand<
                   int64_t h, int64_t i0, int64_t n, int64_t lk, T* s) {
   kt.mul(n, lk, p.dk, operand(q_bh + i0 * q_sl, q_sl), s, lk, false, static_cast<T>(p.scale));
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  if (p.flex && p.flex->kinds) {  // a mask_mod on the dense path: its partial blocks' kept elements (FlexArgs::dense)
+    const FlexArgs& fx = *p.flex;
+    const int64_t bs = fx.bs, qb = i0 / bs;
+    const uint8_t* kinds = fx.row(b, h, qb);
+    const int64_t* bits_at = fx.bits_row(b, h, qb);
+    for (int64_t c = 0; c * bs < lk; ++c) {
+      if (kinds[c] != 1) continue;
+      const int64_t j1 = std::min(lk, (c + 1) * bs);
+      for (int64_t r = 0; r < n; ++r) {
+        const uint8_t* brow = fx.bits + bits_at[c] + ((i0 + r) % bs) * bs - c * bs;  // indexed by the key j
+        T* row = s + r * lk;
+        for (int64_t j = c * bs; j < j1; ++j) row[j] = brow[j] ? row[j] : kNegInf;
+      }
+    }
+  }
   for (int64_t r = 0; r < n; ++r) {
     const int64_t i = i0 + r;
     T* row = s + r * lk;
@@ -218,6 +233,17 @@ inline float dot<float>(const float* a, const float* b, int64_t n) {
 
 // Number of keys a block of query rows [i0, i0 + n) can see: causal blocks skip the keys past their last row.
 inline int64_t visible_keys(const Plan& p, int64_t i0, int64_t n) { return p.causal ? std::min(p.Lk, i0 + n) : p.Lk; }
+
+// The same for head (b, h), also cut at the end of the last non-empty key block of a mask_mod's block mask (the dense
+// path takes a block mask only when each row of blocks is non-empty blocks [0, end), FlexArgs::dense).
+inline int64_t visible_keys(const Plan& p, int64_t b, int64_t h, int64_t i0, int64_t n) {
+  const int64_t lk = visible_keys(p, i0, n);
+  if (!p.flex || !p.flex->kinds) return lk;
+  const uint8_t* kinds = p.flex->row(b, h, i0 / p.flex->bs);
+  int64_t c = p.flex->nbk;
+  while (c > 0 && kinds[c - 1] == 0) --c;
+  return std::min(lk, c * p.flex->bs);
+}
 
 // H = -sum_j p_j log p_j over a row of probabilities (0 log 0 = 0: blocked and flushed keys add nothing, as
 // p_j log max(p_j, min normal) is exactly 0 there). Vectorised (Eigen's log), a fixed order for any thread count.
@@ -691,7 +717,7 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
     sparse_forward(p, q, k, v, mask, out, stats, weights, probs, entropy);
     return;
   }
-  const int64_t nb = block_rows(p.Lq, p.causal), G = p.group();
+  const int64_t nb = block_rows(p.Lq, p.causal || p.flex), G = p.group();
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   parallel_for(0, p.B * p.H, head_grain(p), [&](int64_t bh0, int64_t bh1) {
     const size_t blk = static_cast<size_t>(nb * p.Lk), n_mult = p.dropout ? static_cast<size_t>(p.Lk) : 0;
@@ -713,7 +739,7 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
       const HeadOperand<T> vv(p.Lk, p.dv, operand(v_bh, v.sl), v_buf);         // V (Lk, d_v)
       for (int64_t i0 = 0; i0 < p.Lq; i0 += nb) {
         const int64_t n = std::min(nb, p.Lq - i0);
-        const int64_t lk = visible_keys(p, i0, n);
+        const int64_t lk = visible_keys(p, b, h, i0, n);
         T* w_blk = weights ? weights + (bh * p.Lq + i0) * p.Lk : nullptr;  // (n, Lk)
         if (lk == 0) {                                                     // no keys at all: every row is blocked
           for (int64_t r = 0; r < n; ++r)
@@ -790,7 +816,7 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
     sparse_backward(p, q, k, v, mask, out, stats, probs, dout, dq, dk, dv, entropy, dentropy);
     return;
   }
-  const int64_t nb = block_rows(p.Lq, p.causal), G = p.group();
+  const int64_t nb = block_rows(p.Lq, p.causal || p.flex), G = p.group();
   const bool need_ds = dq || dk;
   const T scale = static_cast<T>(p.scale);
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
@@ -827,7 +853,7 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
       const HeadOperand<T> kk(dq ? p.Lk : 0, p.dk, operand(k_bh, k.sl), k_buf);              // K (Lk, d_k)
       for (int64_t i0 = 0; i0 < p.Lq; i0 += nb) {
         const int64_t n = std::min(nb, p.Lq - i0);
-        const int64_t lk = visible_keys(p, i0, n);
+        const int64_t lk = visible_keys(p, b, h, i0, n);
         if (lk == 0) {
           if (dq) {
             T* dq_bh = dq.head(b, h);

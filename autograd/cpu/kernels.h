@@ -40,6 +40,10 @@ struct FlexArgs {
   int64_t mB = 1, mH = 1, nbq = 0, nbk = 0, bs = 1;  // its dims (mB, mH = 1: broadcast) and block side
   const int64_t* bits_at = nullptr;  // per block (as kinds): its partial elements' start in bits, -1 = call mask
   const uint8_t* bits = nullptr;     // partial blocks' elements, bs x bs bytes each (1 = attended)
+  // The dense path may take this mask (no score_mod; every row of blocks is non-empty blocks [0, end), every partial
+  // block's elements kept; the dense rows of queries never cross a block): causal-like masks then cost what
+  // is_causal costs.
+  bool dense = false;
   const void* mask = nullptr;                        // the MaskFn
   const void* score = nullptr;                       // the ScoreFn; null = no score_mod
   const void* captures = nullptr;                    // the Captures
@@ -87,7 +91,7 @@ struct AttentionPlan {
   /// Query heads per key/value head.
   int64_t group() const { return Hkv > 0 ? H / Hkv : 1; }
   /// True when the pattern (window or block layout) lets the kernels skip blocks of keys.
-  bool sparse() const { return window > 0 || block > 0 || flex != nullptr; }
+  bool sparse() const { return window > 0 || block > 0 || (flex != nullptr && !flex->dense); }
 };
 
 /// The heads of a (B, H, L, d) operand: feature x of row l of head (b, h) at p + b * sb + h * sh + l * sl + x.
