@@ -12,6 +12,7 @@
 #include "autograd/dropout.h"
 #include "autograd/dtype.h"
 #include "autograd/elementwise.h"
+#include "autograd/flex.h"
 #include "autograd/error.h"
 #include "autograd/gradcheck.h"
 #include "autograd/hooks.h"

@@ -145,12 +145,104 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   return p;
 }
 
+// The mods of one call, alive as long as its backward: the kernels' FlexArgs point into it.
+struct FlexState {
+  cpu::FlexArgs args;
+  BlockMask block_mask;
+  MaskFn mask;
+  ScoreFn score;
+  std::vector<Tensor> captures;  // detached
+  Captures views;
+  std::vector<int64_t> cap_offset;  // flat start of each capture in a group's gradient slice
+};
+
+// Validates the mods of opts for the plan's shapes and builds (or takes from the mask_mod's cache) the block mask;
+// null without mods.
+std::shared_ptr<FlexState> make_flex(const Plan& p, const AttentionOptions& opts) {
+  const bool has_mask = static_cast<bool>(opts.mask_mod) || static_cast<bool>(opts.block_mask);
+  if (!has_mask && !opts.score_mod) {
+    ATTO_CHECK(opts.score_mod.captures.empty(), kOp, "score_mod has ", opts.score_mod.captures.size(),
+               " captures but no function");
+    return nullptr;
+  }
+  ATTO_CHECK(opts.mod_q_offset >= 0, kOp, "mod_q_offset must be >= 0, got ", opts.mod_q_offset);
+  ATTO_CHECK(!(opts.mask_mod && opts.block_mask), kOp,
+             "give mask_mod or block_mask (which holds its mask_mod), not both");
+  auto st = std::make_shared<FlexState>();
+  if (has_mask) {
+    st->block_mask = opts.block_mask ? opts.block_mask
+                                     : opts.mask_mod.block_mask(p.B, p.H, p.Lq, p.Lk, opts.mod_q_offset);
+    const BlockMask& bm = st->block_mask;
+    ATTO_CHECK(bm.q_len() == p.Lq && bm.kv_len() == p.Lk && (bm.batch() == 1 || bm.batch() == p.B) &&
+                   (bm.heads() == 1 || bm.heads() == p.H) && bm.q_offset() == opts.mod_q_offset,
+               kOp, "block_mask built for (B, H, Lq, Lk) = (", bm.batch(), ", ", bm.heads(), ", ", bm.q_len(), ", ",
+               bm.kv_len(), ") at q_offset ", bm.q_offset(), " does not fit the scores (", p.B, ", ", p.H, ", ", p.Lq,
+               ", ", p.Lk, ") at mod_q_offset ", opts.mod_q_offset);
+    st->mask = bm.mask_fn();
+    st->args.kinds = bm.q_len() > 0 && bm.kv_len() > 0 ? bm.row(0, 0, 0) : nullptr;
+    st->args.bits_at = st->args.kinds ? bm.partial_row(0, 0, 0) : nullptr;
+    st->args.bits = bm.partial_bits();
+    st->args.mB = bm.batch(), st->args.mH = bm.heads(), st->args.nbq = bm.q_blocks(), st->args.nbk = bm.kv_blocks();
+    st->args.bs = bm.block_size();
+    st->args.mask = &st->mask;
+    if (!st->args.kinds) {  // no query or no key: nothing to skip; a dummy all-empty mask keeps the path uniform
+      st->args.mB = st->args.mH = 1, st->args.nbq = st->args.nbk = 0;
+    }
+  }
+  if (opts.score_mod) {
+    st->score = opts.score_mod.fn;
+    for (const Tensor& t : opts.score_mod.captures) {
+      ATTO_CHECK(t.defined(), kOp, "score_mod capture ", st->captures.size(), " is undefined");
+      st->captures.push_back(t.detach());
+    }
+    st->views = Captures(st->captures);
+    int64_t off = 0;
+    for (const Tensor& t : st->captures) {
+      st->cap_offset.push_back(off);
+      off += t.numel();
+    }
+    st->args.score = &st->score;
+    st->args.captures = &st->views;
+    st->args.cap_numel = off;
+    st->args.cap_offset = st->cap_offset.data();
+  }
+  st->args.q_offset = opts.mod_q_offset;
+  // The dense path: a mask alone (no window or layout) whose rows of blocks are prefixes, every partial block kept,
+  // the dense rows of queries (32, or Lq when shorter) inside one row of blocks.
+  if (st->args.kinds && !opts.score_mod && opts.window == 0 && opts.block_size == 0 &&
+      (st->args.bs % 32 == 0 || p.Lq <= st->args.bs)) {
+    const cpu::FlexArgs& a = st->args;
+    bool dense = true;
+    const int64_t rows = a.mB * a.mH * a.nbq;
+    for (int64_t r = 0; dense && r < rows; ++r) {
+      const uint8_t* k = a.kinds + r * a.nbk;
+      const int64_t* at = a.bits_at + r * a.nbk;
+      bool ended = false;
+      for (int64_t c = 0; dense && c < a.nbk; ++c) {
+        if (k[c] == 0) ended = true;
+        else dense = !ended && (k[c] != 1 || at[c] >= 0);
+      }
+    }
+    st->args.dense = dense;
+  }
+  return st;
+}
+
 // Runs the attention of inputs[qi], inputs[ki], inputs[vi] (seen through the layouts lq, lk, lv), writes the output
 // (out_shape, layout lo) and records the op on `inputs` (each gets its own gradient; q, k, v may be regions of
 // one input).
-AttentionResult run_attention(const Plan& plan, const std::vector<Tensor>& inputs, size_t qi, size_t ki, size_t vi,
-                              Layout lq, Layout lk, Layout lv, const Shape& out_shape, Layout lo, const Shape& w_shape,
-                              const AttentionOptions& opts) {
+AttentionResult run_attention(const Plan& plan_in, const std::vector<Tensor>& inputs_in, size_t qi, size_t ki,
+                              size_t vi, Layout lq, Layout lk, Layout lv, const Shape& out_shape, Layout lo,
+                              const Shape& w_shape, const AttentionOptions& opts) {
+  // The mods (null without any: then plan and inputs are exactly as given). A score_mod's captures join the inputs.
+  const std::shared_ptr<FlexState> fx = make_flex(plan_in, opts);
+  Plan plan = plan_in;
+  std::vector<Tensor> inputs = inputs_in;
+  const size_t n_main = inputs.size();
+  if (fx) {
+    plan.flex = &fx->args;
+    for (const Tensor& t : opts.score_mod.captures) inputs.push_back(t);
+  }
   const Tensor& mask = opts.attn_mask;
   const void* mask_data = mask.defined() ? mask.raw_data() : nullptr;
   Tensor layout = opts.block_layout.defined() ? opts.block_layout.detach() : Tensor();  // kept alive for the backward
@@ -162,7 +254,7 @@ AttentionResult run_attention(const Plan& plan, const std::vector<Tensor>& input
   Tensor stats = save ? empty({plan.B, plan.H, plan.Lq, 2}, {.dtype = dt}) : Tensor();
   // Short sequences keep their probabilities: the backward then skips recomputing Q K^T, the masks and the
   // exponentials, about a fifth of its work at L = 32 ... 64, for 16 KB per head at most.
-  Tensor probs = save && plan.Lq * plan.Lk <= detail::attention_saved_probs_limit()
+  Tensor probs = save && plan.Lq * plan.Lk <= detail::attention_saved_probs_limit() && !(fx && fx->args.score)
                      ? empty({plan.B, plan.H, plan.Lq, plan.Lk}, {.dtype = dt})
                      : Tensor();
   AttentionResult result;
@@ -200,24 +292,51 @@ AttentionResult run_attention(const Plan& plan, const std::vector<Tensor>& input
   Tensor od = out.detach();
   Tensor recorded = record(
       kOp, out, inputs,
-      [plan, saved, md, layout, od, stats, probs, qi, ki, vi, lq, lk, lv, lo, ent, n_out](const Tensor& g,
-                                                                                           GradInputs& gi) {
+      [plan, saved, md, layout, od, stats, probs, qi, ki, vi, lq, lk, lv, lo, ent, n_out, fx, n_main](
+          const Tensor& g, GradInputs& gi) {
         ATTO_CHECK(g.dtype() == od.dtype(), kOp, "gradient dtype ", dtype_name(g.dtype()),
                    " differs from the output's ", dtype_name(od.dtype()));
         std::vector<Tensor> grads(saved.size());
-        for (size_t i = 0; i < saved.size(); ++i)
+        for (size_t i = 0; i < n_main; ++i)
           if (gi.needs(i)) grads[i] = zeros(saved[i].shape(), {.dtype = saved[i].dtype()});
+        // The captures' gradients: one slice per key/value-head group (each written by one thread), summed in order.
+        Plan bplan = plan;
+        cpu::FlexArgs bargs;
+        std::vector<double> cap_grad;
+        bool want_caps = false;
+        for (size_t i = n_main; i < saved.size(); ++i) want_caps = want_caps || gi.needs(i);
+        if (fx) {
+          bargs = fx->args;
+          if (want_caps) {
+            cap_grad.assign(static_cast<size_t>(plan.B * (plan.H / plan.group()) * bargs.cap_numel), 0.0);
+            bargs.cap_grad = cap_grad.data();
+          }
+          bplan.flex = &bargs;
+        }
         dispatch_float(od.dtype(), kOp, [&]<typename T>() {
           auto grad_view = [&](size_t i, const Layout& l) {
             return grads[i].defined() ? view_of<T>(grads[i].data<T>(), l) : HeadView<T>{};
           };
           const auto backward = ATTO_CPU(attention_backward<T>);
-          backward(plan, view_of<const T>(saved[qi].data<T>(), lq), view_of<const T>(saved[ki].data<T>(), lk),
+          backward(bplan, view_of<const T>(saved[qi].data<T>(), lq), view_of<const T>(saved[ki].data<T>(), lk),
                    view_of<const T>(saved[vi].data<T>(), lv), md.defined() ? md.raw_data() : nullptr,
                    view_of<const T>(od.data<T>(), lo), stats.data<T>(), probs.defined() ? probs.data<T>() : nullptr,
                    view_of<const T>(g.data<T>(), lo), grad_view(qi, lq), grad_view(ki, lk), grad_view(vi, lv),
                    ent ? od.data<T>() + n_out : nullptr, ent ? g.data<T>() + n_out : nullptr);
         });
+        if (want_caps) {
+          const int64_t groups = plan.B * (plan.H / plan.group()), n = bargs.cap_numel;
+          for (int64_t gidx = 1; gidx < groups; ++gidx)
+            for (int64_t e = 0; e < n; ++e) cap_grad[e] += cap_grad[gidx * n + e];
+          for (size_t i = n_main; i < saved.size(); ++i) {
+            if (!gi.needs(i)) continue;
+            const int64_t off = fx->cap_offset[i - n_main];
+            const Tensor g64 = from_vector(std::vector<double>(cap_grad.begin() + off,
+                                                               cap_grad.begin() + off + saved[i].numel()),
+                                           saved[i].shape());
+            grads[i] = saved[i].dtype() == kFloat64 ? g64 : g64.to(saved[i].dtype());
+          }
+        }
         for (size_t i = 0; i < saved.size(); ++i)
           if (gi.needs(i)) gi[i] = grads[i];
       });

@@ -2,6 +2,7 @@
 // Fused scaled-dot-product attention: out = softmax(q k^T * scale + mask) v, with a memory-efficient
 // (flash-attention style) backward that recomputes the probabilities block by block.
 
+#include "autograd/flex.h"
 #include "autograd/random.h"
 #include "autograd/tensor.h"
 
@@ -41,6 +42,18 @@ struct AttentionOptions {
   /// tensor) and differentiable through q and k (its gradient joins the output's in the same fused backward; v gets
   /// none from it). A fully blocked row has entropy 0 and no gradient. Off by default (the results are then unchanged).
   bool need_entropy = false;
+  /// FlexAttention's mask_mod (autograd/flex.h): TRUE = the score EXISTS (the OPPOSITE of attn_mask's Bool). The
+  /// kernel builds its block mask once per shape (cached in the MaskMod): empty blocks are skipped, full blocks skip
+  /// the per-element test, partial blocks call mask_mod per element. Combines with everything above.
+  MaskMod mask_mod = {};
+  /// A prebuilt block mask (create_block_mask, for these Lq, Lk, mod_q_offset) instead of mask_mod; not both.
+  BlockMask block_mask = {};
+  /// FlexAttention's score_mod (autograd/flex.h) on scale * q . k before attn_mask and the softmax; differentiable
+  /// through q, k and its captured tensors (inputs of the op).
+  ScoreMod score_mod = {};
+  /// Absolute position of query row 0 as the mods see it (q_idx = mod_q_offset + row; kv_idx = the key's row):
+  /// decoding's or RoPE's offset. Only the mods read it (is_causal, window and block_layout stay top-left aligned).
+  int64_t mod_q_offset = 0;
 };
 
 /// What scaled_dot_product_attention returns.

@@ -99,6 +99,9 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options,
              kMha, "window and the block options must be >= 0, got window=", opts_.window,
              ", block_size=", opts_.block_size, ", block_local=", opts_.block_local, ", block_global=",
              opts_.block_global, ", block_random=", opts_.block_random);
+  ATTO_CHECK((!opts_.mask_mod && !opts_.score_mod) || (!opts_.add_bias_kv && !opts_.add_zero_attn), kMha,
+             "mask_mod and score_mod do not combine with add_bias_kv / add_zero_attn (their extra keys have no "
+             "position), got add_bias_kv=", opts_.add_bias_kv, ", add_zero_attn=", opts_.add_zero_attn);
   ATTO_CHECK((opts_.window == 0 && opts_.block_size == 0) || (!opts_.add_bias_kv && !opts_.add_zero_attn), kMha,
              "window and block_size do not combine with add_bias_kv / add_zero_attn (their extra keys sit outside "
              "every window), got window=", opts_.window, ", block_size=", opts_.block_size);
@@ -213,6 +216,15 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
   ao.need_entropy = opts.need_entropy;
   ao.num_kv_heads = Hkv;
   ao.window = opts_.window;
+  if (opts_.mask_mod || opts_.score_mod || opts.mask_mod || opts.score_mod) {  // the mods (autograd/flex.h)
+    ATTO_CHECK(extra == 0, kMha, "mask_mod and score_mod do not combine with add_bias_kv / add_zero_attn");
+    ATTO_CHECK(opts.mod_q_offset >= 0, kMha, "mod_q_offset must be >= 0, got ", opts.mod_q_offset);
+    ao.mask_mod = opts_.mask_mod && opts.mask_mod ? and_masks(opts_.mask_mod, opts.mask_mod)
+                  : opts.mask_mod                 ? opts.mask_mod
+                                                  : opts_.mask_mod;
+    ao.score_mod = compose_score_mods(opts_.score_mod, opts.score_mod);
+    ao.mod_q_offset = opts.mod_q_offset;
+  }
   if (opts_.block_size > 0) {
     ao.block_size = opts_.block_size;
     ao.block_layout = bigbird_block_layout({.q_blocks = (Lq + opts_.block_size - 1) / opts_.block_size,
@@ -390,6 +402,12 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
   ATTO_CHECK(!key_tokens || static_cast<int64_t>(key_tokens->size()) >= B, kCache, "key_tokens has ",
              key_tokens ? key_tokens->size() : 0, " rows for a cache of ", B);
   Tensor out = zeros({A, N, H * dv}, {.dtype = q.dtype()});  // (A, N, H d_v)
+  const MaskFn* mask_fn = variants.mask_mod ? &variants.mask_mod.fn() : nullptr;
+  const ScoreFn* score_fn = variants.score_mod ? &variants.score_mod.fn : nullptr;
+  ATTO_CHECK(variants.score_mod || variants.score_mod.captures.empty(), kCache,
+             "score_mod has captures but no function");
+  const Captures caps(variants.score_mod.captures);
+  const bool mods = mask_fn || score_fn;
   dispatch_float(q.dtype(), kCache, [&]<typename T>() {
     using V = typename Vec64<T>::type;
     constexpr int64_t kLanes = 64 / sizeof(T);
@@ -453,6 +471,23 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
               T acc = 0;
               for (int64_t x = 0; x < dk; ++x) acc += qv[x] * kt[x * C + j];
               sc[j] = acc;
+            }
+            if (mods) {  // the mods at the query's absolute position p (FlexAttention's arguments)
+              for (int64_t j = first; j < last; ++j) {
+                T x = -std::numeric_limits<T>::infinity();
+                if (open[static_cast<size_t>(j)] && (!mask_fn || (*mask_fn)(b, h, p, j))) {
+                  x = sc[j] * s;
+                  if (score_fn) {
+                    Score sx;
+                    sx.v = static_cast<double>(x);
+                    sx.ds = 1.0;
+                    x = static_cast<T>((*score_fn)(sx, b, h, p, j, caps).v);
+                  }
+                }
+                sc[j] = x;
+                m = std::max(m, sc[j]);
+              }
+              continue;
             }
             for (int64_t j = first; j < last; ++j) {
               sc[j] = open[static_cast<size_t>(j)] ? sc[j] * s : -std::numeric_limits<T>::infinity();

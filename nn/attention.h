@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/flex.h"
 #include "autograd/random.h"
 #include "autograd/tensor.h"
 #include "nn/attention_layer.h"
@@ -49,6 +50,13 @@ struct MultiheadAttentionOptions {
                                 ///< queries and keys after the in-projection; needs an even head_dim
   int64_t rope_max_len = 2048;  ///< RoPE: positions in its cos/sin tables (a forward's offset + L must not exceed it)
   double rope_base = 10000.0;   ///< RoPE: theta_i = rope_base^(-2i / head_dim)
+  /// FlexAttention's mask_mod (autograd/flex.h) in every forward, e.g. prefix_lm_mask(P): TRUE = the score EXISTS
+  /// (the OPPOSITE of attn_mask's Bool). Its block mask is built once per shape and cached. Not with add_bias_kv /
+  /// add_zero_attn.
+  MaskMod mask_mod = {};
+  /// FlexAttention's score_mod in every forward (e.g. alibi(H), softcap(50)) on scale * q . k before the masks and
+  /// the softmax; its captured tensors get gradients. Not with add_bias_kv / add_zero_attn.
+  ScoreMod score_mod = {};
 };
 
 /// Per-call options of MultiheadAttention::forward (PyTorch's forward keyword arguments).
@@ -68,6 +76,13 @@ struct MhaForwardOptions {
   bool need_entropy = false;
   /// RoPE (options().rope): the position of the first query and key (queries and keys at rope_offset .. + L - 1).
   int64_t rope_offset = 0;
+  /// A mask_mod of this call only (e.g. document_mask of this batch's sequence ids; TRUE = attended), combined with
+  /// options().mask_mod by and_masks (a per-call mask builds its block mask in every call).
+  MaskMod mask_mod = {};
+  /// A score_mod of this call only, applied after options().score_mod (compose_score_mods).
+  ScoreMod score_mod = {};
+  /// The absolute position of the first query as the mods see it (q_idx = mod_q_offset + i; keys at 0 .. Lk - 1).
+  int64_t mod_q_offset = 0;
 };
 
 /// What MultiheadAttention::forward returns.
@@ -189,6 +204,11 @@ struct CachedAttentionOptions {
   int64_t block_size = 0;
   /// Bool (>= ceil(C / block_size), >= ceil(C / block_size)) when block_size > 0, TRUE = computed.
   Tensor block_layout = {};
+  /// FlexAttention's mask_mod (TRUE = attended), called per key as mask_mod(cache row, query head, the query's
+  /// absolute position start[a] + i, the key's position): the same scores as MultiheadAttention's forward with it.
+  MaskMod mask_mod = {};
+  /// FlexAttention's score_mod on scale * q . k, with the same arguments (no gradients here).
+  ScoreMod score_mod = {};
 };
 
 /// An empty cache for B rows, H heads, C positions: {key (B, H, d_k, C), value (B, H, C, d_v)} in `dtype`.

@@ -136,6 +136,21 @@ void block_scores(const Plan& p, const T* q_bh, int64_t q_sl, const HeadOperand<
                   int64_t h, int64_t i0, int64_t n, int64_t lk, T* s) {
   kt.mul(n, lk, p.dk, operand(q_bh + i0 * q_sl, q_sl), s, lk, false, static_cast<T>(p.scale));
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  if (p.flex && p.flex->kinds) {  // a mask_mod on the dense path: its partial blocks' kept elements (FlexArgs::dense)
+    const FlexArgs& fx = *p.flex;
+    const int64_t bs = fx.bs, qb = i0 / bs;
+    const uint8_t* kinds = fx.row(b, h, qb);
+    const int64_t* bits_at = fx.bits_row(b, h, qb);
+    for (int64_t c = 0; c * bs < lk; ++c) {
+      if (kinds[c] != 1) continue;
+      const int64_t j1 = std::min(lk, (c + 1) * bs);
+      for (int64_t r = 0; r < n; ++r) {
+        const uint8_t* brow = fx.bits + bits_at[c] + ((i0 + r) % bs) * bs - c * bs;  // indexed by the key j
+        T* row = s + r * lk;
+        for (int64_t j = c * bs; j < j1; ++j) row[j] = brow[j] ? row[j] : kNegInf;
+      }
+    }
+  }
   for (int64_t r = 0; r < n; ++r) {
     const int64_t i = i0 + r;
     T* row = s + r * lk;
@@ -219,6 +234,17 @@ inline float dot<float>(const float* a, const float* b, int64_t n) {
 // Number of keys a block of query rows [i0, i0 + n) can see: causal blocks skip the keys past their last row.
 inline int64_t visible_keys(const Plan& p, int64_t i0, int64_t n) { return p.causal ? std::min(p.Lk, i0 + n) : p.Lk; }
 
+// The same for head (b, h), also cut at the end of the last non-empty key block of a mask_mod's block mask (the dense
+// path takes a block mask only when each row of blocks is non-empty blocks [0, end), FlexArgs::dense).
+inline int64_t visible_keys(const Plan& p, int64_t b, int64_t h, int64_t i0, int64_t n) {
+  const int64_t lk = visible_keys(p, i0, n);
+  if (!p.flex || !p.flex->kinds) return lk;
+  const uint8_t* kinds = p.flex->row(b, h, i0 / p.flex->bs);
+  int64_t c = p.flex->nbk;
+  while (c > 0 && kinds[c - 1] == 0) --c;
+  return std::min(lk, c * p.flex->bs);
+}
+
 // H = -sum_j p_j log p_j over a row of probabilities (0 log 0 = 0: blocked and flushed keys add nothing, as
 // p_j log max(p_j, min normal) is exactly 0 there). Vectorised (Eigen's log), a fixed order for any thread count.
 template <class T>
@@ -253,18 +279,25 @@ int64_t head_grain(const Plan& p) {
 
 // ---- the sparse path (window and/or block layout): per block of query rows, only the keys some row can see.
 
+// Rows per block of the sparse path: a mask_mod's block mask takes the causal height (its partial blocks are
+// typically on a diagonal; shorter rows skip more of them).
+inline int64_t sparse_block_rows(const Plan& p) {
+  return block_rows(p.Lq, p.causal || (p.flex && p.flex->kinds));
+}
+
 // Query rows [i0, i0 + n) of the sparse path: at most kBlockRows (kCausalBlockRows when causal) and never across a
 // row of the block layout, so that every row of a block has the same key blocks.
 inline int64_t sparse_rows(const Plan& p, int64_t i0) {
-  int64_t n = std::min(block_rows(p.Lq, p.causal), p.Lq - i0);
+  int64_t n = std::min(sparse_block_rows(p), p.Lq - i0);
   if (p.block > 0) n = std::min(n, p.block - i0 % p.block);
+  if (p.flex && p.flex->kinds) n = std::min(n, p.flex->bs - i0 % p.flex->bs);
   return n;
 }
 
 // The keys some row of [i0, i0 + n) may see under causality, the window and the block layout, in increasing order
 // into idx (when non-null); returns how many. Key blocks no row can see are left out, never computed. *contiguous
 // tells whether they form one run idx[0] ... idx[0] + count - 1 (always so without a block layout).
-inline int64_t key_set(const Plan& p, int64_t i0, int64_t n, int64_t* idx, bool* contiguous) {
+inline int64_t key_set(const Plan& p, int64_t b, int64_t h, int64_t i0, int64_t n, int64_t* idx, bool* contiguous) {
   int64_t lo = 0, hi = p.Lk;
   const int64_t last = i0 + n - 1;
   if (p.causal) hi = std::min(hi, last + 1);
@@ -278,6 +311,35 @@ inline int64_t key_set(const Plan& p, int64_t i0, int64_t n, int64_t* idx, bool*
   }
   *contiguous = true;
   if (lo >= hi) return 0;
+  if (p.flex && p.flex->kinds) {  // the key blocks of the block mask that are not empty, within the layout's
+    const uint8_t* kinds = p.flex->row(b, h, i0 / p.flex->bs);
+    const bool* lay = p.block > 0 ? p.layout + (i0 / p.block) * p.nbk : nullptr;
+    const int64_t bs = p.flex->bs;
+    int64_t count = 0, prev_end = -1, runs = 0;
+    for (int64_t c = lo / bs; c <= (hi - 1) / bs; ++c) {
+      if (kinds[c] == 0) continue;
+      const int64_t a0 = std::max(lo, c * bs), e0 = std::min(hi, (c + 1) * bs);
+      for (int64_t a = a0; a < e0;) {  // [a, e): one run within one layout block (or the whole range)
+        int64_t e = e0;
+        if (lay) {
+          const int64_t lb = a / p.block;
+          e = std::min(e0, (lb + 1) * p.block);
+          if (!lay[lb]) {
+            a = e;
+            continue;
+          }
+        }
+        if (a != prev_end) ++runs;
+        if (idx)
+          for (int64_t j = a; j < e; ++j) idx[count + j - a] = j;
+        count += e - a;
+        prev_end = e;
+        a = e;
+      }
+    }
+    *contiguous = runs <= 1;
+    return count;
+  }
   if (p.block <= 0) {
     if (idx)
       for (int64_t j = lo; j < hi; ++j) idx[j - lo] = j;
@@ -302,11 +364,14 @@ inline int64_t key_set(const Plan& p, int64_t i0, int64_t n, int64_t* idx, bool*
 inline int64_t max_key_set(const Plan& p) {
   int64_t most = 0;
   bool contiguous = true;
-  for (int64_t i0 = 0; i0 < p.Lq;) {
-    const int64_t n = sparse_rows(p, i0);
-    most = std::max(most, key_set(p, i0, n, nullptr, &contiguous));
-    i0 += n;
-  }
+  const int64_t mB = p.flex && p.flex->kinds ? p.flex->mB : 1, mH = p.flex && p.flex->kinds ? p.flex->mH : 1;
+  for (int64_t b = 0; b < mB; ++b)
+    for (int64_t h = 0; h < mH; ++h)
+      for (int64_t i0 = 0; i0 < p.Lq;) {
+        const int64_t n = sparse_rows(p, i0);
+        most = std::max(most, key_set(p, b, h, i0, n, nullptr, &contiguous));
+        i0 += n;
+      }
   return most;
 }
 
@@ -335,13 +400,20 @@ void dropout_at(const Plan& p, int64_t b, int64_t h, int64_t i, const int64_t* i
 // mask, causality or the window blocks (i, j): the sparse path's block_scores.
 template <class T>
 void sparse_scores(const Plan& p, const T* q_bh, int64_t q_sl, const T* kg, int64_t kg_sl, const int64_t* idx,
-                   const void* mask, int64_t b, int64_t h, int64_t i0, int64_t n, int64_t m, T* s) {
+                   const void* mask, int64_t b, int64_t h, int64_t i0, int64_t n, int64_t m, T* s, T* raw = nullptr) {
   detail::gemm(n, m, p.dk, operand(q_bh + i0 * q_sl, q_sl), operand(kg, kg_sl, true), s, m, false,
                static_cast<T>(p.scale), false);
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const FlexArgs* fx = p.flex;
+  const uint8_t* kinds = fx && fx->kinds ? fx->row(b, h, i0 / fx->bs) : nullptr;
+  const int64_t* bits_at = kinds ? fx->bits_row(b, h, i0 / fx->bs) : nullptr;
   for (int64_t r = 0; r < n; ++r) {
     const int64_t i = i0 + r;
     T* row = s + r * m;
+    if (fx && fx->score) {  // score_mod on scale * q . k (raw keeps the scores it saw, for the backward)
+      if (raw) std::copy(row, row + m, raw + r * m);
+      for (int64_t t = 0; t < m; ++t) row[t] = static_cast<T>(flex_score(*fx, static_cast<double>(row[t]), b, h, i, idx[t]));
+    }
     const int64_t moff = b * p.mb + h * p.mh + i * p.mi;
     if (p.mask_kind == MaskKind::Bool) {
       const bool* mrow = static_cast<const bool*>(mask) + moff;
@@ -358,6 +430,25 @@ void sparse_scores(const Plan& p, const T* q_bh, int64_t q_sl, const T* kg, int6
         if (p.window > 0) blocked = blocked || (p.causal ? j <= i - p.window : (j < i - p.window || j > i + p.window));
         if (blocked) row[t] = kNegInf;
       }
+    if (kinds) {  // mask_mod in partial blocks only (full blocks skip it, empty ones are not in idx): their kept
+                  // elements, else a call per element
+      const int64_t bs = fx->bs, ib = i % bs;
+      for (int64_t t = 0; t < m;) {
+        const int64_t c = idx[t] / bs, end = (c + 1) * bs;
+        int64_t t2 = t + 1;
+        while (t2 < m && idx[t2] < end) ++t2;
+        if (kinds[c] == 1) {
+          if (bits_at[c] >= 0) {
+            const uint8_t* brow = fx->bits + bits_at[c] + ib * bs - c * bs;  // indexed by the key j
+            for (int64_t u = t; u < t2; ++u) row[u] = brow[idx[u]] ? row[u] : kNegInf;
+          } else {
+            for (int64_t u = t; u < t2; ++u)
+              if (!flex_mask(*fx, b, h, i, idx[u])) row[u] = kNegInf;
+          }
+        }
+        t = t2;
+      }
+    }
   }
 }
 
@@ -378,8 +469,8 @@ template <class T>
 void sparse_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, const void* mask,
                     HeadView<T> out, T* stats, T* weights, T* probs, T* entropy) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  const int64_t M = max_key_set(p), nb = block_rows(p.Lq, p.causal), G = p.group();
-  const bool gathers = p.block > 0;
+  const int64_t M = max_key_set(p), nb = sparse_block_rows(p), G = p.group();
+  const bool gathers = p.block > 0 || (p.flex && p.flex->kinds);
   parallel_for(0, p.B * p.H, head_grain(p), [&](int64_t bh0, int64_t bh1) {
     const size_t blk = static_cast<size_t>(nb * M), mm = static_cast<size_t>(M);
     const size_t nk = gathers ? mm * p.dk : 0, nv = gathers ? mm * p.dv : 0, n_mult = p.dropout ? mm : 0;
@@ -400,7 +491,7 @@ void sparse_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, Hea
       for (int64_t i0 = 0, n = 0; i0 < p.Lq; i0 += n) {
         n = sparse_rows(p, i0);
         bool contiguous = true;
-        const int64_t m = key_set(p, i0, n, idx, &contiguous);
+        const int64_t m = key_set(p, b, h, i0, n, idx, &contiguous);
         T* w_blk = weights ? weights + (bh * p.Lq + i0) * p.Lk : nullptr;  // (n, Lk)
         if (w_blk) std::fill(w_blk, w_blk + n * p.Lk, T(0));
         if (m == 0) {  // no key in reach: every row is blocked
@@ -465,8 +556,10 @@ template <class T>
 void sparse_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v, const void* mask,
                      HeadView<const T> out, const T* stats, const T* probs, HeadView<const T> dout, HeadView<T> dq,
                      HeadView<T> dk, HeadView<T> dv, const T* entropy, const T* dentropy) {
-  const int64_t M = max_key_set(p), nb = block_rows(p.Lq, p.causal), G = p.group();
-  const bool need_ds = dq || dk, gathers = p.block > 0;
+  const int64_t M = max_key_set(p), nb = sparse_block_rows(p), G = p.group();
+  // The captured tensors' gradients need dL/dmod even when q and k want none.
+  const bool need_ds = dq || dk || (p.flex && p.flex->cap_grad), gathers = p.block > 0 || (p.flex && p.flex->kinds);
+  const bool mod = p.flex && p.flex->score;  // score_mod: dS goes through d mod / d score, and into the captures
   const T scale = static_cast<T>(p.scale);
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   // Threads split the key/value heads: the query heads sharing one run in order on one thread, so that a shared
@@ -476,8 +569,9 @@ void sparse_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k, He
     const size_t n_ds = need_ds ? blk : 0, n_pd = p.dropout && dv ? blk : 0, n_mult = p.dropout ? blk : 0;
     const size_t nk = gathers ? mm * p.dk : 0, nv = gathers ? mm * p.dv : 0;
     Scratch& sc = scratch();
+    const size_t n_raw = mod && need_ds ? blk : 0;
     sc.reserve({blk * sizeof(T), n_ds * sizeof(T), n_pd * sizeof(T), n_mult * sizeof(T), mm * sizeof(int64_t),
-                nk * sizeof(T), nv * sizeof(T), nk * sizeof(T), nv * sizeof(T)});
+                nk * sizeof(T), nv * sizeof(T), nk * sizeof(T), nv * sizeof(T), n_raw * sizeof(T)});
     T* prob = sc.take<T>(blk);
     T* ds = sc.take<T>(n_ds);
     T* pd = n_pd ? sc.take<T>(n_pd) : nullptr;
@@ -487,7 +581,9 @@ void sparse_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k, He
     T* vbuf = sc.take<T>(nv);
     T* dkbuf = sc.take<T>(nk);
     T* dvbuf = sc.take<T>(nv);
+    T* raw = n_raw ? sc.take<T>(n_raw) : nullptr;
     for (int64_t g = g0; g < g1; ++g) {
+      double* cap_grad = mod && p.flex->cap_grad ? p.flex->cap_grad + g * p.flex->cap_numel : nullptr;
       const int64_t b = g / (p.H / G), hk = g % (p.H / G);
       const T* k_bh = k.head(b, hk);
       const T* v_bh = v.head(b, hk);
@@ -500,7 +596,7 @@ void sparse_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k, He
         for (int64_t i0 = 0, n = 0; i0 < p.Lq; i0 += n) {
           n = sparse_rows(p, i0);
           bool contiguous = true;
-          const int64_t m = key_set(p, i0, n, idx, &contiguous);
+          const int64_t m = key_set(p, b, h, i0, n, idx, &contiguous);
           if (m == 0) {
             if (dq) {
               T* dq_bh = dq.head(b, h);
@@ -522,7 +618,7 @@ void sparse_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k, He
             pr = probs_bh;
             probs_bh += n * m;
           } else {
-            sparse_scores(p, q_bh, q.sl, kg, kg_sl, idx, mask, b, h, i0, n, m, prob);
+            sparse_scores(p, q_bh, q.sl, kg, kg_sl, idx, mask, b, h, i0, n, m, prob, raw);
           }
           for (int64_t r = 0; r < n; ++r) {
             T* row = prob + r * m;
@@ -559,6 +655,23 @@ void sparse_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k, He
             const T d = dot(do_bh + (i0 + r) * dout.sl, o_bh + (i0 + r) * out.sl, p.dv);
             const T* prow = pr + r * m;
             T* drow = ds + r * m;
+            if (mod) {  // dL/dmod = P (dP - D) (+ the entropy's), then times d mod / d score and scale
+              const T* f = p.dropout ? mult + r * m : nullptr;
+              for (int64_t t = 0; t < m; ++t) drow[t] = prow[t] * ((f ? drow[t] * f[t] : drow[t]) - d);
+              if (dentropy) {
+                const int64_t row_i = bh * p.Lq + i0 + r;
+                add_entropy_grad(prow, m, entropy[row_i], dentropy[row_i], T(1), drow);
+              }
+              const T* rrow = raw + r * m;
+              for (int64_t t = 0; t < m; ++t) {
+                const T gm = drow[t];
+                if (gm == T(0)) continue;  // blocked or zero-probability keys: no gradient anywhere
+                const double dmod = flex_score_backward(*p.flex, static_cast<double>(rrow[t]), b, h, i0 + r, idx[t],
+                                                        static_cast<double>(gm), cap_grad);
+                drow[t] = static_cast<T>(static_cast<double>(gm) * dmod) * scale;
+              }
+              continue;
+            }
             if (p.dropout) {
               const T* f = mult + r * m;
               for (int64_t t = 0; t < m; ++t) drow[t] = prow[t] * (drow[t] * f[t] - d) * scale;
@@ -604,7 +717,7 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
     sparse_forward(p, q, k, v, mask, out, stats, weights, probs, entropy);
     return;
   }
-  const int64_t nb = block_rows(p.Lq, p.causal), G = p.group();
+  const int64_t nb = block_rows(p.Lq, p.causal || p.flex), G = p.group();
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   parallel_for(0, p.B * p.H, head_grain(p), [&](int64_t bh0, int64_t bh1) {
     const size_t blk = static_cast<size_t>(nb * p.Lk), n_mult = p.dropout ? static_cast<size_t>(p.Lk) : 0;
@@ -626,7 +739,7 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
       const HeadOperand<T> vv(p.Lk, p.dv, operand(v_bh, v.sl), v_buf);         // V (Lk, d_v)
       for (int64_t i0 = 0; i0 < p.Lq; i0 += nb) {
         const int64_t n = std::min(nb, p.Lq - i0);
-        const int64_t lk = visible_keys(p, i0, n);
+        const int64_t lk = visible_keys(p, b, h, i0, n);
         T* w_blk = weights ? weights + (bh * p.Lq + i0) * p.Lk : nullptr;  // (n, Lk)
         if (lk == 0) {                                                     // no keys at all: every row is blocked
           for (int64_t r = 0; r < n; ++r)
@@ -703,7 +816,7 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
     sparse_backward(p, q, k, v, mask, out, stats, probs, dout, dq, dk, dv, entropy, dentropy);
     return;
   }
-  const int64_t nb = block_rows(p.Lq, p.causal), G = p.group();
+  const int64_t nb = block_rows(p.Lq, p.causal || p.flex), G = p.group();
   const bool need_ds = dq || dk;
   const T scale = static_cast<T>(p.scale);
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
@@ -740,7 +853,7 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
       const HeadOperand<T> kk(dq ? p.Lk : 0, p.dk, operand(k_bh, k.sl), k_buf);              // K (Lk, d_k)
       for (int64_t i0 = 0; i0 < p.Lq; i0 += nb) {
         const int64_t n = std::min(nb, p.Lq - i0);
-        const int64_t lk = visible_keys(p, i0, n);
+        const int64_t lk = visible_keys(p, b, h, i0, n);
         if (lk == 0) {
           if (dq) {
             T* dq_bh = dq.head(b, h);

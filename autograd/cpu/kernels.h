@@ -32,6 +32,44 @@ constexpr int64_t kLayerNormBlockRows = 32;
 /// The kind of attention mask: none, bool (true = blocked) or float (added to the scores).
 enum class MaskKind { None, Bool, Float };
 
+/// mask_mod / score_mod (autograd/flex.h) as the attention kernels see them. The op fills it; the kernels call the
+/// mods only through flex_mask / flex_score / flex_score_backward, compiled once outside the kernel sets.
+struct FlexArgs {
+  const uint8_t* kinds = nullptr;  // block mask (mB, mH, nbq, nbk) of BlockKind (0 empty, 1 partial, 2 full); null =
+                                   // no mask_mod
+  int64_t mB = 1, mH = 1, nbq = 0, nbk = 0, bs = 1;  // its dims (mB, mH = 1: broadcast) and block side
+  const int64_t* bits_at = nullptr;  // per block (as kinds): its partial elements' start in bits, -1 = call mask
+  const uint8_t* bits = nullptr;     // partial blocks' elements, bs x bs bytes each (1 = attended)
+  // The dense path may take this mask (no score_mod; every row of blocks is non-empty blocks [0, end), every partial
+  // block's elements kept; the dense rows of queries never cross a block): causal-like masks then cost what
+  // is_causal costs.
+  bool dense = false;
+  const void* mask = nullptr;                        // the MaskFn
+  const void* score = nullptr;                       // the ScoreFn; null = no score_mod
+  const void* captures = nullptr;                    // the Captures
+  int64_t q_offset = 0;                              // absolute position of query row 0
+  // Backward: per key/value-head group g (B * H_kv) the slice cap_grad + g * cap_numel receives the captured
+  // tensors' gradients (tensor i's flat elements from cap_offset[i]); null = none wanted.
+  double* cap_grad = nullptr;
+  int64_t cap_numel = 0;
+  const int64_t* cap_offset = nullptr;
+  /// The block kinds of query block qb of head (b, h).
+  [[gnu::always_inline]] const uint8_t* row(int64_t b, int64_t h, int64_t qb) const {
+    return kinds + (((mB == 1 ? 0 : b) * mH + (mH == 1 ? 0 : h)) * nbq + qb) * nbk;
+  }
+  /// bits_at of query block qb of head (b, h).
+  [[gnu::always_inline]] const int64_t* bits_row(int64_t b, int64_t h, int64_t qb) const {
+    return bits_at + (((mB == 1 ? 0 : b) * mH + (mH == 1 ? 0 : h)) * nbq + qb) * nbk;
+  }
+};
+/// mask_mod(b, h, q_offset + i, j): true = the score exists.
+bool flex_mask(const FlexArgs& f, int64_t b, int64_t h, int64_t i, int64_t j);
+/// score_mod's value at raw score s of (b, h, query row i, key j).
+double flex_score(const FlexArgs& f, double s, int64_t b, int64_t h, int64_t i, int64_t j);
+/// score_mod's d/dscore at s; adds g * d mod / d capture into cap_grad (a group's slice; null = not wanted).
+double flex_score_backward(const FlexArgs& f, double s, int64_t b, int64_t h, int64_t i, int64_t j, double g,
+                           double* cap_grad);
+
 /// Everything the attention forward and backward need to recompute a block of scores and its dropout mask.
 struct AttentionPlan {
   int64_t B = 0, H = 0, Lq = 0, Lk = 0, dk = 0, dv = 0;
@@ -48,10 +86,12 @@ struct AttentionPlan {
   int64_t block = 0;        // block-sparse block size (0 = off) of layout (nbq, nbk), true = the block is computed
   const bool* layout = nullptr;
   int64_t nbq = 0, nbk = 0;
+  /// mask_mod / score_mod (autograd/flex.h), null when neither is given (the paths of before, unchanged).
+  const FlexArgs* flex = nullptr;
   /// Query heads per key/value head.
   int64_t group() const { return Hkv > 0 ? H / Hkv : 1; }
   /// True when the pattern (window or block layout) lets the kernels skip blocks of keys.
-  bool sparse() const { return window > 0 || block > 0; }
+  bool sparse() const { return window > 0 || block > 0 || (flex != nullptr && !flex->dense); }
 };
 
 /// The heads of a (B, H, L, d) operand: feature x of row l of head (b, h) at p + b * sb + h * sh + l * sl + x.

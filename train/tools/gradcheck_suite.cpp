@@ -690,6 +690,32 @@ std::vector<Check> build_registry() {
                      },
                      in, o);
                }});
+  // FlexAttention-style mods (autograd/flex.h): ALiBi with learned (captured) slopes composed with soft-capping, under a
+  // prefix-LM mask_mod: the gradients of q, k, v and of the captured slopes.
+  r.push_back({"scaled_dot_product_attention.flex", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 41), drop(0);
+                 const int64_t dk = c.d_model / c.heads;
+                 const Shape s{c.batch, c.heads, c.len, dk};
+                 Inputs in{leaf(s, gen, c.dtype), leaf(s, gen, c.dtype), leaf(s, gen, c.dtype),
+                           leaf({c.heads}, gen, c.dtype, 0.1, 0.5)};
+                 const int64_t prefix = std::max<int64_t>(1, c.len / 3);
+                 AttentionOptions opts{.is_causal = c.mask == "causal",
+                                       .dropout_p = c.dropout,
+                                       .generator = &drop,
+                                       .mask_mod = prefix_lm_mask(prefix)};
+                 if (c.mask == "padding") opts.attn_mask = reshape(key_padding(c), {c.batch, 1, 1, c.len});
+                 return run_check(
+                     "scaled_dot_product_attention.flex", "op",
+                     str_cat("q, k, v ", sh(s), ", slopes (", c.heads, ") alibi+softcap(2) prefix_lm(", prefix,
+                             ") mask=", c.mask, " dropout=", double_str(c.dropout)),
+                     [&] {
+                       drop.manual_seed(c.seed + 7);
+                       AttentionOptions o2 = opts;
+                       o2.score_mod = compose_score_mods(alibi(in[3]), softcap(2.0));
+                       return scaled_dot_product_attention(in[0], in[1], in[2], o2).output;
+                     },
+                     in, o);
+               }});
   // The attention entropy (need_entropy) through the fused backward, together with the output (grouped-query heads,
   // so that a shared key head sums the entropy gradients of its query heads): the Jacobian of [output | entropy].
   r.push_back({"scaled_dot_product_attention.entropy", "op", [](const CheckConfig& c, const GradcheckOptions& o) {
@@ -1078,6 +1104,8 @@ const std::vector<UncheckedOp>& unchecked_ops() {
       v.push_back({n, "boolean or index result: no gradient"});
     v.push_back({"record", "the engine's primitive that records an op's node, not an op"});
     v.push_back({"bigbird_block_layout", "builds a Bool block layout from block counts: no tensor input"});
+    v.push_back({"alibi_slopes", "ALiBi's fixed slopes from a head count: no tensor input (alibi(slopes) is checked "
+                                 "as scaled_dot_product_attention.flex)"});
     v.push_back({"attention_entropy_loss",
                  "-lambda * a (masked) mean, composed of mul, sum and mean (each checked); the entropy it reads is "
                  "checked as scaled_dot_product_attention.entropy"});

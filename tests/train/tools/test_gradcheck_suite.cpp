@@ -67,6 +67,7 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                         "scaled_dot_product_attention.gqa",
                                         "scaled_dot_product_attention.window",
                                         "scaled_dot_product_attention.block_sparse",
+                                        "scaled_dot_product_attention.flex",
                                         "scaled_dot_product_attention.entropy",
                                         "apply_rotary_emb",
                                         "linear_attention",
