@@ -132,6 +132,31 @@ TEST_F(CliData, PairsGenerateEvalAndOtherFiles) {
       "line 1: a source of 6 and a target of 1 tokens do not fit", "too long for the model");
 }
 
+TEST_F(CliData, AnEncoderTrainedOnPairsWorksFromItsWeightsFile) {
+  // Issue 27: the saved data spec did not say the targets were aligned, so generate, export and eval --pairs
+  // refused the encoder-only model ("targets ... are not aligned") and import could not be reached.
+  const std::string out = (scratch() / "enc").string(), w = quote(out + "/model.attograd");
+  const CliRun t = attograd("train -q --json --pairs " + quote(numbers()) + " --tokenize word --model encoder " +
+                            kSmall + " --out " + quote(out));
+  ASSERT_EQ(t.status, 0) << t.err;
+  const CliRun g = attograd("generate -w " + w + " --input 'seven three'");
+  ASSERT_EQ(g.status, 0) << g.err;
+  EXPECT_EQ(lines(g.out).size(), 1u);
+  const CliRun e = attograd("eval --json -w " + w);
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_EQ(last_line_json(e.out)["sequence_accuracy"], last_line_json(t.out)["sequence_accuracy"]);
+  const CliRun p = attograd("eval --json -w " + w + " --pairs " + quote(write("enc.tsv", "one two\tuno dos\nfive\tcinco\n")));
+  ASSERT_EQ(p.status, 0) << p.err;
+  EXPECT_EQ(last_line_json(p.out)["n"], 2);
+  const std::string st = quote(out + "/model.safetensors"), back = quote(out + "/back.attograd");
+  const CliRun x = attograd("export -w " + w + " --to " + st);
+  ASSERT_EQ(x.status, 0) << x.err;
+  const CliRun i = attograd("import --from " + st + " --to " + back);
+  ASSERT_EQ(i.status, 0) << i.err;
+  EXPECT_EQ(attograd("generate -w " + back + " --input 'seven three'").out, g.out);
+  EXPECT_EQ(attograd("eval --json -w " + back + " --pairs " + quote(scratch() / "enc.tsv")).status, 0);
+}
+
 TEST_F(CliData, ExportImportResumeKeepTheData) {
   const std::string dir = (scratch() / "text").string();
   const std::string st = (scratch() / "text.safetensors").string(), back = (scratch() / "back.attograd").string();
