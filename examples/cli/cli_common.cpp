@@ -123,7 +123,8 @@ std::string plain_number_error(const std::string& s, const std::string& kind) {
     if (!digits(s, i)) return bad;
   }
   if (i != s.size()) return bad;
-  if (real && !std::isfinite(std::strtod(s.c_str(), nullptr))) return "'" + s + "' is out of range (overflows a double)";
+  if (real && !std::isfinite(std::strtod(s.c_str(), nullptr)))
+    return "'" + s + "' is out of range (overflows a double)";
   if (!real && kind == "INT") {
     bool overflow = false;
     if (!parse_int(s, &overflow)) return "'" + s + "' is out of range for a 64-bit integer";

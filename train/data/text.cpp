@@ -271,6 +271,7 @@ void read_field(const json& v, const std::string& name, T& out) {
 std::string DataSpec::to_json() const {
   json j = json::object();
   for_each_field(*this, [&](const char* name, const auto& v) { j[name] = v; });
+  if (!aligned) j.erase("aligned");  // only when true: a text model's file stays as older readers know it
   return j.dump();
 }
 
