@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -19,6 +20,7 @@
 
 #include "cli_testing.h"
 
+#include "train/io/safetensors.h"
 #include "train/io/serialize.h"
 #include "train/trainer.h"
 
@@ -528,6 +530,56 @@ TEST_F(Cli, EveryNumericFlagRefusesAnEmptyOrPartialNumber) {
   const CliRun e = attograd("eval --json --eval-size 010 -w " + quote(weights()));
   ASSERT_EQ(e.status, 0) << e.err;
   EXPECT_EQ(last_line_json(e.out)["n"], 10);
+}
+
+TEST_F(Cli, NonFiniteWeightsAreRefusedAndInspectListsThemOnRequest) {
+  // Issue 27: a weights file holding NaN evaluated with loss NaN and exit 0 and generated "<pad> <pad> ...".
+  std::string meta;
+  attograd::io::NamedTensors t = attograd::io::read_tensors(weights(), &meta);
+  ASSERT_GE(t.size(), 2u);
+  const std::string name = t[1].first;
+  t[1].second.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  t[1].second.data<float>()[1] = -std::numeric_limits<float>::infinity();
+  const std::string bad = (scratch() / "nan.attograd").string(), st = (scratch() / "nan.safetensors").string();
+  attograd::io::write_tensors(bad, t, meta);
+  ASSERT_EQ(attograd("export -w " + quote(weights()) + " --to " + quote(st)).status, 0);
+  attograd::io::write_safetensors(st, t, attograd::io::read_safetensors(st).metadata);  // the same config
+  const std::string b = quote(bad), to = quote((scratch() / "nan-out").string());
+  const std::string holds = "tensor '" + name + "' holds 2 non-finite values";
+  for (const std::string& args : {"eval -w " + b, "generate -w " + b + " -i '1 2'", "export -w " + b + " --to " + to,
+                                  "import --from " + quote(st) + " --to " + to, "eval -w " + quote(st)})
+    expect_one_line_error(attograd(args), holds, args);
+  EXPECT_FALSE(fs::exists(scratch() / "nan-out"));
+  // inspect lists and counts them, then refuses (exit 2) unless asked to allow them.
+  for (const std::string& f : {b, quote(st)}) {
+    const CliRun i = attograd("inspect " + f);
+    expect_one_line_error(i, "tensor '" + name + "' holds 2 NaN or infinite values", "inspect " + f);
+    EXPECT_NE(i.out.find("2 NaN or infinite values"), std::string::npos) << i.out;
+    EXPECT_NE(i.err.find("--allow-nonfinite"), std::string::npos) << i.err;
+    const CliRun ok = attograd("inspect --allow-nonfinite " + f);
+    EXPECT_EQ(ok.status, 0) << ok.err;
+    EXPECT_EQ(ok.out, i.out);
+    const json j = last_line_json(attograd("inspect --json --allow-nonfinite " + f).out);
+    int64_t total = 0;
+    for (const json& e : j["tensors"]) total += e["nonfinite"].get<int64_t>();
+    EXPECT_EQ(total, 2) << j.dump();
+  }
+  // A finite file's listing is unchanged, and no tensor counts any.
+  const CliRun good = attograd("inspect --json " + quote(weights()));
+  ASSERT_EQ(good.status, 0) << good.err;
+  for (const json& e : last_line_json(good.out)["tensors"]) EXPECT_EQ(e["nonfinite"], 0);
+  EXPECT_EQ(attograd("inspect " + quote(weights())).out.find("NaN"), std::string::npos);
+  // A checkpoint whose optimizer state went NaN cannot be resumed.
+  attograd::io::Checkpoint ck = attograd::io::load_checkpoint(dir() + "/checkpoint.attograd");
+  for (auto& [n, v] : ck.tensors)
+    if (n.rfind("optim.", 0) == 0 && v.dtype() == attograd::kFloat32 && v.numel() > 0) {
+      v.data<float>()[0] = std::numeric_limits<float>::infinity();
+      const std::string ckp = (scratch() / "nan-ck.attograd").string();
+      attograd::io::save_checkpoint(ck, ckp);
+      expect_one_line_error(attograd("train --resume " + quote(ckp) + " --steps 40"),
+                            "tensor '" + n + "' holds 1 non-finite value", "resume a NaN checkpoint");
+      break;
+    }
 }
 
 TEST_F(Cli, WorkThatNeverEndsIsBounded) {
