@@ -29,20 +29,58 @@ class EvalModeGuard {
   bool was_training_;
 };
 
-// Index of the first maximum of logits[i, :]; logits (A, V) float32 or float64.
-int64_t argmax_row(const Tensor& logits, int64_t i) {
+// f(p) with p pointing at row i of logits (A, V), float32 or float64.
+template <class F>
+auto with_row(const Tensor& logits, int64_t i, const char* me, F&& f) {
   const int64_t V = logits.size(1);
-  auto first_max = [&](const auto* p) {
-    p += i * V;
-    int64_t best = 0;
-    for (int64_t v = 1; v < V; ++v)
-      if (p[v] > p[best]) best = v;
+  if (logits.dtype() == kFloat32) return f(logits.data<float>() + i * V);
+  ATTO_CHECK(logits.dtype() == kFloat64, me, "logits must be float32 or float64, got ", dtype_name(logits.dtype()));
+  return f(logits.data<double>() + i * V);
+}
+
+// Error naming `where` (the step, the examples) and the first logit of logits (A, V) that is NaN or +inf (row
+// numbers from `rows` when given): it has no argmax and no softmax, and index 0 is no answer. -inf is a token the
+// model rules out (EncoderTagger past a source's end); a row of nothing else is an error too.
+void check_finite_logits(const Tensor& logits, const char* me, const std::string& where,
+                         const std::vector<int64_t>* rows = nullptr) {
+  const int64_t A = logits.size(0), V = logits.size(1);
+  for (int64_t i = 0; i < A; ++i) {
+    const int64_t bad = with_row(logits, i, me, [&](const auto* p) {
+      bool any = false;
+      for (int64_t v = 0; v < V; ++v) {
+        if (std::isnan(p[v]) || p[v] > std::numeric_limits<double>::max()) return v;
+        any = any || std::isfinite(p[v]);
+      }
+      return any ? int64_t{-1} : V;
+    });
+    if (bad < 0) continue;
+    const int64_t row = rows ? (*rows)[static_cast<size_t>(i)] : i;
+    if (bad == V) throw Error(me, str_cat(where, ": every logit of row ", row, " is -inf: no token to choose"));
+    throw Error(me, str_cat(where, ": the model's logits are not finite (",
+                            with_row(logits, i, me, [&](const auto* p) { return static_cast<double>(p[bad]); }),
+                            " for token ", bad, " of row ", row, "): are its weights and inputs finite?"));
+  }
+}
+
+// Index of the first maximum of logits[i, :] among the tokens not masked; logits (A, V) float32 or float64, finite.
+int64_t argmax_row(const Tensor& logits, int64_t i, const std::vector<char>& masked = {}) {
+  const int64_t V = logits.size(1);
+  return with_row(logits, i, "greedy_decode", [&](const auto* p) {
+    int64_t best = -1;
+    for (int64_t v = 0; v < V; ++v)
+      if ((masked.empty() || !masked[static_cast<size_t>(v)]) && (best < 0 || p[v] > p[best])) best = v;
     return best;
-  };
-  if (logits.dtype() == kFloat32) return first_max(logits.data<float>());
-  ATTO_CHECK(logits.dtype() == kFloat64, "greedy_decode", "logits must be float32 or float64, got ",
-             dtype_name(logits.dtype()));
-  return first_max(logits.data<double>());
+  });
+}
+
+// A mask over the vocabulary: 1 for the ids in `ids` (empty when there are none).
+std::vector<char> token_mask(const std::vector<int64_t>& ids, int64_t vocab) {
+  std::vector<char> m;
+  if (ids.empty()) return m;
+  m.assign(static_cast<size_t>(vocab), 0);
+  for (int64_t t : ids)
+    if (t >= 0 && t < vocab) m[static_cast<size_t>(t)] = 1;
+  return m;
 }
 
 // Summed cross-entropy over the non-ignored targets and their number; logits (B, L, V), target (B, L).
@@ -130,16 +168,19 @@ TokenRows greedy_decode(nn::SequenceModel& model, const TokenRows& sources, int6
   nn::DecodeState st = model.begin_decode(sources);
   st.use_cache = options.use_cache;
   const int64_t eos = spec.specials.eos;
+  // A text stream holds no reserved id: the choice is among the others (see never_emitted).
+  const std::vector<char> masked = token_mask(spec.stream ? never_emitted(spec) : std::vector<int64_t>{}, spec.vocab);
   for (int64_t step = 0; step < max_new && !st.active.empty(); ++step) {
     const Tensor logits = model.decode_step(st);  // (A, V)
     ATTO_CHECK(logits.dim() == 2 && logits.size(0) == static_cast<int64_t>(st.active.size()) &&
                    logits.size(1) == spec.vocab,
                me, model.kind(), "'s decode_step returned ", logits.shape(), ", expected (", st.active.size(), ", ",
                spec.vocab, ")");
+    check_finite_logits(logits, me, str_cat("step ", step), &st.active);
     std::vector<int64_t> still;
     for (size_t i = 0; i < st.active.size(); ++i) {
       const auto ub = static_cast<size_t>(st.active[i]);
-      const int64_t token = argmax_row(logits, static_cast<int64_t>(i));
+      const int64_t token = argmax_row(logits, static_cast<int64_t>(i), masked);
       st.decoded[ub].push_back(token);
       if (token != eos || spec.stream) still.push_back(st.active[i]);  // a text stream has no end
     }
@@ -185,11 +226,12 @@ EvalResult evaluate_stream(nn::SequenceModel& model, const std::vector<Example>&
     const nn::SequenceBatch b = model.make_batch({examples.begin() + static_cast<std::ptrdiff_t>(start),
                                                   examples.begin() + static_cast<std::ptrdiff_t>(end)});
     const Tensor logits = model.forward_batch(b);  // (B, T, V)
+    const int64_t B = b.target.size(0), T = b.target.size(1);
+    const Tensor flat = reshape(logits, {B * T, logits.size(2)});  // (B*T, V)
+    check_finite_logits(flat, "evaluate", str_cat("examples ", start, " to ", end - 1));
     const auto [sum, n] = summed_loss(logits, b.target, ignore);
     loss_sum += sum;
     count += n;
-    const int64_t B = b.target.size(0), T = b.target.size(1);
-    const Tensor flat = reshape(logits, {B * T, logits.size(2)});  // (B*T, V)
     const int64_t* t = b.target.data<int64_t>();
     for (int64_t i = 0; i < B; ++i) {
       bool all = true;
@@ -214,7 +256,18 @@ EvalResult evaluate_stream(nn::SequenceModel& model, const std::vector<Example>&
 // ---------------------------------------------------------------------------------------------
 // Sampling
 
-std::vector<double> sampling_distribution(const Tensor& logits, const SamplingOptions& o) {
+std::vector<int64_t> never_emitted(const nn::ModelSpec& spec) {
+  const nn::SpecialTokens& s = spec.specials;
+  std::vector<int64_t> ids = {s.pad, s.bos, s.sep};
+  if (spec.stream) ids.push_back(s.eos);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::erase_if(ids, [&](int64_t t) { return t < 0 || t >= spec.vocab; });
+  return ids;
+}
+
+std::vector<double> sampling_distribution(const Tensor& logits, const SamplingOptions& o,
+                                          const std::vector<int64_t>& masked) {
   const char* me = "sample";
   ATTO_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, me, "temperature must be >= 0 and finite, got ",
              o.temperature);
@@ -224,39 +277,61 @@ std::vector<double> sampling_distribution(const Tensor& logits, const SamplingOp
              "expected one row of logits (V), got shape ", logits.defined() ? logits.shape() : Shape{});
   const int64_t V = logits.size(0);
   std::vector<double> z(static_cast<size_t>(V));
-  const Tensor& c = logits;
-  if (c.dtype() == kFloat32)
-    for (int64_t v = 0; v < V; ++v) z[static_cast<size_t>(v)] = c.data<float>()[v];
-  else {
-    ATTO_CHECK(c.dtype() == kFloat64, me, "logits must be float32 or float64, got ", dtype_name(c.dtype()));
-    for (int64_t v = 0; v < V; ++v) z[static_cast<size_t>(v)] = c.data<double>()[v];
+  with_row(reshape(logits, {1, V}), 0, me, [&](const auto* p) {
+    std::copy(p, p + V, z.begin());
+    return 0;
+  });
+  std::vector<char> keep(z.size(), 1);
+  for (size_t v = 0; v < z.size(); ++v) {
+    ATTO_CHECK(!std::isnan(z[v]) && z[v] != std::numeric_limits<double>::infinity(), me, "logit ", v, " is ", z[v],
+               ": a distribution needs finite logits (-inf rules a token out)");
+    keep[v] = z[v] != -std::numeric_limits<double>::infinity();
   }
+  for (int64_t t : masked) {
+    ATTO_CHECK(t >= 0 && t < V, me, "masked token ", t, " is outside [0, ", V, ")");
+    keep[static_cast<size_t>(t)] = 0;
+  }
+  const auto kept = static_cast<int64_t>(std::count(keep.begin(), keep.end(), 1));
+  ATTO_CHECK(kept > 0, me, "every one of the ", V, " tokens is masked or has logit -inf: nothing to draw");
+  // The largest kept logit (the first, for greedy).
+  size_t best = 0;
+  while (!keep[best]) ++best;
+  for (size_t v = best + 1; v < z.size(); ++v)
+    if (keep[v] && z[v] > z[best]) best = v;
   std::vector<double> p(z.size(), 0.0);
   if (o.temperature == 0) {  // greedy: the first maximum
-    p[static_cast<size_t>(std::max_element(z.begin(), z.end()) - z.begin())] = 1.0;
+    p[best] = 1.0;
     return p;
   }
-  constexpr double kMasked = -std::numeric_limits<double>::infinity();
-  for (double& x : z) x /= o.temperature;
-  if (o.top_k > 0 && o.top_k < V) {
-    std::vector<double> sorted = z;
+  // top-k on the logits themselves: dividing by T > 0 keeps their order, and rounding cannot merge two of them.
+  if (o.top_k > 0 && o.top_k < kept) {
+    std::vector<double> sorted;
+    for (size_t v = 0; v < z.size(); ++v)
+      if (keep[v]) sorted.push_back(z[v]);
     std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<>());
     const double kth = sorted[static_cast<size_t>(o.top_k - 1)];
-    for (double& x : z)
-      if (x < kth) x = kMasked;
+    for (size_t v = 0; v < z.size(); ++v)
+      if (z[v] < kth) keep[v] = 0;
   }
-  const double mx = *std::max_element(z.begin(), z.end());
+  // softmax((z - max) / T): z - max <= 0, so any T > 0 (4.9e-324 included) gives exp of a value in [-inf, 0]: no
+  // inf - inf, and the maxima keep exp(0) = 1. (z / T - max / T overflows for a tiny T.) Only logits beyond +-9e307
+  // make z - max itself overflow: then it is halved first.
+  const double mx = z[best], T = o.temperature;
+  auto scaled = [&](double x) {
+    const double d = x - mx;
+    return std::isfinite(d) ? d / T : ((x * 0.5 - mx * 0.5) / T) * 2;
+  };
   double total = 0;
-  for (size_t v = 0; v < z.size(); ++v) total += p[v] = z[v] == kMasked ? 0.0 : std::exp(z[v] - mx);
-  for (double& x : p) x /= total;
+  for (size_t v = 0; v < z.size(); ++v) total += p[v] = keep[v] ? std::exp(scaled(z[v])) : 0.0;
+  for (double& x : p) x /= total;  // total >= 1: the maximum contributes exp(0)
   if (o.top_p < 1) {
     std::vector<size_t> order(p.size());
     std::iota(order.begin(), order.end(), size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
     double cumulative = 0;
-    size_t keep = 0;
-    while (keep < order.size() && (keep == 0 || cumulative < o.top_p)) cumulative += p[order[keep++]];
-    for (size_t i = keep; i < order.size(); ++i) p[order[i]] = 0;
+    size_t keep_n = 0;
+    while (keep_n < order.size() && (keep_n == 0 || cumulative < o.top_p)) cumulative += p[order[keep_n++]];
+    for (size_t i = keep_n; i < order.size(); ++i) p[order[i]] = 0;
     for (double& x : p) x /= cumulative;
   }
   return p;
@@ -300,16 +375,19 @@ TokenRows sample(nn::SequenceModel& model, const TokenRows& prompts, int64_t max
   nn::DecodeState st = model.begin_decode(prompts);
   st.use_cache = decode.use_cache;
   const int64_t eos = spec.specials.eos;
+  const std::vector<int64_t> masked = never_emitted(spec);
   for (int64_t step = 0; step < max_new && !st.active.empty(); ++step) {
     const Tensor logits = model.decode_step(st);  // (A, V)
     ATTO_CHECK(logits.dim() == 2 && logits.size(0) == static_cast<int64_t>(st.active.size()) &&
                    logits.size(1) == spec.vocab,
                me, model.kind(), "'s decode_step returned ", logits.shape(), ", expected (", st.active.size(), ", ",
                spec.vocab, ")");
+    check_finite_logits(logits, me, str_cat("step ", step), &st.active);
     std::vector<int64_t> still;
     for (size_t i = 0; i < st.active.size(); ++i) {
       const int64_t row = st.active[i];
-      const int64_t token = draw_token(sampling_distribution(select(logits, 0, static_cast<int64_t>(i)), options), gen);
+      const int64_t token =
+          draw_token(sampling_distribution(select(logits, 0, static_cast<int64_t>(i)), options, masked), gen);
       st.decoded[static_cast<size_t>(row)].push_back(token);
       if (on_token) on_token(row, token);
       if (spec.stream || token != eos) still.push_back(row);

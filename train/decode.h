@@ -5,10 +5,11 @@
 // decodes a whole batch together through the model's incremental interface: begin_decode(sources), then
 // decode_step(state) for the rows still running (from the model's key/value cache unless DecodeOptions::use_cache
 // is false: the same tokens either way), taking the argmax of each row's next-token logits (the first
-// maximum on ties, as torch.argmax). A row stops after it has emitted the model's EOS (a stream model's rows never
-// stop: a text stream has no end); the loop stops when every row has stopped or the budget is spent. Each returned
-// row holds the generated tokens and ENDS WITH EOS when the model emitted it within the budget (strip_eos removes
-// it).
+// maximum on ties, as torch.argmax; a stream model's choice leaves out the reserved ids, see never_emitted; logits
+// that are not finite are an Error naming the step). A row stops after it has emitted the model's EOS (a stream
+// model's rows never stop: a text stream has no end); the loop stops when every row has stopped or the budget is
+// spent. Each returned row holds the generated tokens and ENDS WITH EOS when the model emitted it within the budget
+// (strip_eos removes it).
 //
 // Evaluation decodes greedily and compares the result with the reference position by position:
 //   token accuracy    = (positions p < |tgt| + 1 where decoded[p] == (tgt + [EOS])[p]) / sum(|tgt| + 1)
@@ -73,7 +74,10 @@ EvalResult evaluate(nn::SequenceModel& model, const data::Dataset& dataset, int6
 //                probability reaches p (always at least the most probable one); 1 = off
 // then one multinomial draw from the renormalised distribution with the caller's Generator (inverse CDF in token
 // order from one uniform() draw), so the same generator state gives the same tokens. A stream model
-// (ModelSpec::stream) never stops early; other models stop a row after EOS, as greedy decoding.
+// (ModelSpec::stream) never stops early; other models stop a row after EOS, as greedy decoding. The reserved ids a
+// model never emits (never_emitted: every special of a text model; pad, bos and sep of the others) are masked out
+// before any of this, as HF's suppress_tokens. Logits that are not finite (NaN, inf) are an Error naming the step
+// and the row, in greedy decoding too.
 
 /// How sample() reshapes the next-token distribution (see the section comment).
 struct SamplingOptions {
@@ -85,9 +89,16 @@ struct SamplingOptions {
 /// Called for every token sample() produces: the row (index into the prompts) and the token.
 using TokenCallback = std::function<void(int64_t row, int64_t token)>;
 
-/// The distribution sample() draws from for one row of logits (V): probabilities summing to 1, 0 where masked
-/// (with temperature 0: 1 at the argmax). Error on invalid options.
-std::vector<double> sampling_distribution(const Tensor& logits, const SamplingOptions& options);
+/// The token ids a model never emits when it samples: pad, bos and sep, and for a stream (text) model eos too (a
+/// text stream holds no reserved id; another model's eos ends its row). greedy_decode leaves them out for a stream
+/// model; sample() for every model.
+std::vector<int64_t> never_emitted(const nn::ModelSpec& spec);
+/// The distribution sample() draws from for one row of finite logits (V): probabilities summing to 1, 0 for the
+/// `masked` ids and where top-k / top-p cut (with temperature 0: 1 at the first maximum of the others). Any
+/// temperature > 0 is exact: softmax((z - max) / T), so a tiny one (4.9e-324) splits the mass between the maxima
+/// and never overflows. Error on invalid options, a non-finite logit or every token masked.
+std::vector<double> sampling_distribution(const Tensor& logits, const SamplingOptions& options,
+                                          const std::vector<int64_t>& masked = {});
 /// One multinomial draw from `probs` (non-negative, not all zero) with one gen.uniform().
 int64_t draw_token(const std::vector<double>& probs, Generator& gen);
 /// Continues each prompt (token ids; any length for a stream model, else within max_source_len) by up to max_new

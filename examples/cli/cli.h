@@ -68,6 +68,11 @@ CLI::Validator integer_in(int64_t lo, int64_t hi);
 CLI::Validator unsigned64();
 /// A check for a real flag: a finite number greater than 0 (not NaN, not 0, not negative).
 CLI::Validator positive_real();
+/// Gives every numeric option (type INT, UINT or FLOAT) of `app` and of all its subcommands a check that its value
+/// is a whole plain decimal number: an empty, blank or partial value ('', ' ', '1x', '0.1.2'), hex or octal
+/// spellings, NaN, infinity, an overflowing real and a negative unsigned value are usage errors naming the flag
+/// (CLI11 alone reads '' as 0 and accepts 'nan' and ' 1'). Called once, after every subcommand declared its flags.
+void require_plain_numbers(CLI::App& app);
 /// The configuration's attention variant in words: "gqa (2 key/value heads), rope, checkpointed, entropy-reg 0.01".
 std::string describe_attention(const train::TrainConfig& cfg);
 /// A CLI11 validator: the value must be a registered attention kind (nn::has_attention); the error lists them.

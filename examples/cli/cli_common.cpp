@@ -101,6 +101,80 @@ CLI::Validator attention_kind() {
       "KIND");
 }
 
+namespace {
+
+bool digits(const std::string& s, size_t& i) {
+  const size_t start = i;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  return i > start;
+}
+
+// "" when `s` spells a plain decimal number of the kind (INT: [-]digits, UINT: digits, FLOAT:
+// [+-]digits[.digits][e[+-]digits] or [+-].digits[...], finite); else why not.
+std::string plain_number_error(const std::string& s, const std::string& kind) {
+  const bool real = kind == "FLOAT";
+  const std::string what = real ? "a number" : kind == "UINT" ? "a non-negative integer" : "an integer";
+  const std::string bad = "'" + s + "' is not " + what;
+  size_t i = 0;
+  if (i < s.size() && (s[i] == '-' || (real && s[i] == '+'))) {
+    if (kind == "UINT") return bad;
+    ++i;
+  }
+  bool any = digits(s, i);
+  if (real && i < s.size() && s[i] == '.') {
+    ++i;
+    any = digits(s, i) || any;
+  }
+  if (!any) return bad;
+  if (real && i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (!digits(s, i)) return bad;
+  }
+  if (i != s.size()) return bad;
+  if (real && !std::isfinite(std::strtod(s.c_str(), nullptr)))
+    return "'" + s + "' is out of range (overflows a double)";
+  if (!real && kind == "INT") {
+    bool overflow = false;
+    if (!parse_int(s, &overflow)) return "'" + s + "' is out of range for a 64-bit integer";
+  }
+  if (kind == "UINT") {
+    uint64_t v = 0;
+    if (std::from_chars(s.data(), s.data() + s.size(), v).ec != std::errc())
+      return "'" + s + "' is out of range for a 64-bit unsigned integer";
+  }
+  return "";
+}
+
+void require_plain_numbers_in(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size() == 0) continue;  // a flag: no value
+    const std::string type = opt->get_type_name();
+    const std::string kind = type.substr(0, type.find(':'));
+    if (kind != "INT" && kind != "UINT" && kind != "FLOAT") continue;
+    // No description: the help text keeps the option's own type and checks.
+    // Last: the option's own checks speak first (their messages say what range is meant).
+    opt->check(CLI::Validator([kind](std::string& v) { return plain_number_error(v, kind); }, ""));
+    // First: CLI11 reads integers in base 0 ("010" is 8, "0x10" 16); a plain integer loses its leading zeros so
+    // that every check and the conversion read the decimal digits written.
+    if (kind != "FLOAT")
+      opt->transform(CLI::Validator(
+          [kind](std::string& v) {
+            if (plain_number_error(v, kind).empty()) {
+              const size_t sign = v[0] == '-' ? 1 : 0;
+              v = v.substr(0, sign) + v.substr(std::min(v.find_first_not_of('0', sign), v.size() - 1));
+            }
+            return std::string();
+          },
+          ""));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) require_plain_numbers_in(*sub);
+}
+
+}  // namespace
+
+void require_plain_numbers(CLI::App& app) { require_plain_numbers_in(app); }
+
 std::string describe_attention(const train::TrainConfig& c) {
   std::string s = c.attention + nn::attention_fields_words(c.attention_spec());
   if (c.rope) s += ", rope";

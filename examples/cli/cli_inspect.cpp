@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,7 @@ namespace {
 struct InspectArgs {
   std::string file;
   bool json = false;
+  bool allow_nonfinite = false;
 };
 
 // The training configuration in a file's metadata when it has one and its attention is not the textbook one (the
@@ -51,7 +53,11 @@ int run_inspect(const InspectArgs& a) {
       j["attention"] = describe_attention(*cfg);
     j["tensors"] = nlohmann::ordered_json::array();
     for (const io::TensorInfo& t : info.tensors)
-      j["tensors"].push_back({{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"nbytes", t.nbytes}});
+      j["tensors"].push_back({{"name", t.name},
+                              {"dtype", dtype_name(t.dtype)},
+                              {"shape", t.shape},
+                              {"nbytes", t.nbytes},
+                              {"nonfinite", t.nonfinite}});
     j["elements"] = info.num_elements();
     if (info.kind == "checkpoint") {
       j["counters"] = nlohmann::ordered_json::object();
@@ -84,8 +90,9 @@ int run_inspect(const InspectArgs& a) {
     for (const io::TensorInfo& t : info.tensors) w = std::max(w, t.name.size());
     std::printf("  %-*s  %-7s  %s\n", static_cast<int>(w), "name", "dtype", "shape");
     for (const io::TensorInfo& t : info.tensors)
-      std::printf("  %-*s  %-7s  %s\n", static_cast<int>(w), t.name.c_str(), dtype_name(t.dtype).c_str(),
-                  shape_str(t.shape).c_str());
+      std::printf("  %-*s  %-7s  %s%s\n", static_cast<int>(w), t.name.c_str(), dtype_name(t.dtype).c_str(),
+                  shape_str(t.shape).c_str(),
+                  t.nonfinite ? strf("  %s NaN or infinite values", thousands(t.nonfinite).c_str()).c_str() : "");
     if (info.kind == "checkpoint") {
       std::printf("counters   ");
       for (const auto& [n, v] : info.counters) std::printf(" %s=%lld", n.c_str(), static_cast<long long>(v));
@@ -97,6 +104,15 @@ int run_inspect(const InspectArgs& a) {
     }
   }
   std::fflush(stdout);
+  std::vector<const io::TensorInfo*> nonfinite;
+  for (const io::TensorInfo& t : info.tensors)
+    if (t.nonfinite) nonfinite.push_back(&t);
+  if (!nonfinite.empty() && !a.allow_nonfinite)
+    throw Error("inspect", str_cat("'", a.file, "': tensor '", nonfinite[0]->name, "' holds ", nonfinite[0]->nonfinite,
+                               " NaN or infinite values", nonfinite.size() > 1 ? str_cat(" (and ", nonfinite.size() - 1,
+                                                                                        " more tensors hold some)")
+                                                                              : std::string(),
+                               ": these weights cannot be loaded; --allow-nonfinite lists them with exit status 0"));
   if (corrupt)
     throw Error("inspect", str_cat("'", a.file, "' is corrupt: checksum mismatch (stored ", hex(info.stored_checksum),
                                ", computed ", hex(info.computed_checksum), ")"));
@@ -110,9 +126,13 @@ Command add_inspect(CLI::App& app) {
   auto a = std::make_shared<InspectArgs>();
   sub->add_option("file", a->file, "the file")->required()->check(CLI::ExistingFile);
   sub->add_flag("--json", a->json, "print the description as one JSON object");
+  sub->add_flag("--allow-nonfinite", a->allow_nonfinite,
+                "a file whose float tensors hold NaN or infinite values (which every loader refuses) is listed with "
+                "their counts and exit status 0 instead of 2");
   sub->footer(
       "Lists the format version, kind, metadata and every tensor (name, dtype, shape) and verifies the checksum.\n"
-      "Exit status 2 when the file is unreadable or corrupt.\n\n"
+      "Exit status 2 when the file is unreadable or corrupt, or holds NaN or infinite values (listed and\n"
+      "counted first; --allow-nonfinite: exit status 0).\n\n"
       "Examples:\n"
       "  attograd inspect runs/reverse-lm/model.attograd\n"
       "  attograd inspect runs/reverse-lm/checkpoint.attograd --json");

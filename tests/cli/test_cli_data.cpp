@@ -105,6 +105,31 @@ TEST_F(CliData, SampleStreamsTheSameTextForASeed) {
   expect_one_line_error(attograd("generate -w " + w + " --input 'Shall'"), "attograd sample", "generate on text");
 }
 
+TEST_F(CliData, SamplingPrintsExactlyTheTokensAskedForAndNeverAReservedId) {
+  // Issue 27: reserved ids (pad, bos, eos, sep) print as nothing, and an untrained text model drew them about half
+  // the time (here 4 of its 7 ids are reserved): `sample --tokens N` printed fewer than N characters.
+  std::string abc;
+  for (int i = 0; i < 40; ++i) abc += "abab\n";
+  const std::string out = (scratch() / "untrained").string(), w = quote(out + "/model.attograd");
+  ASSERT_EQ(attograd("train -q --text " + quote(write("abc.txt", abc)) +
+                     " --context 8 --steps 1 --d-model 16 --layers 1 --heads 2 --d-ff 16 --out " + quote(out))
+                .status,
+            0);
+  for (const char* flags : {"--seed 1", "--seed 2 --temperature 3", "--seed 3 --top-k 2", "--temperature 0"}) {
+    const CliRun r = attograd("sample -w " + w + " --tokens 500 " + flags);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out.size(), 501u) << flags;  // 500 one-byte characters and the final newline
+    EXPECT_EQ(r.out.find_first_not_of("ab\n"), std::string::npos) << flags;
+  }
+  // Issue 27: a temperature so small that z / T overflows passed validation, then failed with "got -nan". It is the
+  // limit of softmax(z / T): the greedy choice.
+  const std::string tw = quote(text_weights());
+  const CliRun tiny = attograd("sample -w " + tw + " --tokens 40 --temperature 4.9e-324 --seed 4");
+  ASSERT_EQ(tiny.status, 0) << tiny.err;
+  EXPECT_EQ(tiny.out, attograd("sample -w " + tw + " --tokens 40 --temperature 0").out);
+  expect_one_line_error(attograd("sample -w " + tw + " --temperature 1e999"), "--temperature", "overflowing T");
+}
+
 TEST_F(CliData, PairsGenerateEvalAndOtherFiles) {
   const std::string w = quote(pairs_weights());
   const json s = last_line_json(pairs_->out);
@@ -130,6 +155,32 @@ TEST_F(CliData, PairsGenerateEvalAndOtherFiles) {
   expect_one_line_error(
       attograd("eval -w " + w + " --pairs " + quote(write("long.tsv", "one two three four five six\tuno\n"))),
       "line 1: a source of 6 and a target of 1 tokens do not fit", "too long for the model");
+}
+
+TEST_F(CliData, AnEncoderTrainedOnPairsWorksFromItsWeightsFile) {
+  // Issue 27: the saved data spec did not say the targets were aligned, so generate, export and eval --pairs
+  // refused the encoder-only model ("targets ... are not aligned") and import could not be reached.
+  const std::string out = (scratch() / "enc").string(), w = quote(out + "/model.attograd");
+  const CliRun t = attograd("train -q --json --pairs " + quote(numbers()) + " --tokenize word --model encoder " +
+                            kSmall + " --out " + quote(out));
+  ASSERT_EQ(t.status, 0) << t.err;
+  const CliRun g = attograd("generate -w " + w + " --input 'seven three'");
+  ASSERT_EQ(g.status, 0) << g.err;
+  EXPECT_EQ(lines(g.out).size(), 1u);
+  const CliRun e = attograd("eval --json -w " + w);
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_EQ(last_line_json(e.out)["sequence_accuracy"], last_line_json(t.out)["sequence_accuracy"]);
+  const std::string other = write("enc.tsv", "one two\tuno dos\nfive\tcinco\n");
+  const CliRun p = attograd("eval --json -w " + w + " --pairs " + quote(other));
+  ASSERT_EQ(p.status, 0) << p.err;
+  EXPECT_EQ(last_line_json(p.out)["n"], 2);
+  const std::string st = quote(out + "/model.safetensors"), back = quote(out + "/back.attograd");
+  const CliRun x = attograd("export -w " + w + " --to " + st);
+  ASSERT_EQ(x.status, 0) << x.err;
+  const CliRun i = attograd("import --from " + st + " --to " + back);
+  ASSERT_EQ(i.status, 0) << i.err;
+  EXPECT_EQ(attograd("generate -w " + back + " --input 'seven three'").out, g.out);
+  EXPECT_EQ(attograd("eval --json -w " + back + " --pairs " + quote(other)).status, 0);
 }
 
 TEST_F(CliData, ExportImportResumeKeepTheData) {

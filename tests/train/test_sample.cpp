@@ -34,10 +34,10 @@ void expect_probs(const std::vector<double>& got, const std::vector<double>& wan
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << "token " << i;
 }
 
-std::shared_ptr<nn::SequenceModel> stream_model() {
-  Generator g(11);
+std::shared_ptr<nn::SequenceModel> stream_model(int64_t vocab = 7, uint64_t seed = 11) {
+  Generator g(seed);
   return nn::make_model("lm",
-                        {.vocab = 7,
+                        {.vocab = vocab,
                          .layers = 1,
                          .d_model = 8,
                          .heads = 2,
@@ -138,28 +138,108 @@ TEST(Sampling, SampleIsReproducibleAndGreedyAtTemperatureZero) {
 }
 
 TEST(Sampling, FirstTokenFrequenciesFollowTheModel) {
-  auto m = stream_model();
+  constexpr int64_t V = 10;
+  auto m = stream_model(V);
   auto& lm = static_cast<nn::CausalLM&>(*m);
   lm.eval();
   std::vector<double> logits;
   {
     NoGradGuard no_grad;
-    const Tensor out = lm.forward(from_vector(std::vector<int64_t>{4, 5, 6}, {1, 3}));  // (1, 3, 7)
-    for (int64_t v = 0; v < 7; ++v) logits.push_back(out.data<float>()[2 * 7 + v]);
+    const Tensor out = lm.forward(from_vector(std::vector<int64_t>{4, 5, 6}, {1, 3}));  // (1, 3, V)
+    for (int64_t v = 0; v < V; ++v) logits.push_back(out.data<float>()[2 * V + v]);
   }
-  // Temperature 0.5 and top-k 4: the distribution the draws must follow, computed here by hand.
-  std::vector<double> sorted = logits;
+  // The reserved ids 0-3 masked, then temperature 0.5 and top-k 4 of the other 6: the distribution the draws must
+  // follow, computed here by hand.
+  std::vector<double> sorted(logits.begin() + 4, logits.end());
   std::sort(sorted.rbegin(), sorted.rend());
   std::vector<double> scaled;
-  for (double l : logits) scaled.push_back(l >= sorted[3] ? l / 0.5 : -INFINITY);
+  for (int64_t v = 0; v < V; ++v) {
+    const double l = logits[static_cast<size_t>(v)];
+    scaled.push_back(v >= 4 && l >= sorted[3] ? l / 0.5 : -INFINITY);
+  }
   const std::vector<double> want = softmax(scaled);
   Generator g(99);
   constexpr int kDraws = 3000;
-  std::vector<int> count(7, 0);
+  std::vector<int> count(V, 0);
   for (int i = 0; i < kDraws; ++i)
     ++count[static_cast<size_t>(sample(*m, {{4, 5, 6}}, 1, {.temperature = 0.5, .top_k = 4}, g)[0][0])];
-  for (size_t v = 0; v < 7; ++v) {
+  for (size_t v = 0; v < V; ++v) {
     const double sigma = std::sqrt(want[v] * (1 - want[v]) / kDraws);
     EXPECT_NEAR(static_cast<double>(count[v]) / kDraws, want[v], 5 * sigma + 1e-12) << "token " << v;
   }
+}
+
+TEST(Sampling, ATextModelNeverEmitsAReservedId) {
+  // Issue 27: reserved ids print as nothing, and an untrained text model drew them about half the time. Here 4 of
+  // the 6 ids are reserved: unmasked, most draws and many greedy choices would be one of them.
+  for (uint64_t seed : {1, 2, 3}) {
+    auto m = stream_model(6, seed);
+    EXPECT_EQ(never_emitted(m->spec()), (std::vector<int64_t>{0, 1, 2, 3}));
+    Generator g(seed);
+    for (const SamplingOptions& o : {SamplingOptions{}, SamplingOptions{.temperature = 3},
+                                     SamplingOptions{.top_k = 1}, SamplingOptions{.temperature = 0}}) {
+      const TokenRows rows = sample(*m, {{4}, {5, 4}}, 200, o, g);
+      for (const auto& r : rows) {
+        ASSERT_EQ(r.size(), 200u);  // a text model never stops: no EOS either
+        for (int64_t t : r) ASSERT_GE(t, 4) << "seed " << seed << ", temperature " << o.temperature;
+      }
+    }
+    for (bool cache : {true, false})
+      for (const auto& r : greedy_decode(*m, {{4}, {5}, {4, 5, 4}}, 50, {.use_cache = cache}))
+        for (int64_t t : r) ASSERT_GE(t, 4) << "greedy, seed " << seed;
+  }
+  // Another model keeps its EOS (it ends a row) and loses pad, bos and sep.
+  EXPECT_EQ(never_emitted({.vocab = 12}), (std::vector<int64_t>{0, 1, 3}));
+  // Masked ids get no mass, and greedy picks the first maximum of the rest.
+  expect_probs(sampling_distribution(row({9, 1, 9, 2}), {}, {0, 2}), softmax({-INFINITY, 1, -INFINITY, 2}));
+  expect_probs(sampling_distribution(row({9, 1, 9, 2}), {.temperature = 0}, {0, 2}), {0, 0, 0, 1});
+  expect_probs(sampling_distribution(row({9, 1, 9, 2}), {.top_k = 1}, {0}), {0, 0, 1, 0});
+  EXPECT_ATTO_ERROR(sampling_distribution(row({1, 2}), {}, {0, 1}), "every one of the 2 tokens is masked or has logit -inf");
+  EXPECT_ATTO_ERROR(sampling_distribution(row({1, 2}), {}, {2}), "masked token 2 is outside [0, 2)");
+}
+
+TEST(Sampling, TinyAndHugeTemperaturesAreExact) {
+  // Issue 27: --temperature 4.9e-324 passed validation, then z / T overflowed to inf and inf - inf gave NaN. The
+  // limit T -> 0 of softmax(z / T) puts the mass on the maxima, split equally between ties.
+  const double tiny = 4.9e-324;
+  expect_probs(sampling_distribution(row({1, 2, 3, 4}), {.temperature = tiny}), {0, 0, 0, 1});
+  expect_probs(sampling_distribution(row({1, 5, 5, 4}), {.temperature = tiny}), {0, 0.5, 0.5, 0});
+  expect_probs(sampling_distribution(row({-1e300, 1e300, 0, 1e300}), {.temperature = tiny}), {0, 0.5, 0, 0.5});
+  expect_probs(sampling_distribution(row({1, 2, 3, 4}), {.temperature = 1e-300, .top_p = 0.5}), {0, 0, 0, 1});
+  // A huge temperature flattens the distribution, without overflow in the other direction either.
+  expect_probs(sampling_distribution(row({1, 2, 3, 4}), {.temperature = 1e308}), {0.25, 0.25, 0.25, 0.25});
+  expect_probs(sampling_distribution(row({-1e308, 1e308}), {.temperature = 1e308}), softmax({-1, 1}));
+  expect_probs(sampling_distribution(row({1, 2, 3, 4}), {.temperature = 1e308, .top_k = 2}), {0, 0, 0.5, 0.5});
+  // float32 logits at the extremes of their range.
+  expect_probs(sampling_distribution(from_vector(std::vector<float>{-3e38f, 3e38f}, {2}), {.temperature = tiny}),
+               {0, 1});
+  // And through sample(): every draw at a tiny temperature is the greedy choice.
+  auto m = stream_model();
+  Generator g(3), h(3);
+  EXPECT_EQ(sample(*m, {{4, 5}, {6}}, 12, {.temperature = tiny}, g),
+            sample(*m, {{4, 5}, {6}}, 12, {.temperature = 0}, h));
+}
+
+TEST(Sampling, NonFiniteLogitsAreAnErrorNamingTheStep) {
+  // Issue 27: greedy choice over NaN logits picked index 0, and a NaN reached the draw.
+  for (double bad : {NAN, INFINITY}) {
+    EXPECT_ATTO_ERROR(sampling_distribution(row({1, bad, 3}), {}), "logit 1 is");
+    EXPECT_ATTO_ERROR(sampling_distribution(row({1, bad, 3}), {.temperature = 0}), "logit 1 is");
+  }
+  // -inf rules a token out (as a mask does); a row of nothing else has nothing to draw.
+  expect_probs(sampling_distribution(row({1, -INFINITY, 3}), {}), softmax({1, -INFINITY, 3}));
+  expect_probs(sampling_distribution(row({-INFINITY, -INFINITY, 3}), {.temperature = 0}), {0, 0, 1});
+  EXPECT_ATTO_ERROR(sampling_distribution(row({-INFINITY, 2}), {}, {1}), "masked or has logit -inf");
+  // A model whose embedding of token 6 is NaN (tied to the output layer: every row's logit for token 6 is NaN).
+  auto m = stream_model();
+  auto& lm = static_cast<nn::CausalLM&>(*m);
+  lm.embed->weight.data<float>()[6 * lm.embed->weight.size(1)] = NAN;
+  Generator g(1);
+  for (bool cache : {true, false}) {
+    EXPECT_ATTO_ERROR(sample(*m, {{4, 5}, {6}}, 5, {}, g, {}, {.use_cache = cache}),
+                      "sample: step 0: the model's logits are not finite (nan for token 6 of row 0)");
+    EXPECT_ATTO_ERROR(greedy_decode(*m, {{4, 5}, {6}}, 5, {.use_cache = cache}), "greedy_decode: step 0");
+  }
+  // Teacher-forced evaluation of a text model names the examples.
+  EXPECT_ATTO_ERROR(evaluate(*m, {{.src = {4, 6, 5}, .tgt = {4}}}), "evaluate: examples 0 to 0");
 }

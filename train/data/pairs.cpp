@@ -92,6 +92,7 @@ PairsDataset::PairsDataset(const DataSpec& spec, bool read_file) : spec_(spec) {
     ATTO_CHECK(!spec_.vocabulary.empty() && spec_.max_source_len > 0 && spec_.max_target_len > 0, me,
                "a dataset without its file needs the saved vocabulary and lengths");
     vocab_ = Vocabulary(spec_.vocabulary, tokenize);
+    aligned_ = spec_.aligned;  // learned from the file when it was read, saved with the model
     return;
   }
   const std::string text = detail::read_spec_file(spec_);
@@ -111,6 +112,7 @@ PairsDataset::PairsDataset(const DataSpec& spec, bool read_file) : spec_(spec) {
     tgt_len = std::max<int64_t>(tgt_len, static_cast<int64_t>(p.example.tgt.size()));
     aligned_ = aligned_ && p.example.src.size() == p.example.tgt.size();
   }
+  spec_.aligned = aligned_;  // saved with a model: a dataset opened without its file knows it
   // Lengths saved with a model fix its shapes: the file must fit them.
   if (spec.max_source_len > 0 || spec.max_target_len > 0) {
     ATTO_CHECK(src_len <= spec.max_source_len && tgt_len <= spec.max_target_len, me, origin, " has a source of ",

@@ -232,6 +232,7 @@ void for_each_field(S& s, F&& f) {
   f("max_source_len", s.max_source_len);
   f("max_target_len", s.max_target_len);
   f("file_hash", s.file_hash);
+  f("aligned", s.aligned);
 }
 
 template <class T>
@@ -239,6 +240,9 @@ void read_field(const json& v, const std::string& name, T& out) {
   if constexpr (std::is_same_v<T, std::string>) {
     ATTO_CHECK(v.is_string(), kDataSpec, "field \"", name, "\" must be a string");
     out = v.get<std::string>();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    ATTO_CHECK(v.is_boolean(), kDataSpec, "field \"", name, "\" must be true or false");
+    out = v.get<bool>();
   } else if constexpr (std::is_same_v<T, double>) {
     ATTO_CHECK(v.is_number(), kDataSpec, "field \"", name, "\" must be a number");
     out = v.get<double>();
@@ -267,6 +271,7 @@ void read_field(const json& v, const std::string& name, T& out) {
 std::string DataSpec::to_json() const {
   json j = json::object();
   for_each_field(*this, [&](const char* name, const auto& v) { j[name] = v; });
+  if (!aligned) j.erase("aligned");  // only when true: a text model's file stays as older readers know it
   return j.dump();
 }
 

@@ -104,7 +104,8 @@ struct DataSpec {
   int64_t max_source_len = 0;                ///< longest source (pairs) / context (text)
   int64_t max_target_len = 0;                ///< longest target (pairs) / 1 (text)
   uint64_t file_hash = 0;                    ///< XXH64 of the file's bytes (0: not yet read)
-  /// Every field as one JSON object.
+  bool aligned = false;                      ///< pairs: every target has its source's length (an encoder needs it)
+  /// Every field as one JSON object ("aligned" only when true, so that older readers still read other specs).
   std::string to_json() const;
   /// Parses to_json()'s output (Error naming an unknown field or a wrong type).
   static DataSpec from_json(const std::string& text);

@@ -255,7 +255,8 @@ struct ParsedSt {
 };
 
 // Parses and validates a safetensors file in memory; allocates the tensors when load_data.
-ParsedSt parse_st(const uint8_t* data, size_t size, const std::string& origin, const char* op, bool load_data) {
+ParsedSt parse_st(const uint8_t* data, size_t size, const std::string& origin, const char* op, bool load_data,
+                  const ReadOptions& options = {}) {
   detail::reset_parse_stats(size);
   auto fail = [&](const std::string& what) { throw Error(op, str_cat("'", origin, "': ", what)); };
   if (size < 8) fail(str_cat("file is ", size, " bytes, too short for a safetensors file (truncated?)"));
@@ -329,6 +330,7 @@ ParsedSt parse_st(const uint8_t* data, size_t size, const std::string& origin, c
       detail::note_allocation(e.nbytes);
       Tensor t = empty(e.shape, {.dtype = e.dtype});
       if (e.nbytes) std::memcpy(t.raw_data(), src, e.nbytes);
+      if (!options.allow_nonfinite) detail::check_finite(t, e.name, origin, op);
       out.tensors.emplace_back(e.name, std::move(t));
     }
   }
@@ -388,7 +390,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
 }
 
 SafeTensors parse_safetensors_from_memory(const uint8_t* data, size_t size, const std::string& origin) {
-  ParsedSt p = parse_st(data, size, origin, "read_safetensors", true);
+  ParsedSt p = parse_st(data, size, origin, "read_safetensors", true, {.allow_nonfinite = true});
   return SafeTensors{std::move(p.tensors), std::move(p.metadata)};
 }
 
@@ -403,9 +405,10 @@ void export_safetensors(const nn::Module& m, const std::string& path,
 }
 
 LoadReport import_safetensors(nn::Module& m, const std::string& path, bool strict,
-                              const std::vector<std::pair<std::string, std::string>>& rename) {
+                              const std::vector<std::pair<std::string, std::string>>& rename,
+                              const ReadOptions& options) {
   std::vector<uint8_t> bytes = detail::read_file(path, "import_safetensors");
-  ParsedSt p = parse_st(bytes.data(), bytes.size(), path, "import_safetensors", true);
+  ParsedSt p = parse_st(bytes.data(), bytes.size(), path, "import_safetensors", true, options);
   bytes = {};
   for (auto& [name, _] : p.tensors)
     for (const auto& [from, to] : rename)
@@ -423,8 +426,11 @@ FileInfo inspect_safetensors_memory(const uint8_t* data, size_t size, const std:
   FileInfo info;
   info.kind = "safetensors";
   info.metadata = json(p.metadata).dump();
-  for (const Entry& e : p.entries)
-    info.tensors.push_back({e.name, e.dtype, e.shape, e.nbytes, 8 + p.header_len + e.offsets[0]});
+  for (const Entry& e : p.entries) {
+    const uint64_t offset = 8 + p.header_len + e.offsets[0];
+    info.tensors.push_back(
+        {e.name, e.dtype, e.shape, e.nbytes, offset, count_nonfinite(data + offset, e.dtype, e.nbytes)});
+  }
   info.file_size = size;
   return info;
 }

@@ -43,7 +43,7 @@ struct SafeTensors {
 /// as a safetensors file, atomically (as io::save).
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {});
-/// Reads a safetensors file.
+/// Reads a safetensors file (any values: NaN and +-inf too, as safetensors' load_file).
 SafeTensors read_safetensors(const std::string& path);
 /// Parses a safetensors file held in memory (`origin` names it in errors).
 SafeTensors parse_safetensors_from_memory(const uint8_t* data, size_t size, const std::string& origin = "<memory>");
@@ -53,9 +53,11 @@ void export_safetensors(const nn::Module& m, const std::string& path,
                         const std::map<std::string, std::string>& metadata = {});
 /// Loads a safetensors file (e.g. a PyTorch state_dict) into m in place, as io::load: strict by default
 /// (one Error naming every missing, unexpected and mismatched tensor), float32 <-> float64 converted.
-/// `rename` maps name prefixes of the file to ours ({{"encoder.layers.", "layers."}}), first match wins.
+/// `rename` maps name prefixes of the file to ours ({{"encoder.layers.", "layers."}}), first match wins. Error naming
+/// the tensor when one holds NaN or +-inf (unless options.allow_nonfinite).
 LoadReport import_safetensors(nn::Module& m, const std::string& path, bool strict = true,
-                              const std::vector<std::pair<std::string, std::string>>& rename = {});
+                              const std::vector<std::pair<std::string, std::string>>& rename = {},
+                              const ReadOptions& options = {});
 
 namespace detail {
 /// inspect() for safetensors bytes: lists the tensors without allocating them.

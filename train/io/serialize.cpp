@@ -260,6 +260,40 @@ void note_allocation(uint64_t bytes) {
 
 uint64_t xxh64(const void* data, size_t size, uint64_t seed) { return XXH64(data, size, seed); }
 
+namespace {
+// Elements whose exponent bits are all ones (NaN, +-inf) among n values of U's width at p (any alignment).
+template <class U>
+int64_t count_all_ones_exponent(const uint8_t* p, uint64_t n, U exponent, int64_t* first) {
+  int64_t count = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    U bits;
+    std::memcpy(&bits, p + i * sizeof(U), sizeof(U));
+    if ((bits & exponent) == exponent) {
+      if (count++ == 0 && first) *first = static_cast<int64_t>(i);
+    }
+  }
+  return count;
+}
+}  // namespace
+
+int64_t count_nonfinite(const void* data, Dtype dtype, uint64_t nbytes, int64_t* first) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (dtype == kFloat32) return count_all_ones_exponent<uint32_t>(p, nbytes / 4, 0x7f800000u, first);
+  if (dtype == kFloat64) return count_all_ones_exponent<uint64_t>(p, nbytes / 8, 0x7ff0000000000000ull, first);
+  return 0;
+}
+
+void check_finite(const Tensor& t, const std::string& name, const std::string& origin, const char* op) {
+  if (t.dtype() != kFloat32 && t.dtype() != kFloat64) return;
+  int64_t first = 0;
+  const int64_t n = count_nonfinite(t.raw_data(), t.dtype(), t.nbytes(), &first);
+  if (n == 0) return;
+  const double v = t.dtype() == kFloat32 ? static_cast<double>(t.data<float>()[first]) : t.data<double>()[first];
+  throw Error(op, str_cat("'", origin, "': tensor '", printable(name), "' holds ", n, " non-finite value",
+                          n == 1 ? "" : "s", " (the first, ", v, ", at element ", first, " of ", t.numel(),
+                          "): weights that are not finite make every output NaN; refusing to load them"));
+}
+
 std::vector<uint8_t> read_file(const std::string& path, const char* op, uint64_t cap) {
   // O_NONBLOCK: opening a FIFO (named pipe) for reading would otherwise wait for a writer forever; the file type
   // is checked right after. It changes nothing for a regular file.
@@ -601,7 +635,7 @@ const char* kind_name(Kind k) { return k == Kind::Weights ? "weights" : "checkpo
 // Parses a native file held in memory. load_data: allocate and fill the tensors (else only list them).
 // verify_checksum: throw on a mismatch (else only report it). expect: the required kind, or null for any.
 Parsed parse_native(const uint8_t* data, size_t size, const std::string& origin, const char* op, bool load_data,
-                    bool verify_checksum, const Kind* expect) {
+                    bool verify_checksum, const Kind* expect, const ReadOptions& options) {
   detail::reset_parse_stats(size);
   auto fail = [&](const std::string& what) { throw Error(op, str_cat("'", origin, "': ", what)); };
   if (size < 8) fail(str_cat("file is ", size, " bytes, too short for an attograd file (truncated?)"));
@@ -659,7 +693,7 @@ Parsed parse_native(const uint8_t* data, size_t size, const std::string& origin,
       if (nbytes > p.left())
         p.fail(str_cat("shape ", shape, " ", dtype_name(dtype), " needs ", nbytes, " bytes of data but only ", p.left(),
                    " are left (truncated or forged size)"));
-      out.infos.push_back({name, dtype, shape, nbytes, p.offset()});
+      out.infos.push_back({name, dtype, shape, nbytes, p.offset(), detail::count_nonfinite(p.cur(), dtype, nbytes)});
       if (load_data) {
         if (dtype == kBool)
           for (uint64_t j = 0; j < nbytes; ++j)
@@ -670,6 +704,7 @@ Parsed parse_native(const uint8_t* data, size_t size, const std::string& origin,
         if (nbytes)
           dispatch_all(dtype,
                        [&]<typename T>() { p.ar()(cereal::binary_data(t.data<T>(), static_cast<size_t>(nbytes))); });
+        if (!options.allow_nonfinite) detail::check_finite(t, name, origin, op);
         out.tensors.emplace_back(std::move(name), std::move(t));
       } else {
         p.skip(nbytes);
@@ -803,7 +838,7 @@ void write_tensors(const std::string& path, const NamedTensors& tensors, const s
 NamedTensors parse_tensors_from_memory(const uint8_t* data, size_t size, std::string* metadata,
                                        const std::string& origin) {
   const Kind expect = Kind::Weights;
-  Parsed p = parse_native(data, size, origin, "read_tensors", true, true, &expect);
+  Parsed p = parse_native(data, size, origin, "read_tensors", true, true, &expect, {.allow_nonfinite = true});
   if (metadata) *metadata = std::move(p.metadata);
   return std::move(p.tensors);
 }
@@ -817,10 +852,10 @@ void save(const nn::Module& m, const std::string& path, const std::string& metad
   write_native(path, "save", Kind::Weights, metadata_json, state_dict(m), nullptr);
 }
 
-LoadReport load(nn::Module& m, const std::string& path, bool strict) {
+LoadReport load(nn::Module& m, const std::string& path, bool strict, const ReadOptions& options) {
   std::vector<uint8_t> bytes = detail::read_file(path, "load");
   const Kind expect = Kind::Weights;
-  Parsed p = parse_native(bytes.data(), bytes.size(), path, "load", true, true, &expect);
+  Parsed p = parse_native(bytes.data(), bytes.size(), path, "load", true, true, &expect, options);
   bytes = {};
   return detail::load_into(m, p.tensors, strict, "'" + path + "'", "load");
 }
@@ -836,9 +871,10 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path) {
   write_native(path, "save_checkpoint", Kind::Checkpoint, checkpoint.metadata_json, checkpoint.tensors, &checkpoint);
 }
 
-Checkpoint parse_checkpoint_from_memory(const uint8_t* data, size_t size, const std::string& origin) {
+Checkpoint parse_checkpoint_from_memory(const uint8_t* data, size_t size, const std::string& origin,
+                                        const ReadOptions& options) {
   const Kind expect = Kind::Checkpoint;
-  Parsed p = parse_native(data, size, origin, "load_checkpoint", true, true, &expect);
+  Parsed p = parse_native(data, size, origin, "load_checkpoint", true, true, &expect, options);
   Checkpoint c;
   c.metadata_json = std::move(p.metadata);
   c.tensors = std::move(p.tensors);
@@ -849,9 +885,9 @@ Checkpoint parse_checkpoint_from_memory(const uint8_t* data, size_t size, const 
   return c;
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
+Checkpoint load_checkpoint(const std::string& path, const ReadOptions& options) {
   std::vector<uint8_t> bytes = detail::read_file(path, "load_checkpoint");
-  return parse_checkpoint_from_memory(bytes.data(), bytes.size(), path);
+  return parse_checkpoint_from_memory(bytes.data(), bytes.size(), path, options);
 }
 
 void add_module_state(Checkpoint& checkpoint, const nn::Module& m, const std::string& prefix) {
@@ -899,8 +935,11 @@ std::string FileInfo::to_string() const {
   }
   os << "\nmetadata: " << metadata << "\n";
   os << "tensors: " << tensors.size() << " (" << num_elements() << " elements)\n";
-  for (const auto& t : tensors)
-    os << "  " << t.name << "  " << dtype_name(t.dtype) << "  " << shape_str(t.shape) << "  " << t.nbytes << " bytes\n";
+  for (const auto& t : tensors) {
+    os << "  " << t.name << "  " << dtype_name(t.dtype) << "  " << shape_str(t.shape) << "  " << t.nbytes << " bytes";
+    if (t.nonfinite) os << "  " << t.nonfinite << " non-finite";
+    os << "\n";
+  }
   if (kind == "checkpoint") {
     os << "generators: " << generators.size() << "\n";
     for (const auto& [n, g] : generators)
@@ -920,7 +959,7 @@ std::string FileInfo::to_string() const {
 
 FileInfo inspect_memory(const uint8_t* data, size_t size, const std::string& origin) {
   if (size >= 8 && std::memcmp(data, kMagic, 8) == 0)
-    return to_info(parse_native(data, size, origin, "inspect", false, false, nullptr), size);
+    return to_info(parse_native(data, size, origin, "inspect", false, false, nullptr, {}), size);
   if (size >= 9 && data[8] == '{') return detail::inspect_safetensors_memory(data, size, origin);
   throw Error("inspect", str_cat("'", origin, "': neither an attograd weights or checkpoint file nor a safetensors file"));
 }

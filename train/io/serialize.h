@@ -34,6 +34,13 @@
 // field: cereal would allocate a hostile length before reading it, so lengths are read and checked here first.
 // Every failure is an attograd::Error naming the file, the tensor (if any) and what was wrong.
 //
+// Values: the loaders of a model's or a run's state -- load, load_checkpoint and import_safetensors -- refuse a
+// float tensor holding NaN or +-inf with an Error naming the file and the tensor, unless
+// ReadOptions::allow_nonfinite: weights that are not finite make every output NaN. The check runs when a file is
+// loaded, one pass over the bits next to the checksum's, never when one is saved (a checkpoint mid-training costs
+// nothing more). The tensor-container readers (read_tensors, read_safetensors, parse_*_from_memory but the
+// checkpoint's) return any values, as safetensors' load_file does; inspect() counts them (TensorInfo::nonfinite).
+//
 // Saves are atomic: the bytes go to a unique temporary file next to the target (mkstemp), which is flushed,
 // fsync'ed and renamed over the target, then the directory is fsync'ed. On any failure the temporary file is
 // removed and a previous file at the target is left intact. A save holds an exclusive flock on its temporary file;
@@ -83,6 +90,14 @@ void check_json_depth(const std::string& text, const char* op, const std::string
 /// What load() or load_state_dict() did not load, by name (Module::load_state_dict's result).
 using LoadReport = nn::LoadStateDictResult;
 
+/// How the file readers treat the values they read.
+struct ReadOptions {
+  /// Accept NaN and +-inf in float tensors. Default false: such a tensor is an Error naming it (weights that are
+  /// not finite make every output NaN); true for a tool that looks at a broken file or tensors that hold them on
+  /// purpose.
+  bool allow_nonfinite = false;
+};
+
 /// m.state_dict(): the module's parameters (named_parameters()) followed by its buffers (named_buffers()); shares
 /// data.
 NamedTensors state_dict(const nn::Module& m);
@@ -97,11 +112,13 @@ LoadReport load_state_dict(nn::Module& m, const NamedTensors& tensors, const nn:
 void save(const nn::Module& m, const std::string& path, const std::string& metadata_json = "{}");
 /// Loads a file written by save() into m in place (see load_state_dict for strict and non-strict). Files convert
 /// float32 <-> float64 to the module's dtypes (allow_dtype_cast: a float64 file rounds into a float32 module).
-LoadReport load(nn::Module& m, const std::string& path, bool strict = true);
+/// Error naming the tensor when one holds NaN or +-inf (unless options.allow_nonfinite).
+LoadReport load(nn::Module& m, const std::string& path, bool strict = true, const ReadOptions& options = {});
 
 /// Writes named tensors (any dtype, unique non-empty names) and JSON metadata as a weights file, atomically.
 void write_tensors(const std::string& path, const NamedTensors& tensors, const std::string& metadata_json = "{}");
-/// Reads every tensor of a weights file, in file order; stores the metadata JSON in *metadata if given.
+/// Reads every tensor of a weights file, in file order (any values: NaN and +-inf too); stores the metadata JSON in
+/// *metadata if given.
 NamedTensors read_tensors(const std::string& path, std::string* metadata = nullptr);
 /// Parses a weights file held in memory (as read_tensors; `origin` names it in errors).
 NamedTensors parse_tensors_from_memory(const uint8_t* data, size_t size, std::string* metadata = nullptr,
@@ -129,10 +146,12 @@ struct Checkpoint {
 
 /// Writes a checkpoint to `path` in the native format (kind 1), atomically.
 void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
-/// Reads a checkpoint written by save_checkpoint().
-Checkpoint load_checkpoint(const std::string& path);
+/// Reads a checkpoint written by save_checkpoint(). Error naming the tensor when one (weights or optimizer state)
+/// holds NaN or +-inf (unless options.allow_nonfinite); the scalars may hold any value.
+Checkpoint load_checkpoint(const std::string& path, const ReadOptions& options = {});
 /// Parses a checkpoint held in memory (as load_checkpoint).
-Checkpoint parse_checkpoint_from_memory(const uint8_t* data, size_t size, const std::string& origin = "<memory>");
+Checkpoint parse_checkpoint_from_memory(const uint8_t* data, size_t size, const std::string& origin = "<memory>",
+                                        const ReadOptions& options = {});
 
 /// Appends m's state_dict() to the checkpoint's tensors as "<prefix><name>" (the tensors share m's data).
 void add_module_state(Checkpoint& checkpoint, const nn::Module& m, const std::string& prefix = "model.");
@@ -152,6 +171,7 @@ struct TensorInfo {
   Shape shape;          ///< sizes
   uint64_t nbytes = 0;  ///< data size in bytes
   uint64_t offset = 0;  ///< byte offset of the data in the file
+  int64_t nonfinite = 0;  ///< NaN or +-inf elements (float dtypes; counted by inspect)
 };
 
 /// What a file holds, read without a model (for `attograd inspect`).
@@ -176,7 +196,8 @@ struct FileInfo {
 };
 
 /// Describes a native weights or checkpoint file, or a safetensors file, without loading it into a model.
-/// A checksum mismatch is reported (checksum_ok = false), not thrown; a malformed structure throws.
+/// A checksum mismatch is reported (checksum_ok = false), not thrown; a malformed structure throws; non-finite
+/// values are counted (TensorInfo::nonfinite), not thrown.
 FileInfo inspect(const std::string& path);
 /// As inspect(), on bytes in memory.
 FileInfo inspect_memory(const uint8_t* data, size_t size, const std::string& origin = "<memory>");
@@ -211,6 +232,13 @@ void note_allocation(uint64_t bytes);
 /// float32 <-> float64 conversion allowed, as every file loader does.
 LoadReport load_into(nn::Module& m, const NamedTensors& tensors, bool strict, const std::string& origin,
                      const char* op);
+
+/// NaN or +-inf elements among the `nbytes` bytes of `dtype` values at `data` (any alignment, little-endian; 0 for
+/// int64 and bool); the index of the first in *first when there is one.
+int64_t count_nonfinite(const void* data, Dtype dtype, uint64_t nbytes, int64_t* first = nullptr);
+/// Error(op, ...) naming `origin`, the tensor and its first non-finite value when t (the tensor `name` of the file)
+/// holds NaN or +-inf.
+void check_finite(const Tensor& t, const std::string& name, const std::string& origin, const char* op);
 
 /// XXH64 of `size` bytes with `seed` (the format's checksum).
 uint64_t xxh64(const void* data, size_t size, uint64_t seed = 0);

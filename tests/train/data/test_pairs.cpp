@@ -127,3 +127,24 @@ TEST(PairsDataset, AlignedWordsAndFileErrors) {
   EXPECT_NE(error_of([] { open_data({.format = "pairs", .path = scratch_file("e.tsv", "")}); }).find("is empty"),
             std::string::npos);
 }
+
+TEST(PairsDataset, AlignmentIsSavedWithTheSpec) {
+  // Issue 27: a model is rebuilt from the saved spec without re-reading the file; the spec must say whether the
+  // targets are aligned (the encoder-only tagger needs it), or the rebuilt dataset says false and refuses it.
+  const std::string aligned_file = scratch_file("al.tsv", "one two\tuno dos\nthree\ttres\nfour\tcuatro\n");
+  const std::string ragged_file = scratch_file("rg.tsv", "one two\tuno\nthree\ttres\nfour\tcuatro\n");
+  for (const auto& [path, want] : {std::pair{aligned_file, true}, std::pair{ragged_file, false}}) {
+    PairsDataset full({.format = "pairs", .path = path, .tokenize = "word"});
+    EXPECT_EQ(full.aligned(), want) << path;
+    EXPECT_EQ(full.spec().aligned, want) << path;
+    const DataSpec saved = DataSpec::from_json(full.describe());
+    EXPECT_EQ(saved, full.spec());
+    PairsDataset tokens_only(saved, /*read_file=*/false);
+    EXPECT_EQ(tokens_only.aligned(), want) << path;
+    EXPECT_EQ(tokens_only.model_spec({}).aligned, want) << path;
+    // Re-reading the file learns it again.
+    EXPECT_EQ(PairsDataset(saved).aligned(), want) << path;
+  }
+  EXPECT_NE(error_of([] { DataSpec::from_json(R"({"aligned": 1})"); }).find("\"aligned\" must be true or false"),
+            std::string::npos);
+}

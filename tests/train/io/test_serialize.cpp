@@ -118,6 +118,68 @@ TEST(Serialize, RoundTripIsBitwiseForEveryDtype) {
   EXPECT_EQ(dir.entries(), (std::vector<std::string>{"t.atto"}));
 }
 
+TEST(Serialize, NonFiniteWeightsAreRefusedByEveryLoaderUnlessAllowed) {
+  // Issue 27: a weights file holding NaN loaded, evaluated with loss NaN and exit 0, and generated <pad> ... Every
+  // loader of a model's or a run's state refuses a float tensor with NaN or +-inf, naming the file and the tensor;
+  // ReadOptions opts in; inspect() counts them; the tensor-container readers return them as they are.
+  TempDir dir("serialize");
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    for (double bad : {std::numeric_limits<double>::quiet_NaN(), double{INFINITY}, -double{INFINITY}}) {
+      SCOPED_TRACE(dtype_name(dtype) + " " + std::to_string(bad));
+      Bag m({{"a", {2, 3}}, {"b", {4}}}, 0.5, dtype);
+      Tensor w = m.named_parameters()[1].second;
+      if (dtype == kFloat32) {
+        w.data<float>()[2] = static_cast<float>(bad);
+        w.data<float>()[3] = static_cast<float>(bad);
+      } else {
+        w.data<double>()[2] = bad;
+        w.data<double>()[3] = bad;
+      }
+      const std::string weights = dir.file("w"), st = dir.file("w.safetensors"), ck = dir.file("ck");
+      io::save(m, weights);
+      io::export_safetensors(m, st);
+      io::Checkpoint c;
+      io::add_module_state(c, m);
+      io::save_checkpoint(c, ck);
+      const std::string want = "tensor 'b' holds 2 non-finite values (the first, ";
+      Bag into({{"a", {2, 3}}, {"b", {4}}}, 0.0, dtype);
+      EXPECT_ATTO_ERROR(io::load(into, weights), "load: '" + weights + "': " + want);
+      EXPECT_EQ(into.named_parameters()[0].second.flat(0), 0.0);  // nothing was copied
+      EXPECT_ATTO_ERROR(io::load_checkpoint(ck), "tensor 'model.b' holds 2 non-finite values");
+      EXPECT_ATTO_ERROR(io::import_safetensors(into, st), "import_safetensors: '" + st + "': " + want);
+      const std::vector<uint8_t> bytes = read_bytes(ck);
+      EXPECT_ATTO_ERROR(io::parse_checkpoint_from_memory(bytes.data(), bytes.size()), "'model.b' holds 2 non-finite");
+      // Opted in, every loader gives the values back as saved; the container readers always do.
+      const io::ReadOptions allow{.allow_nonfinite = true};
+      io::load(into, weights, true, allow);
+      EXPECT_TRUE(bitwise_equal(into.named_parameters()[1].second, w));
+      EXPECT_TRUE(bitwise_equal(io::load_checkpoint(ck, allow).tensor("model.b"), w));
+      EXPECT_TRUE(bitwise_equal(io::read_tensors(weights)[1].second, w));
+      EXPECT_TRUE(bitwise_equal(io::read_safetensors(st).tensors[1].second, w));
+      Bag imported({{"a", {2, 3}}, {"b", {4}}}, 0.0, dtype);
+      io::import_safetensors(imported, st, true, {}, allow);
+      EXPECT_TRUE(bitwise_equal(imported.named_parameters()[1].second, w));
+      // inspect() lists and counts them, for every kind of file.
+      for (const std::string& f : {weights, st, ck}) {
+        const io::FileInfo info = io::inspect(f);
+        int64_t total = 0;
+        for (const io::TensorInfo& t : info.tensors) total += t.nonfinite;
+        EXPECT_EQ(total, 2) << f;
+        EXPECT_NE(info.to_string().find("2 non-finite"), std::string::npos) << info.to_string();
+      }
+    }
+  }
+  // Finite extremes, subnormals, -0 and integer tensors whose bits look like a NaN's exponent are fine.
+  io::write_tensors(dir.file("ok"),
+                    {{"f", from_vector<float>({std::numeric_limits<float>::max(), -0.0f, 1e-45f}, {3})},
+                     {"d", from_vector<double>({-1e308, 4.9e-324}, {2})},
+                     {"i", from_vector<int64_t>({-1, 0x7ff0000000000000LL}, {2})}});
+  Bag ok({{"f", {3}}, {"d", {2}}}, 0.0);
+  io::load(ok, dir.file("ok"), /*strict=*/false);
+  EXPECT_EQ(ok.named_parameters()[0].second.flat(1), 0.0);
+  for (const io::TensorInfo& t : io::inspect(dir.file("ok")).tensors) EXPECT_EQ(t.nonfinite, 0) << t.name;
+}
+
 TEST(Serialize, FileLayoutIsAsDocumented) {
   TempDir dir("serialize");
   io::write_tensors(dir.file("w"), {{"ab", from_vector<float>({1.5f, -2.0f}, {2})}}, "{}");
