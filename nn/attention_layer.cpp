@@ -27,6 +27,8 @@ struct Registry {
     entries.push_back(detail::local_attention_kind());
     entries.push_back(detail::block_sparse_attention_kind());
     entries.push_back(detail::linear_attention_kind());
+    entries.push_back(detail::alibi_attention_kind());
+    entries.push_back(detail::softcap_attention_kind());
   }
 };
 

@@ -22,6 +22,8 @@ AttentionKindEntry mla_attention_kind();           ///< nn/attention/mla.cpp
 AttentionKindEntry local_attention_kind();         ///< nn/attention/local.cpp
 AttentionKindEntry block_sparse_attention_kind();  ///< nn/attention/block_sparse.cpp
 AttentionKindEntry linear_attention_kind();        ///< nn/attention/linear.cpp
+AttentionKindEntry alibi_attention_kind();         ///< nn/attention/alibi.cpp
+AttentionKindEntry softcap_attention_kind();       ///< nn/attention/softcap.cpp
 
 }  // namespace attograd::nn::detail
 

@@ -43,7 +43,7 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, AttentionCache& cache
   // RoPE: q and k are H + H_kv adjacent heads, each row rotated at its own absolute positions start[a] + i.
   if (rotary_) rotate_cached_rows_(qkv, 0, H + Hkv, *rotary_, rows);
   write_kv_cache(cache->key, cache->value, qkv, E, qkv, E + Ekv, rows);  // H_kv heads
-  CachedAttentionOptions variants{.num_heads = H, .window = ao.window};
+  CachedAttentionOptions variants{.num_heads = H, .window = ao.window, .mask_mod = ao.mask_mod, .score_mod = ao.score_mod};
   if (ao.block_size > 0) {
     // No random blocks (make_cache gives none otherwise), so a layout over the cache's positions agrees, block for
     // block, with the one forward() builds for any shorter length.

@@ -41,6 +41,9 @@ const std::vector<Variant> kVariants = {
     {"local+rope", {.kind = "local", .window = 3, .rope = true}},
     {"block-sparse", {.kind = "block-sparse", .block = 2}},
     {"block-sparse+gqa-free rope", {.kind = "block-sparse", .block = 3, .rope = true}},
+    // The kinds made of a score_mod: the mod sees each cached query's absolute position.
+    {"alibi", {.kind = "alibi"}},
+    {"softcap+rope", {.kind = "softcap", .rope = true, .options = R"({"cap":0.5})"}},
 };
 
 std::shared_ptr<CausalLM> make_lm(const AttentionSpec& a, Dtype dtype, int64_t max_len = 24, uint64_t seed = 5,

@@ -1079,6 +1079,10 @@ std::vector<Check> build_registry() {
     return nn::AttentionSpec{.kind = "mla", .kv_rank = rank, .q_rank = rank, .rope_dim = 2, .rope = true};
   });
   causal_lm_variant(r, "CausalLM.linear", 48, {.kind = "linear"});
+  // The kinds made only of a score_mod (autograd/flex.h): ALiBi's distance penalty; soft-capping at a cap small
+  // enough to bend the scores (cap 0.5 against scores of about 1).
+  causal_lm_variant(r, "CausalLM.alibi", 50, {.kind = "alibi"});
+  causal_lm_variant(r, "CausalLM.softcap", 51, {.kind = "softcap", .options = R"({"cap":0.5})"});
   return r;
 }
 
