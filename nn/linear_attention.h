@@ -49,6 +49,11 @@ class LinearAttention : public Module {
   Tensor forward(const Tensor& x) override { return forward(x, x, x, opts_.causal); }
   /// query (B, Lq, E), key and value (B, Lk, E) -> (B, Lq, E); causal needs Lq == Lk.
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal);
+  /// The weights this layer's causal self-attention applies to the values of x (B, L, E), by an explicit path (the
+  /// layer itself never forms them): (B, H, L, L) with w_ij = phi(q_i).phi(k_j) / (sum_{j' <= i} phi(q_i).phi(k_j')
+  /// + eps) for j <= i, else 0, so that each head's output before out_proj is exactly sum_j w_ij v_j. Without
+  /// history, in the parameters' dtype; for a figure.
+  Tensor attention_weights(const Tensor& x) const;
   /// The constructor options.
   const LinearAttentionOptions& options() const { return opts_; }
 

@@ -9,8 +9,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "train/io/serialize.h"
+#include "train/tools/explorer.h"
 #include "train/trainer.h"
 
 namespace attograd::cli {
@@ -44,6 +47,8 @@ Command add_inspect(CLI::App& app);
 Command add_export(CLI::App& app);
 /// `attograd import`.
 Command add_import(CLI::App& app);
+/// `attograd view` (cli_view.cpp).
+Command add_view(CLI::App& app);
 
 /// A Trainer holding the model saved in a weights file (config and data settings from its metadata) or a
 /// checkpoint. `seed` replaces the config's seed (which picks the held-out examples of a built-in task). A model
@@ -73,6 +78,10 @@ std::string describe_attention(const train::TrainConfig& cfg);
 double peak_rss_mb();
 /// 101056 -> "101,056".
 std::string thousands(int64_t n);
+/// The configuration as (field, value) rows for a page's table (cli_view.cpp).
+std::vector<std::pair<std::string, std::string>> config_table(const train::TrainConfig& cfg);
+/// The attention explorer page of a trainer's model on `src` and `output`, its subtitle naming the run (cli_view.cpp).
+report::ExplorerPage explorer_for(train::Trainer& t, const std::vector<int64_t>& src, const std::vector<int64_t>& output);
 /// printf into a std::string.
 std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
