@@ -78,7 +78,8 @@ std::string describe_attention(const train::TrainConfig& cfg);
 double peak_rss_mb();
 /// 101056 -> "101,056".
 std::string thousands(int64_t n);
-/// The configuration as (field, value) rows for a page's table (cli_view.cpp).
+/// The configuration as (field, value) rows for a page's table, without the toy tasks' fields for a text or pairs
+/// run (cli_view.cpp).
 std::vector<std::pair<std::string, std::string>> config_table(const train::TrainConfig& cfg);
 /// The attention explorer page of a trainer's model on `src` and `output`, its subtitle naming the run (cli_view.cpp).
 report::ExplorerPage explorer_for(train::Trainer& t, const std::vector<int64_t>& src, const std::vector<int64_t>& output);

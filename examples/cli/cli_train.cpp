@@ -263,7 +263,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   const std::string weights = (out / "model.attograd").string(), checkpoint = (out / "checkpoint.attograd").string(),
                     metrics = (out / "metrics.csv").string(), config = (out / "config.json").string(),
                     curves = (out / "curves.svg").string(), attention = (out / "attention.svg").string(),
-                    samples = (out / "samples.txt").string();
+                    samples = (out / "samples.txt").string(), html = (out / "report.html").string();
   io::save(trainer.model(), weights, trainer.metadata());
   trainer.save_checkpoint(checkpoint);
   trainer.write_metrics_csv(metrics);
@@ -283,6 +283,24 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     const char* none = "no attention probabilities to draw: this attention (mla, linear) keeps none";
     report::write_text_file(attention,
                             fig.rows.empty() ? report::note_svg(fig.title, none) : report::attention_svg(fig));
+  }
+  {
+    // report.html: the explorer on a held-out example (a text model: the whole first held-out window), the curves
+    // with a learning-rate panel, and the configuration.
+    data::Example e = attention_sample(trainer);
+    std::vector<int64_t> pred;
+    if (stream) {
+      e = trainer.heldout_examples(1).front();
+    } else {
+      pred = trainer.predict(e.src);
+      pred.resize(std::min(pred.size(), static_cast<size_t>(trainer.dataset().max_target_len())));
+    }
+    report::ExplorerPage page = explorer_for(trainer, e.src, pred);
+    page.title = run_name + " (" + cfg.model + "): training report";
+    page.curves_svg = report::curves_svg(trainer.history(), "", stream) +
+                      report::learning_rate_svg(trainer.history());
+    page.config = config_table(cfg);
+    report::write_text_file(html, report::explorer_html(page));
   }
   if (stream) {
     // Continuations of the beginnings of held-out windows, sampled at temperature 1 with the run's seed.
@@ -359,7 +377,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     }
     j["paths"] = {{"dir", out.string()},         {"weights", weights}, {"checkpoint", checkpoint},
                   {"metrics", metrics},          {"config", config},   {"curves", curves},
-                  {"attention", attention},      {"samples", samples}};
+                  {"attention", attention},      {"samples", samples}, {"report", html}};
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
   }
@@ -395,7 +413,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
                 comm->reduce_seconds(), train_seconds, thousands(comm->reduced_floats()).c_str());
   std::printf("  outputs       %s/\n", out.string().c_str());
   std::printf("                model.attograd (weights + config)  checkpoint.attograd (--resume)  metrics.csv\n");
-  std::printf("                config.json  curves.svg  attention.svg  samples.txt\n");
+  std::printf("                config.json  curves.svg  attention.svg  samples.txt  report.html\n");
   return kExitOk;
 }
 
@@ -555,8 +573,9 @@ Command add_train(CLI::App& app) {
   sub->add_flag("--json", a->json, "print the summary as one JSON object on the last line");
   sub->add_flag("-q,--quiet", a->quiet, "no progress bar or evaluation lines");
   sub->footer(
-      "Writes model.attograd, checkpoint.attograd, metrics.csv, config.json, curves.svg, attention.svg and\n"
-      "samples.txt to the output directory. With no flags it trains a 2-layer decoder-only model to reverse\n"
+      "Writes model.attograd, checkpoint.attograd, metrics.csv, config.json, curves.svg, attention.svg,\n"
+      "samples.txt and report.html (the attention explorer of `attograd view` on a held-out example, the curves\n"
+      "and the configuration) to the output directory. With no flags it trains a 2-layer decoder-only model to reverse\n"
       "sequences of 1-12 digits (about a minute on 2 cores).\n\n"
       "Examples:\n"
       "  attograd train\n"

@@ -14,8 +14,11 @@ namespace attograd::cli {
 std::vector<std::pair<std::string, std::string>> config_table(const train::TrainConfig& cfg) {
   std::vector<std::pair<std::string, std::string>> rows;
   const nlohmann::ordered_json j = nlohmann::ordered_json::parse(cfg.to_json(-1));
-  for (const auto& [key, value] : j.items()) rows.emplace_back(key, value.is_string() ? value.get<std::string>()
-                                                                                      : value.dump());
+  const bool file_data = cfg.task == "text" || cfg.task == "pairs";  // the toy tasks' fields mean nothing there
+  for (const auto& [key, value] : j.items()) {
+    if (file_data && (key == "min_len" || key == "max_len" || key == "num_symbols")) continue;
+    rows.emplace_back(key, value.is_string() ? value.get<std::string>() : value.dump());
+  }
   return rows;
 }
 

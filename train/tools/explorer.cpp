@@ -239,13 +239,8 @@ std::string explorer_html(const ExplorerPage& page) {
     labels += "]";
   }
   labels += "]";
-  std::string config = "[";
-  for (size_t i = 0; i < page.config.size(); ++i)
-    config += (i ? "," : "") + std::string("[") + json_string(page.config[i].first) + "," +
-              json_string(page.config[i].second) + "]";
-  config += "]";
   const std::string data = "{\"title\":" + json_string(page.title) + ",\"subtitle\":" + json_string(page.subtitle) +
-                           ",\"note\":" + json_string(page.note) + ",\"config\":" + config + ",\"labels\":" + labels +
+                           ",\"note\":" + json_string(page.note) + ",\"labels\":" + labels +
                            ",\"rows\":" + rows + "}";
 
   std::string s =
@@ -262,6 +257,12 @@ std::string explorer_html(const ExplorerPage& page) {
     std::string svg = page.curves_svg;
     if (svg.rfind("<?xml", 0) == 0) svg.erase(0, svg.find('\n') + 1);
     s += "<section id=\"curves\"><h2>Training curves</h2>\n" + svg + "</section>\n";
+  }
+  if (!page.config.empty()) {
+    s += "<section id=\"config\"><h2>Configuration</h2>\n<table class=\"config\">\n";
+    for (const auto& [key, value] : page.config)
+      s += "<tr><td>" + html_escape(key) + "</td><td>" + html_escape(value) + "</td></tr>\n";
+    s += "</table></section>\n";
   }
   s += "<pre id=\"selftest\" hidden></pre>\n";
   s += "<script type=\"application/json\" id=\"attograd-data\">" + data + "</script>\n";

@@ -80,7 +80,6 @@
     buildHeadView();
     buildStats();
   }
-  buildConfig();
   if (rows.length) selectHead(0, 0);
 
   // ---- model view ----------------------------------------------------------------------------------------------
@@ -359,14 +358,6 @@
     });
     fill();
     app.appendChild(table);
-  }
-
-  function buildConfig() {
-    if (!D.config.length) return;
-    app.appendChild(el("h2", { text: "Configuration" }));
-    const body = el("tbody");
-    for (const kv of D.config) body.appendChild(el("tr", null, [el("td", { text: kv[0] }), el("td", { text: kv[1] })]));
-    app.appendChild(el("table", { cls: "config", id: "config" }, [body]));
   }
 
   // ---- self-test (#selftest): simulated hover and click, the result as JSON in <pre id="selftest"> ----------------

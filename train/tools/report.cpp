@@ -312,6 +312,24 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
   return plot_svg(panels, title);
 }
 
+std::string learning_rate_svg(const std::vector<train::StepMetrics>& history, const std::string& title) {
+  Series lr;
+  lr.label = "learning rate";
+  lr.color = "#17becf";
+  for (const train::StepMetrics& m : history) lr.x.push_back(static_cast<double>(m.step)), lr.y.push_back(m.lr);
+  Panel p;
+  p.title = "Learning rate";
+  p.x_label = "step";
+  p.y_label = "lr";
+  p.series = {lr};
+  if (!history.empty()) {
+    p.fixed_x = true;
+    p.x_min = static_cast<double>(history.front().step);
+    p.x_max = static_cast<double>(std::max(history.back().step, history.front().step + 1));
+  }
+  return plot_svg({p}, title, 760, 240);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Attention heatmaps
 

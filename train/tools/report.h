@@ -63,6 +63,9 @@ std::string plot_svg(const std::vector<Panel>& panels, const std::string& title 
 std::string curves_svg(const std::vector<train::StepMetrics>& history, const std::string& title = "",
                        bool stream = false);
 
+/// One panel of the learning rate of every step of a metrics history (linear axis).
+std::string learning_rate_svg(const std::vector<train::StepMetrics>& history, const std::string& title = "");
+
 /// About `target` "nice" tick values (1, 2 or 5 times a power of ten apart) covering [lo, hi].
 std::vector<double> nice_ticks(double lo, double hi, int target = 6);
 
