@@ -1,6 +1,7 @@
 // The attention explorer's script (train/tools/explorer.h); embedded into every page. No library, no network.
 "use strict";
 (function () {
+  const started = performance.now();
   const errors = [];
   window.addEventListener("error", function (e) { errors.push(String(e.message || e)); });
   const consoleError = console.error;
@@ -81,6 +82,7 @@
     buildStats();
   }
   if (rows.length) selectHead(0, 0);
+  const initMs = performance.now() - started;
 
   // ---- model view ----------------------------------------------------------------------------------------------
   function buildModelView() {
@@ -362,7 +364,8 @@
 
   // ---- self-test (#selftest): simulated hover and click, the result as JSON in <pre id="selftest"> ----------------
   function selfTest() {
-    const res = { errors: errors, rows: rows.length, heads: rows.map(function (r) { return r.heads; }),
+    const res = { errors: errors, init_ms: Math.round(initMs), rows: rows.length,
+      heads: rows.map(function (r) { return r.heads; }),
       panels: document.querySelectorAll("canvas.panel").length, checks: {} };
     const hl = function () { return document.querySelectorAll(".tok.hl").length; };
     const fire = function (node, type, extra) {
@@ -379,7 +382,9 @@
         });
         res.key_tokens = ui.kcol.querySelectorAll(".tok").length;
         const before = hl(), readBefore = ui.readout.textContent, q = ui.qtoks[r.lq - 1];
+        const t0 = performance.now();
         fire(q.firstChild, "mouseover");
+        res.hover_ms = Math.round(performance.now() - t0);
         res.hover_query_highlighted = hl();
         res.checks.hover_query = before === 0 && hl() > 0 && q.classList.contains("focus") &&
           ui.readout.textContent !== readBefore && ui.readout.textContent.indexOf("attends to") >= 0;
