@@ -83,6 +83,10 @@ std::string thousands(int64_t n);
 std::vector<std::pair<std::string, std::string>> config_table(const train::TrainConfig& cfg);
 /// The attention explorer page of a trainer's model on `src` and `output`, its subtitle naming the run (cli_view.cpp).
 report::ExplorerPage explorer_for(train::Trainer& t, const std::vector<int64_t>& src, const std::vector<int64_t>& output);
+/// Writes the attention of `src` and `output` to `path`: the explorer page when it ends in .html (or .htm), else the
+/// heatmap SVG (labels drawn visibly); one line on stderr says where (cli_view.cpp).
+void write_attention(const std::string& path, train::Trainer& t, const std::vector<int64_t>& src,
+                     const std::vector<int64_t>& output);
 /// printf into a std::string.
 std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
 

@@ -33,6 +33,25 @@ report::ExplorerPage explorer_for(train::Trainer& t, const std::vector<int64_t>&
   return page;
 }
 
+void write_attention(const std::string& path, train::Trainer& t, const std::vector<int64_t>& src,
+                     const std::vector<int64_t>& output) {
+  const std::string ext = std::filesystem::path(path).extension().string();
+  if (ext == ".html" || ext == ".htm") {
+    report::ExplorerPage page = explorer_for(t, src, output);
+    page.title = "attograd: " + std::filesystem::path(path).filename().string();
+    page.config = config_table(t.config());
+    report::write_text_file(path, report::explorer_html(page));
+  } else {
+    const data::Dataset& data = t.dataset();
+    report::AttentionFigure fig =
+        report::attention_figure(t.model(), src, output, [&](int64_t token) { return report::visible_token(data.token_text(token)); });
+    fig.title = t.config().task + " (" + t.config().model + "): " + fig.title;
+    const char* none = "no attention probabilities to draw: this model keeps none";
+    report::write_text_file(path, fig.rows.empty() ? report::note_svg(fig.title, none) : report::attention_svg(fig));
+  }
+  std::fprintf(stderr, "attention picture written to %s\n", path.c_str());
+}
+
 namespace {
 
 struct ViewArgs {

@@ -122,6 +122,32 @@ TEST(CliView, TrainWritesReportHtml) {
   EXPECT_NE(task.find("<td>num_symbols</td>"), std::string::npos);
 }
 
+TEST(CliView, SampleAndGenerateDrawTheAttentionOfATextModel) {
+  if (!kCli) GTEST_SKIP() << "the attograd tool is not built";
+  const std::string w = quote(text_model());
+  const std::string page = (scratch() / "sample.html").string(), svg = (scratch() / "sample.svg").string();
+  CliRun r = attograd("sample -w " + w + " -p \"the \" -n 12 --attention " + quote(page));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("attention picture written to " + page), std::string::npos);
+  std::string html = slurp(page);
+  EXPECT_NE(html.find("\"lq\":16,\"lk\":16"), std::string::npos);  // the prompt's 4 characters and 12 more
+  EXPECT_NE(html.find("[\"t\",\"h\",\"e\",\"\u2423\","), std::string::npos);
+  r = attograd("sample -w " + w + " -p \"the \" -n 12 --attention " + quote(svg));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(count(slurp(svg), "class=\"heatmap\""), 4u);  // 2 layers x 2 heads
+  EXPECT_NE(slurp(svg).find(">\u2423</text>"), std::string::npos);  // a space drawn visibly
+  // generate continues a text model greedily by --tokens characters.
+  const std::string g = (scratch() / "generate.html").string();
+  r = attograd("generate -w " + w + " -i \"the \" -n 5 --attention " + quote(g));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(lines(r.out).size(), 1u);
+  EXPECT_EQ(lines(r.out)[0].size() >= 5u, true) << r.out;
+  EXPECT_NE(slurp(g).find("\"lq\":9,\"lk\":9"), std::string::npos);
+  expect_one_line_error(attograd("generate -w " + quote(trained("task", "--task reverse") + "/model.attograd") +
+                                 " -i \"1 2\" -n 3"),
+                        "--tokens is for a text model", "--tokens on a task model");
+}
+
 // ---- in a browser ------------------------------------------------------------------------------------------------
 
 std::string chromium() {
