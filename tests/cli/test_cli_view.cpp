@@ -148,6 +148,33 @@ TEST(CliView, SampleAndGenerateDrawTheAttentionOfATextModel) {
                         "--tokens is for a text model", "--tokens on a task model");
 }
 
+TEST(CliPredict, TheMostLikelyTokenIsWhatGreedyDecodingProduces) {
+  if (!kCli) GTEST_SKIP() << "the attograd tool is not built";
+  const std::string w = quote(text_model());
+  CliRun r = attograd("predict -w " + w + " -p \"the ca\" --top 3 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = last_line_json(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  ASSERT_EQ(j["top"].size(), 3u);
+  const json& logits = j["logits"];
+  double z = 0, best = -1e300;
+  for (const json& l : logits) z += std::exp(l.get<double>()), best = std::max(best, l.get<double>());
+  EXPECT_EQ(j["top"][0]["logit"].get<double>(), best);
+  EXPECT_NEAR(j["top"][0]["prob"].get<double>(), std::exp(best) / z, 1e-9);
+  EXPECT_GE(j["top"][0]["prob"].get<double>(), j["top"][1]["prob"].get<double>());
+  EXPECT_EQ(logits[j["top"][0]["token"].get<size_t>()].get<double>(), best);
+  // The greedy continuation by one character is the top token.
+  r = attograd("generate -w " + w + " -i \"the ca\" -n 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, j["top"][0]["text"].get<std::string>() + "\n");
+  // The human table: a header and K rows.
+  r = attograd("predict -w " + w + " -p \"the ca\" -k 4");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(lines(r.out).size(), 2u + 4u) << r.out;
+  expect_one_line_error(attograd("predict -w " + w + " -p \"xyz\""), "the prompt", "a character outside the text");
+  expect_one_line_error(attograd("predict -w " + w + " -p a -k 0"), "--top", "top 0");
+}
+
 // ---- in a browser ------------------------------------------------------------------------------------------------
 
 std::string chromium() {
