@@ -88,6 +88,11 @@ data::Example attention_sample(train::Trainer& t) {
   return ex.front();
 }
 
+// The first n held-out examples; none for n = 0 (--samples 0).
+std::vector<data::Example> some_heldout(const train::Trainer& t, int64_t n) {
+  return n > 0 ? t.heldout_examples(n) : std::vector<data::Example>{};
+}
+
 // The data file named by --text or --pairs (null without either), or the checkpoint's when resuming.
 std::shared_ptr<data::Dataset> file_dataset(const TrainArgs& a, const std::optional<io::FileInfo>& resume_info,
                                             TrainConfig& cfg) {
@@ -310,7 +315,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
                             static_cast<long long>(a.samples), run_name.c_str(),
                             static_cast<unsigned long long>(cfg.seed), static_cast<long long>(trainer.step_count()));
     Generator gen(cfg.seed);
-    for (const data::Example& e : trainer.heldout_examples(std::max<int64_t>(1, a.samples))) {
+    for (const data::Example& e : some_heldout(trainer, a.samples)) {
       const std::vector<int64_t> prompt(e.src.begin(), e.src.begin() + std::min<std::ptrdiff_t>(32, std::ssize(e.src)));
       const train::TokenRows more = train::sample(trainer.model(), {prompt}, 200, {}, gen);
       text += "prompt: " + d.to_text(prompt) + "\n";
@@ -324,7 +329,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     std::string text = strf("# %lld held-out examples of %s, greedy decoding by the %s model after %lld steps\n\n",
                             static_cast<long long>(a.samples), what.c_str(), cfg.model.c_str(),
                             static_cast<long long>(trainer.step_count()));
-    for (const data::Example& e : trainer.heldout_examples(std::max<int64_t>(1, a.samples))) {
+    for (const data::Example& e : some_heldout(trainer, a.samples)) {
       const std::vector<int64_t> pred = trainer.predict(e.src);
       const data::Dataset& d = trainer.dataset();
       text += "input:      " + d.to_text(e.src) + "\n";
@@ -569,7 +574,8 @@ Command add_train(CLI::App& app) {
                 return !v.empty() && end && *end == '\0' && x > 0 && x < 1 ? "" : "'" + v + "' is not in (0, 1)";
               },
               "NUMBER in (0, 1)"));
-  sub->add_option("--samples", a->samples, "held-out examples written to samples.txt")->check(CLI::Range(1, 10000));
+  sub->add_option("--samples", a->samples, "held-out examples written to samples.txt (0: none, no sampling time)")
+      ->check(CLI::Range(0, 10000));
   sub->add_flag("--json", a->json, "print the summary as one JSON object on the last line");
   sub->add_flag("-q,--quiet", a->quiet, "no progress bar or evaluation lines");
   sub->footer(

@@ -175,6 +175,18 @@ TEST(CliPredict, TheMostLikelyTokenIsWhatGreedyDecodingProduces) {
   expect_one_line_error(attograd("predict -w " + w + " -p a -k 0"), "--top", "top 0");
 }
 
+TEST(CliTrain, SamplesZeroWritesNoSamples) {
+  if (!kCli) GTEST_SKIP() << "the attograd tool is not built";
+  const std::string dir = (scratch() / "samples0").string();
+  const CliRun r = attograd("train --text " + quote(text_path()) + " --context 32 --steps 2 --d-model 16 --heads 2 "
+                            "--layers 1 --d-ff 32 --samples 0 --out " + quote(dir));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string text = slurp(dir + "/samples.txt");
+  EXPECT_EQ(text.rfind("# 0 held-out prompts", 0), 0u) << text;
+  EXPECT_EQ(text.find("prompt:"), std::string::npos);
+  expect_one_line_error(attograd("train --steps 2 --samples -1 --out " + quote(dir)), "--samples", "negative");
+}
+
 // ---- in a browser ------------------------------------------------------------------------------------------------
 
 std::string chromium() {
