@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "autograd/parallel.h"
 #include "nn/module.h"
 #include "train/data/pairs.h"
 #include "train/decode.h"
@@ -27,6 +28,7 @@ struct EvalArgs {
   CLI::Option* seed_opt = nullptr;
   bool json = false;
   bool no_kv_cache = false;
+  int64_t threads = 0;  // 0: the training run's
 };
 
 int run_eval(const EvalArgs& a) {
@@ -34,6 +36,7 @@ int run_eval(const EvalArgs& a) {
   std::optional<uint64_t> seed;
   if (a.seed_opt->count() > 0) seed = a.seed;
   std::unique_ptr<train::Trainer> t = load_model(a.weights, seed, a.pairs.empty());
+  if (a.threads > 0) set_num_threads(static_cast<int>(a.threads));  // after the Trainer set the run's count
   const train::TrainConfig& cfg = t->config();
   const int64_t n = a.eval_size > 0 ? a.eval_size : cfg.eval_size;
   const bool stream = t->model().spec().stream;
@@ -80,6 +83,7 @@ int run_eval(const EvalArgs& a) {
     j["n"] = r.n;
     j["seed"] = cfg.seed;
     j["seconds"] = seconds;
+    j["threads"] = get_num_threads();
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
   }
@@ -197,6 +201,8 @@ Command add_eval(CLI::App& app) {
                   "a model trained on a pairs file: evaluate on every line of this file instead of the held-out split")
       ->check(CLI::ExistingFile);
   sub->add_flag("--json", a->json, "print the result as one JSON object");
+  sub->add_option("--threads", a->threads, "threads for the engine's kernels (default: the training run's)")
+      ->check(integer_in(1, train::kMaxThreads));
   sub->add_flag("--no-kv-cache", a->no_kv_cache,
                 "decode by recomputing the whole sequence every step instead of from the key/value cache (the same "
                 "tokens, slower; for comparison)");

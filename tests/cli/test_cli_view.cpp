@@ -187,6 +187,21 @@ TEST(CliTrain, SamplesZeroWritesNoSamples) {
   expect_one_line_error(attograd("train --steps 2 --samples -1 --out " + quote(dir)), "--samples", "negative");
 }
 
+TEST(CliEval, ThreadsOverrideTheRunsCountWithTheSameResult) {
+  if (!kCli) GTEST_SKIP() << "the attograd tool is not built";
+  const std::string w = quote(trained("task", "--task reverse") + "/model.attograd");
+  const CliRun one = attograd("eval -w " + w + " --eval-size 64 --json");
+  const CliRun two = attograd("eval -w " + w + " --eval-size 64 --json --threads 2");
+  ASSERT_EQ(one.status, 0) << one.err;
+  ASSERT_EQ(two.status, 0) << two.err;
+  const json a = last_line_json(one.out), b = last_line_json(two.out);
+  EXPECT_EQ(a["threads"], 1);
+  EXPECT_EQ(b["threads"], 2);
+  EXPECT_EQ(a["token_accuracy"], b["token_accuracy"]);
+  EXPECT_NEAR(a["loss"].get<double>(), b["loss"].get<double>(), 1e-6);
+  expect_one_line_error(attograd("eval -w " + w + " --threads 0"), "--threads", "zero threads");
+}
+
 // ---- in a browser ------------------------------------------------------------------------------------------------
 
 std::string chromium() {
