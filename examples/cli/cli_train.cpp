@@ -291,7 +291,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   }
   {
     // report.html: the explorer on a held-out example (a text model: the whole first held-out window), the curves
-    // with a learning-rate panel, and the configuration.
+    // and the configuration.
     data::Example e = attention_sample(trainer);
     std::vector<int64_t> pred;
     if (stream) {
@@ -302,8 +302,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     }
     report::ExplorerPage page = explorer_for(trainer, e.src, pred);
     page.title = run_name + " (" + cfg.model + "): training report";
-    page.curves_svg = report::curves_svg(trainer.history(), "", stream) +
-                      report::learning_rate_svg(trainer.history());
+    page.curves_svg = report::curves_svg(trainer.history(), "", stream);
     page.config = config_table(cfg);
     report::write_text_file(html, report::explorer_html(page));
   }

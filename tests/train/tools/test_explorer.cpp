@@ -144,7 +144,7 @@ TEST(Explorer, PageWithCurvesAndWithoutRows) {
   page.note = "This model keeps no attention weights to show.";
   std::vector<train::StepMetrics> h(3);
   for (int i = 0; i < 3; ++i) h[static_cast<size_t>(i)].step = i + 1, h[static_cast<size_t>(i)].loss = 1.0 / (i + 1);
-  page.curves_svg = report::curves_svg(h) + report::learning_rate_svg(h);
+  page.curves_svg = report::curves_svg(h) + report::curves_svg(h);
   const std::string html = report::explorer_html(page);
   EXPECT_NE(html.find("<section id=\"curves\"><h2>Training curves</h2>"), std::string::npos);
   EXPECT_EQ(count(html, "<svg xmlns"), 2u);
