@@ -48,6 +48,7 @@
 #include "train/data/dataset.h"
 #include "train/decode.h"
 #include "train/dist/communicator.h"
+#include "train/tools/explorer.h"
 #include "train/tools/gradcheck_suite.h"
 #include "train/optim/optimizers.h"
 #include "train/tools/progress.h"

@@ -47,6 +47,40 @@ Tensor LinearAttention::forward(const Tensor& query, const Tensor& key, const Te
   return out_proj->forward(reshape(transpose(o, 1, 2), {B, Lq, E}));
 }
 
+Tensor LinearAttention::attention_weights(const Tensor& x) const {
+  const char* me = "LinearAttention::attention_weights";
+  const int64_t E = opts_.embed_dim, H = opts_.num_heads, d = E / H;
+  ATTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == E, me, "x must be (B, L, E=", E, ")",
+             x.defined() ? str_cat(", got shape ", x.shape()) : std::string());
+  const int64_t B = x.size(0), L = x.size(1);
+  NoGradGuard no_grad;
+  auto project = [&](int64_t i) {  // (B, L, E) -> (B, H, L, d) as doubles
+    Tensor w = narrow(in_proj_weight, 0, i * E, E);
+    Tensor b = opts_.bias ? narrow(in_proj_bias, 0, i * E, E) : Tensor();
+    return transpose(reshape(linear(x, w, b), {B, L, H, d}), 1, 2).to_vector<double>();
+  };
+  std::vector<double> q = project(0), k = project(1);
+  for (double& v : q) v = v > 0 ? v + 1 : std::exp(v);  // phi = elu + 1, as autograd/linear_attention.cpp
+  for (double& v : k) v = v > 0 ? v + 1 : std::exp(v);
+  std::vector<double> w(static_cast<size_t>(B * H * L * L), 0.0);
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const double* qb = q.data() + bh * L * d;
+    const double* kb = k.data() + bh * L * d;
+    double* wb = w.data() + bh * L * L;
+    for (int64_t i = 0; i < L; ++i) {
+      double total = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        double s = 0;
+        for (int64_t c = 0; c < d; ++c) s += qb[i * d + c] * kb[j * d + c];
+        wb[i * L + j] = s;
+        total += s;
+      }
+      for (int64_t j = 0; j <= i; ++j) wb[i * L + j] /= total + opts_.eps;
+    }
+  }
+  return from_vector(w, {B, H, L, L}, {.dtype = in_proj_weight.dtype()});
+}
+
 std::pair<Tensor, Tensor> LinearAttention::make_state(int64_t B) const {
   ATTO_CHECK(B > 0, "LinearAttention::make_state", "B must be positive, got ", B);
   const int64_t H = opts_.num_heads, d = opts_.embed_dim / H;

@@ -68,6 +68,11 @@ class LinearAttention : public AttentionLayer {
   std::shared_ptr<AttentionCache> make_cache(int64_t B, int64_t C) const override;
   /// decode() on a LinearAttentionState.
   Tensor forward_cached(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows) override;
+  /// The weights this layer's causal self-attention applies to the values of x (B, L, E), by an explicit path (the
+  /// layer itself never forms them): (B, H, L, L) with w_ij = phi(q_i).phi(k_j) / (sum_{j' <= i} phi(q_i).phi(k_j')
+  /// + eps) for j <= i, else 0, so that each head's output before out_proj is exactly sum_j w_ij v_j. Without
+  /// history, in the parameters' dtype; for a figure.
+  Tensor attention_weights(const Tensor& x) const;
   /// The constructor options.
   const LinearAttentionOptions& options() const { return opts_; }
 

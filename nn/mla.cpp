@@ -190,19 +190,26 @@ Tensor MultiHeadLatentAttention::latents(const Tensor& x) const {
   return cat({c, r}, -1);
 }
 
-Tensor MultiHeadLatentAttention::forward(const Tensor& x) { return attend(x, Tensor(), false).first; }
+Tensor MultiHeadLatentAttention::forward(const Tensor& x) { return attend(x, Tensor(), false).output; }
 
 Tensor MultiHeadLatentAttention::forward(const Tensor& x, const Tensor& key_padding_mask) {
-  return attend(x, key_padding_mask, false).first;
+  return attend(x, key_padding_mask, false).output;
 }
 
 std::pair<Tensor, Tensor> MultiHeadLatentAttention::forward_with_entropy(const Tensor& x,
                                                                          const Tensor& key_padding_mask) {
-  return attend(x, key_padding_mask, true);
+  AttentionResult r = attend(x, key_padding_mask, true);
+  return {r.output, r.entropy};
 }
 
-std::pair<Tensor, Tensor> MultiHeadLatentAttention::attend(const Tensor& x, const Tensor& key_padding_mask,
-                                                           bool need_entropy) {
+std::pair<Tensor, Tensor> MultiHeadLatentAttention::forward_with_weights(const Tensor& x,
+                                                                         const Tensor& key_padding_mask) {
+  AttentionResult r = attend(x, key_padding_mask, false, true);
+  return {r.output, r.weights};
+}
+
+AttentionResult MultiHeadLatentAttention::attend(const Tensor& x, const Tensor& key_padding_mask, bool need_entropy,
+                                                 bool need_weights) {
   const char* me = "MultiHeadLatentAttention";
   ATTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == opts_.d_model, me,
              "input must be (B, L, d_model=", opts_.d_model, ")",
@@ -222,6 +229,7 @@ std::pair<Tensor, Tensor> MultiHeadLatentAttention::attend(const Tensor& x, cons
   ao.dropout_p = is_training() ? opts_.dropout : 0.0;
   ao.generator = dropout_gen_;
   ao.need_entropy = need_entropy;
+  ao.need_weights = need_weights;
   if (key_padding_mask.defined()) {
     ATTO_CHECK(key_padding_mask.dtype() == kBool && key_padding_mask.shape() == (Shape{B, L}), me,
                "key_padding_mask must be Bool (B=", B, ", L=", L, "), got ", dtype_name(key_padding_mask.dtype()), " ",
@@ -229,7 +237,8 @@ std::pair<Tensor, Tensor> MultiHeadLatentAttention::attend(const Tensor& x, cons
     ao.attn_mask = reshape(key_padding_mask, {B, 1, 1, L});  // TRUE = blocked, broadcast over heads and queries
   }
   AttentionResult r = multi_head_attention(q, k, v, H, ao);  // output (B, L, H d_v), entropy (B, H, L)
-  return {wo->forward(r.output), r.entropy};
+  r.output = wo->forward(r.output);
+  return r;
 }
 
 MlaCache MultiHeadLatentAttention::make_latent_cache(int64_t B, int64_t C) const {

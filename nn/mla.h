@@ -116,6 +116,9 @@ class MultiHeadLatentAttention : public AttentionLayer {
   Tensor forward_cached(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows) override;
   /// forward_cached's path: absorbed (true, the default) or plain (false); the same tokens.
   bool absorbed_decode = true;
+  /// forward(x, key_padding_mask) and the attention probabilities (B, H, L, L) of the plain path (each head's keys
+  /// expanded from the latent; after dropout, without history, as MultiheadAttention's need_weights): for a figure.
+  std::pair<Tensor, Tensor> forward_with_weights(const Tensor& x, const Tensor& key_padding_mask = Tensor());
   /// The constructor options.
   const MlaOptions& options() const { return opts_; }
 
@@ -149,8 +152,9 @@ class MultiHeadLatentAttention : public AttentionLayer {
   void set_own_generator(Generator& gen) override { dropout_gen_ = &gen; }
 
  private:
-  // (output, entropy or undefined)
-  std::pair<Tensor, Tensor> attend(const Tensor& x, const Tensor& key_padding_mask, bool need_entropy);
+  // {output after wo, weights or undefined, entropy or undefined}
+  AttentionResult attend(const Tensor& x, const Tensor& key_padding_mask, bool need_entropy,
+                         bool need_weights = false);
   Tensor queries(const Tensor& x) const;  // (B, L, H, d_qk) at positions 0 .. L-1, RoPE applied
   Tensor latents(const Tensor& x) const;  // (B, L, d_c + d_rope) [c_KV | k_R] at positions 0 .. L-1
   MlaOptions opts_;

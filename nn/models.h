@@ -11,9 +11,10 @@
 //    gradient checkpointing of every block but the last (bitwise the same gradients).
 //
 // Masks inside the model follow nn/masks.h (Bool, TRUE = BLOCKED). Attention weights for visualisation: after
-// store_attention(true) every block keeps its last per-head probabilities (B, H, Lq, Lk); off by default (no
-// cost). Dropout masks come from default_generator() until Module::set_generator() points every dropout of the
-// model at another generator.
+// store_attention(true) every block keeps its last per-head probabilities (B, H, Lq, Lk) (mla: those of its plain
+// path; linear attention, which forms none: the explicit weights of LinearAttention::attention_weights); off by
+// default (no cost). Dropout masks come from default_generator() until Module::set_generator() points every
+// dropout of the model at another generator.
 
 #include <cstdint>
 #include <memory>

@@ -157,6 +157,8 @@ struct AttentionMap {
   Tensor weights = {};                 ///< (1, H, Lq, Lk)
   std::vector<int64_t> queries = {};   ///< Lq tokens (rows)
   std::vector<int64_t> keys = {};      ///< Lk tokens (columns)
+  std::string note = {};               ///< what the weights are when not softmax probabilities the layer forms
+                                       ///< (linear attention's explicit weights, MLA's plain path); else empty
 };
 
 /// The interface of a trainable sequence model (see the file comment). Implementations are Modules.

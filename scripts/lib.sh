@@ -10,7 +10,12 @@ JOBS="${JOBS:-$(nproc)}"
 ATTOGRAD_PACKAGES=(cmake g++ make libeigen3-dev libcereal-dev libgtest-dev libcli11-dev nlohmann-json3-dev
   libxxhash-dev openmpi-bin libopenmpi-dev)
 
+# Optional: headless Chromium for the browser test of the attention explorer (tests/cli/test_cli_view.cpp) and a
+# small CJK font for its screenshot; when they cannot be installed the test skips and says so.
+ATTOGRAD_OPTIONAL_PACKAGES=(chromium fonts-wqy-microhei)
+
 ensure_packages() {
+  ensure_optional_packages
   local missing=()
   for p in "${ATTOGRAD_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,6 +29,24 @@ ensure_packages() {
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
+}
+
+# Installs what is missing of ATTOGRAD_OPTIONAL_PACKAGES; a failure is a warning, not an error.
+ensure_optional_packages() {
+  local missing=()
+  for p in "${ATTOGRAD_OPTIONAL_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "==> installing optional Debian packages: ${missing[*]}"
+  local SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1; then
+    $SUDO apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 ||
+      echo "==> warning: could not install ${missing[*]}: the browser test will skip"
+  fi
+  return 0
 }
 
 # configure_and_build BUILD_DIR [cmake args...]

@@ -9,9 +9,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "nn/attention_layer.h"
 #include "train/io/serialize.h"
+#include "train/tools/explorer.h"
 #include "train/trainer.h"
 
 namespace attograd::cli {
@@ -45,6 +48,10 @@ Command add_inspect(CLI::App& app);
 Command add_export(CLI::App& app);
 /// `attograd import`.
 Command add_import(CLI::App& app);
+/// `attograd view` (cli_view.cpp).
+Command add_view(CLI::App& app);
+/// `attograd predict` (cli_predict.cpp).
+Command add_predict(CLI::App& app);
 
 /// A Trainer holding the model saved in a weights file (config and data settings from its metadata) or a
 /// checkpoint. `seed` replaces the config's seed (which picks the held-out examples of a built-in task). A model
@@ -81,6 +88,15 @@ CLI::Validator attention_kind();
 double peak_rss_mb();
 /// 101056 -> "101,056".
 std::string thousands(int64_t n);
+/// The configuration as (field, value) rows for a page's table, without the toy tasks' fields for a text or pairs
+/// run (cli_view.cpp).
+std::vector<std::pair<std::string, std::string>> config_table(const train::TrainConfig& cfg);
+/// The attention explorer page of a trainer's model on `src` and `output`, its subtitle naming the run (cli_view.cpp).
+report::ExplorerPage explorer_for(train::Trainer& t, const std::vector<int64_t>& src, const std::vector<int64_t>& output);
+/// Writes the attention of `src` and `output` to `path`: the explorer page when it ends in .html (or .htm), else the
+/// heatmap SVG (labels drawn visibly); one line on stderr says where (cli_view.cpp).
+void write_attention(const std::string& path, train::Trainer& t, const std::vector<int64_t>& src,
+                     const std::vector<int64_t>& output);
 /// printf into a std::string.
 std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
 

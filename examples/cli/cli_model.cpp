@@ -9,8 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "autograd/parallel.h"
 #include "nn/module.h"
 #include "train/data/pairs.h"
+#include "train/decode.h"
 #include "train/tools/report.h"
 #include "train/io/safetensors.h"
 #include "train/io/serialize.h"
@@ -26,6 +28,7 @@ struct EvalArgs {
   CLI::Option* seed_opt = nullptr;
   bool json = false;
   bool no_kv_cache = false;
+  int64_t threads = 0;  // 0: the training run's
 };
 
 int run_eval(const EvalArgs& a) {
@@ -33,6 +36,7 @@ int run_eval(const EvalArgs& a) {
   std::optional<uint64_t> seed;
   if (a.seed_opt->count() > 0) seed = a.seed;
   std::unique_ptr<train::Trainer> t = load_model(a.weights, seed, a.pairs.empty());
+  if (a.threads > 0) set_num_threads(static_cast<int>(a.threads));  // after the Trainer set the run's count
   const train::TrainConfig& cfg = t->config();
   const int64_t n = a.eval_size > 0 ? a.eval_size : cfg.eval_size;
   const bool stream = t->model().spec().stream;
@@ -79,6 +83,7 @@ int run_eval(const EvalArgs& a) {
     j["n"] = r.n;
     j["seed"] = cfg.seed;
     j["seconds"] = seconds;
+    j["threads"] = get_num_threads();
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
   }
@@ -115,26 +120,30 @@ int run_eval(const EvalArgs& a) {
 struct GenerateArgs {
   std::string weights, input, attention;
   bool no_kv_cache = false;
+  int64_t tokens = 100;
+  CLI::Option* tokens_opt = nullptr;
 };
 
 int run_generate(const GenerateArgs& a) {
   std::unique_ptr<train::Trainer> t = load_model(a.weights);
   const data::Dataset& data = t->dataset();
-  ATTO_CHECK(!t->model().spec().stream, "generate", "'", a.weights,
-             "' is a text model: continue text with `attograd sample --prompt`");
+  const bool stream = t->model().spec().stream;
+  ATTO_CHECK(stream || a.tokens_opt->count() == 0, "generate", "--tokens is for a text model (another model stops "
+             "at its end token)");
   const std::vector<int64_t> src = data.parse_source(a.input);
-  std::vector<int64_t> out = t->predict(src, {.use_cache = !a.no_kv_cache});
+  std::vector<int64_t> out;
+  if (stream) {  // a text model: the greedy continuation of --tokens characters (sample at temperature 0)
+    Generator unused(0);
+    out = train::sample(t->model(), {src}, a.tokens, {.temperature = 0}, unused, {},
+                        {.use_cache = !a.no_kv_cache})[0];
+  } else {
+    out = t->predict(src, {.use_cache = !a.no_kv_cache});
+  }
   std::printf("%s\n", data.to_text(out).c_str());
   std::fflush(stdout);
   if (!a.attention.empty()) {
-    out.resize(std::min(out.size(), static_cast<size_t>(data.max_target_len())));
-    report::AttentionFigure fig =
-        report::attention_figure(t->model(), src, out, [&](int64_t token) { return data.token_text(token); });
-    fig.title = t->config().task + " (" + t->config().model + "): " + fig.title;
-    const char* none = "no attention probabilities to draw: this attention (mla, linear) keeps none";
-    report::write_text_file(a.attention,
-                            fig.rows.empty() ? report::note_svg(fig.title, none) : report::attention_svg(fig));
-    std::fprintf(stderr, "attention picture written to %s\n", a.attention.c_str());
+    if (!stream) out.resize(std::min(out.size(), static_cast<size_t>(data.max_target_len())));
+    write_attention(a.attention, *t, src, out);
   }
   return kExitOk;
 }
@@ -192,6 +201,8 @@ Command add_eval(CLI::App& app) {
                   "a model trained on a pairs file: evaluate on every line of this file instead of the held-out split")
       ->check(CLI::ExistingFile);
   sub->add_flag("--json", a->json, "print the result as one JSON object");
+  sub->add_option("--threads", a->threads, "threads for the engine's kernels (default: the training run's)")
+      ->check(integer_in(1, train::kMaxThreads));
   sub->add_flag("--no-kv-cache", a->no_kv_cache,
                 "decode by recomputing the whole sequence every step instead of from the key/value cache (the same "
                 "tokens, slower; for comparison)");
@@ -214,12 +225,18 @@ Command add_generate(CLI::App& app) {
   sub->add_option("-i,--input", a->input,
                   "input symbols separated by spaces, e.g. \"3 1 4 1 5\"; for a pairs model its raw source text")
       ->required();
-  sub->add_option("--attention", a->attention, "also write the attention heatmaps for this input to an SVG file");
+  sub->add_option("--attention", a->attention,
+                  "also write the attention of the input and its output: the explorer page for FILE.html (as "
+                  "`attograd view`), else heatmaps as SVG");
+  a->tokens_opt = sub->add_option("-n,--tokens", a->tokens, "a text model: characters to continue the input by")
+                      ->check(integer_in(1, 1'000'000))
+                      ->capture_default_str();
   sub->add_flag("--no-kv-cache", a->no_kv_cache,
                 "decode by recomputing the whole sequence every step instead of from the key/value cache (the same "
                 "tokens, slower; for comparison)");
   sub->footer(
-      "Prints the decoded sequence (without the end token) on stdout.\n\n"
+      "Prints the decoded sequence (without the end token) on stdout; a text model's greedy continuation of\n"
+      "--input by --tokens characters.\n\n"
       "Examples:\n"
       "  attograd generate --weights runs/reverse-lm/model.attograd --input \"3 1 4 1 5\"\n"
       "  attograd generate -w runs/reverse-lm/model.attograd -i \"2 7 1 8\" --attention attention.svg");

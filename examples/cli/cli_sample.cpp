@@ -14,7 +14,7 @@ namespace attograd::cli {
 namespace {
 
 struct SampleArgs {
-  std::string weights, prompt;
+  std::string weights, prompt, attention;
   CLI::Option* prompt_opt = nullptr;
   int64_t tokens = 200;
   double temperature = 1.0, top_p = 1.0;
@@ -41,8 +41,10 @@ int run_sample(const SampleArgs& a) {
   const int64_t eos = model.special_tokens().eos;
   if (a.prompt_opt->count() > 0) std::printf("%s", a.prompt.c_str());
   Generator gen(a.seed);
+  std::vector<int64_t> produced;
   train::sample(model, {prompt}, budget, {.temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p}, gen,
                 [&](int64_t, int64_t token) {
+                  if (model.spec().stream || token != eos) produced.push_back(token);
                   if (!model.spec().stream && token == eos) return;
                   std::string piece = data.to_text({token});
                   if (!data.stream() && !piece.empty()) piece = " " + piece;  // words and numbers apart
@@ -51,6 +53,11 @@ int run_sample(const SampleArgs& a) {
                 },
                 {.use_cache = !a.no_kv_cache});
   std::printf("\n");
+  std::fflush(stdout);
+  if (!a.attention.empty()) {  // the prompt and its continuation (a text model: the last context characters)
+    if (!model.spec().stream) produced.resize(std::min(produced.size(), static_cast<size_t>(data.max_target_len())));
+    write_attention(a.attention, *t, prompt, produced);
+  }
   return kExitOk;
 }
 
@@ -96,13 +103,17 @@ Command add_sample(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--no-kv-cache", a->no_kv_cache,
                 "recompute the whole window every step instead of using the key/value cache (the same text, slower)");
+  sub->add_option("--attention", a->attention,
+                  "also write the attention of the prompt and its continuation: the explorer page for FILE.html "
+                  "(as `attograd view`), else heatmaps as SVG");
   sub->footer(
       "Prints the prompt and its continuation, flushing after every token. A prompt character that is not in\n"
       "the model's vocabulary is an error naming it. A text model continues for exactly --tokens tokens (the\n"
       "model sees the last context characters); another model stops at its end token.\n\n"
       "Examples:\n"
       "  attograd sample --weights runs/poem-lm/model.attograd --prompt \"The \" --tokens 300\n"
-      "  attograd sample -w runs/poem-lm/model.attograd -t 0.8 --top-k 10 --seed 7");
+      "  attograd sample -w runs/poem-lm/model.attograd -t 0.8 --top-k 10 --seed 7\n"
+      "  attograd sample -w runs/poem-lm/model.attograd -p \"The \" -n 100 --attention sample.html");
   return {sub, [a] { return run_sample(*a); }};
 }
 

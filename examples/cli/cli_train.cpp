@@ -103,6 +103,11 @@ data::Example attention_sample(train::Trainer& t) {
   return ex.front();
 }
 
+// The first n held-out examples; none for n = 0 (--samples 0).
+std::vector<data::Example> some_heldout(const train::Trainer& t, int64_t n) {
+  return n > 0 ? t.heldout_examples(n) : std::vector<data::Example>{};
+}
+
 // The data file named by --text or --pairs (null without either), or the checkpoint's when resuming.
 std::shared_ptr<data::Dataset> file_dataset(const TrainArgs& a, const std::optional<io::FileInfo>& resume_info,
                                             TrainConfig& cfg) {
@@ -281,7 +286,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   const std::string weights = (out / "model.attograd").string(), checkpoint = (out / "checkpoint.attograd").string(),
                     metrics = (out / "metrics.csv").string(), config = (out / "config.json").string(),
                     curves = (out / "curves.svg").string(), attention = (out / "attention.svg").string(),
-                    samples = (out / "samples.txt").string();
+                    samples = (out / "samples.txt").string(), html = (out / "report.html").string();
   io::save(trainer.model(), weights, trainer.metadata());
   trainer.save_checkpoint(checkpoint);
   trainer.write_metrics_csv(metrics);
@@ -302,6 +307,23 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     report::write_text_file(attention,
                             fig.rows.empty() ? report::note_svg(fig.title, none) : report::attention_svg(fig));
   }
+  {
+    // report.html: the explorer on a held-out example (a text model: the whole first held-out window), the curves
+    // and the configuration.
+    data::Example e = attention_sample(trainer);
+    std::vector<int64_t> pred;
+    if (stream) {
+      e = trainer.heldout_examples(1).front();
+    } else {
+      pred = trainer.predict(e.src);
+      pred.resize(std::min(pred.size(), static_cast<size_t>(trainer.dataset().max_target_len())));
+    }
+    report::ExplorerPage page = explorer_for(trainer, e.src, pred);
+    page.title = run_name + " (" + cfg.model + "): training report";
+    page.curves_svg = report::curves_svg(trainer.history(), "", stream);
+    page.config = config_table(cfg);
+    report::write_text_file(html, report::explorer_html(page));
+  }
   if (stream) {
     // Continuations of the beginnings of held-out windows, sampled at temperature 1 with the run's seed.
     const data::Dataset& d = trainer.dataset();
@@ -310,7 +332,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
                             static_cast<long long>(a.samples), run_name.c_str(),
                             static_cast<unsigned long long>(cfg.seed), static_cast<long long>(trainer.step_count()));
     Generator gen(cfg.seed);
-    for (const data::Example& e : trainer.heldout_examples(std::max<int64_t>(1, a.samples))) {
+    for (const data::Example& e : some_heldout(trainer, a.samples)) {
       const std::vector<int64_t> prompt(e.src.begin(), e.src.begin() + std::min<std::ptrdiff_t>(32, std::ssize(e.src)));
       const train::TokenRows more = train::sample(trainer.model(), {prompt}, 200, {}, gen);
       text += "prompt: " + d.to_text(prompt) + "\n";
@@ -324,7 +346,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     std::string text = strf("# %lld held-out examples of %s, greedy decoding by the %s model after %lld steps\n\n",
                             static_cast<long long>(a.samples), what.c_str(), cfg.model.c_str(),
                             static_cast<long long>(trainer.step_count()));
-    for (const data::Example& e : trainer.heldout_examples(std::max<int64_t>(1, a.samples))) {
+    for (const data::Example& e : some_heldout(trainer, a.samples)) {
       const std::vector<int64_t> pred = trainer.predict(e.src);
       const data::Dataset& d = trainer.dataset();
       text += "input:      " + d.to_text(e.src) + "\n";
@@ -377,7 +399,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     }
     j["paths"] = {{"dir", out.string()},         {"weights", weights}, {"checkpoint", checkpoint},
                   {"metrics", metrics},          {"config", config},   {"curves", curves},
-                  {"attention", attention},      {"samples", samples}};
+                  {"attention", attention},      {"samples", samples}, {"report", html}};
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
   }
@@ -415,7 +437,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
                 comm->reduce_seconds(), train_seconds, thousands(comm->reduced_floats()).c_str());
   std::printf("  outputs       %s/\n", out.string().c_str());
   std::printf("                model.attograd (weights + config)  checkpoint.attograd (--resume)  metrics.csv\n");
-  std::printf("                config.json  curves.svg  attention.svg  samples.txt\n");
+  std::printf("                config.json  curves.svg  attention.svg  samples.txt  report.html\n");
   return kExitOk;
 }
 
@@ -593,12 +615,14 @@ Command add_train(CLI::App& app) {
                 return !v.empty() && end && *end == '\0' && x > 0 && x < 1 ? "" : "'" + v + "' is not in (0, 1)";
               },
               "NUMBER in (0, 1)"));
-  sub->add_option("--samples", a->samples, "held-out examples written to samples.txt")->check(CLI::Range(1, 10000));
+  sub->add_option("--samples", a->samples, "held-out examples written to samples.txt (0: none, no sampling time)")
+      ->check(CLI::Range(0, 10000));
   sub->add_flag("--json", a->json, "print the summary as one JSON object on the last line");
   sub->add_flag("-q,--quiet", a->quiet, "no progress bar or evaluation lines");
   sub->footer(
-      "Writes model.attograd, checkpoint.attograd, metrics.csv, config.json, curves.svg, attention.svg and\n"
-      "samples.txt to the output directory. With no flags it trains a 2-layer decoder-only model to reverse\n"
+      "Writes model.attograd, checkpoint.attograd, metrics.csv, config.json, curves.svg, attention.svg,\n"
+      "samples.txt and report.html (the attention explorer of `attograd view` on a held-out example, the curves\n"
+      "and the configuration) to the output directory. With no flags it trains a 2-layer decoder-only model to reverse\n"
       "sequences of 1-12 digits (about a minute on 2 cores).\n\n"
       "Examples:\n"
       "  attograd train\n"

@@ -19,7 +19,10 @@ AttentionOutput LinearAttention::forward(const Tensor& x, const AttentionCall& c
              "linear attention has no softmax rows, so no attention entropy to track or regularise");
   ATTO_CHECK(call.rope_offset == 0, me, "linear attention has no positions in it, got rope_offset=",
              call.rope_offset);
-  return {.output = forward(x, x, x, call.is_causal)};  // (B, L, E); no weights
+  AttentionOutput r{.output = forward(x, x, x, call.is_causal)};  // (B, L, E)
+  // The weights the causal form applies to the values, by an explicit path (B, H, L, L), for a figure.
+  if (call.need_weights && call.is_causal) r.weights = attention_weights(x);
+  return r;
 }
 
 std::shared_ptr<AttentionCache> LinearAttention::make_cache(int64_t B, int64_t C) const {

@@ -16,6 +16,10 @@ AttentionOutput MultiHeadLatentAttention::forward(const Tensor& x, const Attenti
   ATTO_CHECK(call.is_causal && call.rope_offset == 0, "MultiHeadLatentAttention",
              "mla is causal self-attention at positions 0 .. L-1, got is_causal=", call.is_causal,
              ", rope_offset=", call.rope_offset);
+  if (!call.need_entropy && call.need_weights) {  // the plain path's probabilities (B, H, L, L), for a figure
+    auto [out, weights] = forward_with_weights(x, call.key_padding_mask);
+    return {.output = std::move(out), .weights = std::move(weights)};
+  }
   if (!call.need_entropy) return {.output = forward(x, call.key_padding_mask)};
   auto [out, entropy] = forward_with_entropy(x, call.key_padding_mask);  // (B, L, D), (B, H, L)
   return {.output = std::move(out), .entropy = std::move(entropy)};

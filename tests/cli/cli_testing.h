@@ -85,7 +85,7 @@ std::vector<std::string> lines(const std::string& text) {
   return out;
 }
 
-json last_line_json(const std::string& out) {
+[[maybe_unused]] json last_line_json(const std::string& out) {
   const std::vector<std::string> l = lines(out);
   if (l.empty()) return json();
   return json::parse(l.back(), nullptr, false);

@@ -102,7 +102,12 @@ TEST_F(CliData, SampleStreamsTheSameTextForASeed) {
   expect_one_line_error(attograd("sample -w " + w + " --prompt 'Shall Q'"),
                         "character 'Q' (U+0051) is not in the model's vocabulary", "unknown prompt character");
   expect_one_line_error(attograd("sample -w " + w + " --top-p 0"), "--top-p", "top-p 0");
-  expect_one_line_error(attograd("generate -w " + w + " --input 'Shall'"), "attograd sample", "generate on text");
+  // generate continues a text model greedily: sample at temperature 0, without the prompt.
+  const CliRun gen = attograd("generate -w " + w + " --input 'Shall I' -n 20");
+  const CliRun greedy = attograd("sample -w " + w + " --prompt 'Shall I' --tokens 20 --temperature 0");
+  ASSERT_EQ(gen.status, 0) << gen.err;
+  ASSERT_EQ(greedy.status, 0) << greedy.err;
+  EXPECT_EQ("Shall I" + gen.out, greedy.out);
 }
 
 TEST_F(CliData, SamplingPrintsExactlyTheTokensAskedForAndNeverAReservedId) {

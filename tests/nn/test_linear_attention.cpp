@@ -83,5 +83,29 @@ TEST(LinearAttentionModule, Errors) {
   EXPECT_NO_THROW(la.forward(zeros({2, 3, 8}), zeros({2, 4, 8}), zeros({2, 4, 8}), false));
 }
 
+// attention_weights: the explicit weights reproduce the layer's causal output exactly (sum_j w_ij v_j per head).
+TEST(LinearAttentionModule, ExplicitWeightsReproduceTheCausalOutput) {
+  Generator gen(6);
+  LinearAttention la({.embed_dim = 8, .num_heads = 2, .causal = true, .dtype = kFloat64}, gen);
+  Tensor x = rand({2, 5, 8}, gen, {.dtype = kFloat64});
+  NoGradGuard no_grad;
+  Tensor w = la.attention_weights(x);  // (B, H, L, L)
+  ASSERT_EQ(w.shape(), (Shape{2, 2, 5, 5}));
+  Tensor v = transpose(reshape(linear(x, narrow(la.in_proj_weight, 0, 16, 8), narrow(la.in_proj_bias, 0, 16, 8)),
+                               {2, 5, 2, 4}),
+                       1, 2);                                   // (B, H, L, d)
+  Tensor o = reshape(transpose(matmul(w, v), 1, 2), {2, 5, 8});  // concat of the heads
+  Tensor want = la.forward(x);
+  Tensor got = la.out_proj->forward(o);
+  const std::vector<double> a = got.to_vector<double>(), b = want.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-12) << i;
+  const std::vector<double> p = w.to_vector<double>();
+  for (int64_t r = 0; r < 2 * 2 * 5; ++r)
+    for (int64_t j = r % 5 + 1; j < 5; ++j) {
+      EXPECT_EQ(p[static_cast<size_t>(r * 5 + j)], 0);
+    }
+  EXPECT_THROW(la.attention_weights(zeros({2, 5, 6}, {.dtype = kFloat64})), Error);
+}
+
 }  // namespace
 }  // namespace attograd::nn

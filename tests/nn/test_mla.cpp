@@ -247,5 +247,32 @@ TEST(MultiHeadLatentAttention, Errors) {
   expect_error([&] { m.make_latent_cache(0, 4); }, "B=0");
 }
 
+// forward_with_weights: the same output as forward and the probabilities whose entropies forward_with_entropy gives.
+TEST(MultiHeadLatentAttention, WeightsAreThePlainPathProbabilities) {
+  Generator gen(5);
+  MultiHeadLatentAttention m(small_options(6, kFloat64), gen);
+  Tensor x = rand({2, 7, 12}, gen, {.dtype = kFloat64});
+  NoGradGuard no_grad;
+  auto [out, w] = m.forward_with_weights(x);
+  auto [out2, ent] = m.forward_with_entropy(x);
+  ASSERT_EQ(w.shape(), (Shape{2, 3, 7, 7}));
+  EXPECT_LT(max_abs(sub(out, m.forward(x))), 1e-14);
+  const std::vector<double> p = w.to_vector<double>(), e = ent.to_vector<double>();
+  for (int64_t r = 0; r < 2 * 3 * 7; ++r) {
+    const int64_t i = r % 7;
+    double sum = 0, h = 0;
+    for (int64_t j = 0; j < 7; ++j) {
+      const double v = p[static_cast<size_t>(r * 7 + j)];
+      if (j > i) {
+        EXPECT_EQ(v, 0);
+      }
+      sum += v;
+      if (v > 0) h -= v * std::log(v);
+    }
+    EXPECT_NEAR(sum, 1, 1e-12);
+    EXPECT_NEAR(h, e[static_cast<size_t>(r)], 1e-10);
+  }
+}
+
 }  // namespace
 }  // namespace attograd::nn

@@ -130,7 +130,10 @@ std::string draw_panel(const Panel& p, int width, int top, int height) {
     s += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#888\">no data</text>\n", (left + right) / 2,
              ymid);
 
-  // Series: one path each (one point per finite record), optional markers, and a legend entry.
+  // Series: one path each (one point per finite record), optional markers, and a legend entry; clipped to the plot
+  // area (a fixed range may leave points outside it).
+  s += fmt("<clipPath id=\"plot%d\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/></clipPath>\n", top, left,
+           plot_top, right - left, plot_bottom - plot_top);
   int legend_row = 0;
   for (const Series& ser : p.series) {
     const size_t n = std::min(ser.x.size(), ser.y.size());
@@ -143,10 +146,10 @@ std::string draw_panel(const Panel& p, int width, int top, int height) {
         dots += fmt("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>", X(x), Y(y), ser.color.c_str());
     }
     if (!d.empty())
-      s += fmt("<path class=\"series\" data-label=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
-               "stroke-linejoin=\"round\" d=\"",
-               xml_escape(ser.label).c_str(), ser.color.c_str()) +
-           d + "\"/>\n" + dots + (dots.empty() ? "" : "\n");
+      s += fmt("<g clip-path=\"url(#plot%d)\"><path class=\"series\" data-label=\"%s\" fill=\"none\" stroke=\"%s\" "
+               "stroke-width=\"1.5\" stroke-linejoin=\"round\" d=\"",
+               top, xml_escape(ser.label).c_str(), ser.color.c_str()) +
+           d + "\"/>\n" + dots + "</g>\n";
     const double ly = plot_top + 8 + 18.0 * legend_row++;
     s += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"/>", right + 14,
              ly, right + 38, ly, ser.color.c_str());
@@ -260,6 +263,31 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
   lp.y_label = all_positive ? "cross-entropy (log scale)" : "cross-entropy";
   lp.series = {loss, eval_loss};
   lp.log_y = all_positive;
+  // Not dominated by the first steps: with 20 steps or more, the y range covers the training loss after the first
+  // 5 % of the steps and every held-out loss; the early points above it are clipped (and the title says so).
+  if (all_positive && history.size() >= 20) {
+    const size_t skip = std::max<size_t>(1, history.size() / 20);
+    double lo = std::numeric_limits<double>::infinity(), hi = 0;
+    for (size_t i = skip; i < history.size(); ++i)
+      if (std::isfinite(history[i].loss)) lo = std::min(lo, history[i].loss), hi = std::max(hi, history[i].loss);
+    for (double v : eval_loss.y)
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    double early = 0;
+    for (size_t i = 0; i < skip; ++i)
+      if (std::isfinite(history[i].loss)) early = std::max(early, history[i].loss);
+    if (hi > 0 && early > hi * 1.05) {
+      lp.fixed_y = true;
+      lp.y_min = lo / 1.1;
+      lp.y_max = hi * 1.1;
+      if (lp.y_max / lp.y_min < 10) {  // at least a decade, centred on the data (as an automatic log axis)
+        const double mid = std::sqrt(lp.y_min * lp.y_max);
+        lp.y_min = std::min(lp.y_min, mid / std::sqrt(10.0)), lp.y_max = std::max(lp.y_max, mid * std::sqrt(10.0));
+      }
+      if (early > lp.y_max)
+        lp.title = fmt("Loss (axis from step %lld on: earlier points above it are clipped)",
+                       static_cast<long long>(history[skip].step));
+    }
+  }
   if (stream) {
     // The same validation loss in bits per character (loss / ln 2) on a linear axis of its own.
     Series bpc = make_series("val bits per character", "#9467bd", true);
@@ -294,6 +322,18 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
   std::vector<Panel> panels = {lp};
   if (extra) panels.push_back(*extra);
   panels.push_back(ap);
+  // The learning rate of every step (warmup and schedule), on the same step axis.
+  Series lr = make_series("learning rate", "#17becf", false);
+  for (const train::StepMetrics& m : history) lr.x.push_back(static_cast<double>(m.step)), lr.y.push_back(m.lr);
+  Panel rp;
+  rp.title = "Learning rate";
+  rp.x_label = "step";
+  rp.y_label = "lr";
+  rp.series = {lr};
+  rp.fixed_x = lp.fixed_x;
+  rp.x_min = lp.x_min;
+  rp.x_max = lp.x_max;
+  panels.push_back(rp);
   // Steps that tracked attention entropies (--entropy-reg, --log-entropy): their mean row entropy.
   Series ent = make_series("mean attention row entropy", "#8c564b", false);
   for (const train::StepMetrics& m : history)

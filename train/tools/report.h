@@ -4,8 +4,11 @@
 //  - curves_svg: two stacked panels from a Trainer's metrics history: the training loss of every step (log
 //    scale; plus the held-out loss at each evaluation) and the held-out token and sequence accuracy at each
 //    evaluation (0..100 %); for a text stream a third panel of validation bits per character. Axes with "nice" ticks (1, 2, 5 x 10^k), tick labels, axis labels and a legend.
-//    Every series is one <path> with one point per record (so the training-loss path has one point per step).
-//    With attention entropies in the history (--entropy-reg, --log-entropy), a last panel of the mean row entropy.
+//    Then a panel of the learning rate of every step. With 20 steps or more the loss axis covers the steps after the
+//    first 5 % (and every held-out loss): the first steps' larger losses are clipped, not allowed to flatten the rest.
+//    Every series is one <path> with one point per record (so the training-loss path has one point per step),
+//    clipped to its plot area. With attention entropies in the history (--entropy-reg, --log-entropy), a last panel
+//    of the mean row entropy.
 //  - attention_svg: one heatmap per head for each attention "row" (a layer, or for the encoder-decoder one
 //    row per layer and kind: encoder self, decoder self, decoder cross), laid out rows x heads, tokens on both
 //    axes (queries down the left, keys along the top), colours on a fixed 0..1 viridis scale with a colour bar.
@@ -57,7 +60,7 @@ struct Panel {
 std::string plot_svg(const std::vector<Panel>& panels, const std::string& title = "", int width = 760,
                      int panel_height = 300);
 
-/// The loss panel and the accuracy panel of a metrics history (see the file comment). For a stream model (a text
+/// The loss panel, the accuracy panel and the learning-rate panel of a metrics history (see the file comment). For a stream model (a text
 /// file: teacher-forced evaluation) the held-out series are the val loss and the next-character accuracy, and a
 /// panel of validation bits per character sits between them.
 std::string curves_svg(const std::vector<train::StepMetrics>& history, const std::string& title = "",

@@ -108,6 +108,23 @@ TEST(Report, CurvesHaveOnePointPerMetricRow) {
   EXPECT_NE(svg.find(">100<"), std::string::npos);  // accuracy axis tick
 }
 
+TEST(Report, CurvesHaveALearningRatePanelAndALossAxisNotDominatedByTheFirstSteps) {
+  std::vector<train::StepMetrics> h = history(100, 10);
+  for (auto& m : h) m.lr = m.step <= 10 ? 1e-3 * static_cast<double>(m.step) / 10 : 1e-3;  // warmup, then flat
+  const std::string svg = report::curves_svg(h);
+  EXPECT_NE(svg.find(">Learning rate</text>"), std::string::npos);
+  EXPECT_EQ(points_in(path_of(svg, "learning rate")), 100u);
+  // loss 3 / step: the axis starts after the first 5 steps, so the loss of steps 1-5 (3 .. 0.6) is clipped.
+  EXPECT_NE(svg.find("Loss (axis from step 6 on: earlier points above it are clipped)"), std::string::npos);
+  EXPECT_EQ(points_in(path_of(svg, "training loss")), 100u);  // still every point, clipped to the plot area
+  EXPECT_EQ(count(svg, "<clipPath id=\"plot"), 3u);
+  EXPECT_NE(svg.find("clip-path=\"url(#plot"), std::string::npos);
+  // A flat loss, or fewer than 20 steps: the axis covers every point.
+  for (auto& m : h) m.loss = 2.0;
+  EXPECT_EQ(report::curves_svg(h).find("clipped"), std::string::npos);
+  EXPECT_EQ(report::curves_svg(history(19, 10)).find("clipped"), std::string::npos);
+}
+
 TEST(Report, CurvesAddAnEntropyPanelOnlyWhenEntropiesWereTracked) {
   std::vector<train::StepMetrics> h = history(12, 5);
   EXPECT_EQ(report::curves_svg(h).find("Attention entropy"), std::string::npos);
@@ -127,7 +144,7 @@ TEST(Report, CurvesWithoutEvaluationsOrData) {
   EXPECT_EQ(path_of(one, "token accuracy"), "");
   EXPECT_NE(one.find("no data"), std::string::npos);  // the accuracy panel
   const std::string none = report::curves_svg({});
-  EXPECT_EQ(count(none, "no data"), 2u);
+  EXPECT_EQ(count(none, "no data"), 3u);  // loss, accuracy, learning rate
   // A non-positive loss switches the loss axis to linear.
   std::vector<train::StepMetrics> h = history(4, 100);
   h[2].loss = 0;
