@@ -107,6 +107,10 @@ class AttentionLayer : public Module {
   /// over the cached positions up to its own (as forward() gives them, within rounding). Default: Error.
   virtual Tensor forward_cached(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows);
 
+  /// What forward's weights are when they are not softmax probabilities the layer forms (an explicit path for a
+  /// figure: linear attention, MLA's plain path); empty (the default) for softmax kinds.
+  virtual std::string weights_note() const { return {}; }
+
   /// The registered kind it was built as (empty when built directly, not by make_attention).
   const std::string& kind() const { return spec_.kind; }
   /// The spec it was built from (by make_attention).

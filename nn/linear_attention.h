@@ -64,6 +64,8 @@ class LinearAttention : public AttentionLayer {
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal);
   /// Self-attention through the AttentionLayer interface (Error for a key padding mask, weights or entropies).
   AttentionOutput forward(const Tensor& x, const AttentionCall& call) override;
+  /// The weights forward gives: attention_weights' explicit path (see weights_note's text).
+  std::string weights_note() const override;
   /// A LinearAttentionState for B rows (make_state); C is only what capacity() reports.
   std::shared_ptr<AttentionCache> make_cache(int64_t B, int64_t C) const override;
   /// decode() on a LinearAttentionState.

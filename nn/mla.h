@@ -110,6 +110,8 @@ class MultiHeadLatentAttention : public AttentionLayer {
   /// Causal self-attention through the AttentionLayer interface (Error for is_causal false or a RoPE offset; no
   /// weights).
   AttentionOutput forward(const Tensor& x, const AttentionCall& call) override;
+  /// The weights forward gives: the plain path's probabilities (see weights_note's text).
+  std::string weights_note() const override;
   /// An MlaLayerCache (make_latent_cache(B, C)).
   std::shared_ptr<AttentionCache> make_cache(int64_t B, int64_t C) const override;
   /// decode(x, cache, rows, absorbed_decode) on an MlaLayerCache.

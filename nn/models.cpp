@@ -506,14 +506,7 @@ std::vector<AttentionMap> CausalLM::attention_maps(const std::vector<int64_t>& s
     if (!weights[i].defined()) continue;
     AttentionMap m{str_cat("layer ", i), weights[i], tokens, tokens};
     const CausalLMBlock& b = *block(static_cast<int64_t>(i));
-    if (b.latent_attn != nullptr)
-      m.note = "multi-head latent attention: the softmax probabilities of the plain path (each head's keys "
-               "expanded from the latent), the path training takes; decoding's absorbed path attends over the "
-               "latent with the same probabilities up to rounding";
-    else if (b.linear_attn != nullptr)
-      m.note = "linear attention has no softmax and never forms these weights: shown are w_ij = phi(q_i).phi(k_j) / "
-               "(sum over j' <= i of phi(q_i).phi(k_j') + eps), phi = elu + 1, computed by an explicit L x L path; "
-               "the layer's output per head is exactly sum_j w_ij v_j";
+    m.note = b.self_attn->weights_note();
     maps.push_back(std::move(m));
   }
   return maps;

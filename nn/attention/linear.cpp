@@ -25,6 +25,12 @@ AttentionOutput LinearAttention::forward(const Tensor& x, const AttentionCall& c
   return r;
 }
 
+std::string LinearAttention::weights_note() const {
+  return "linear attention has no softmax and never forms these weights: shown are w_ij = phi(q_i).phi(k_j) / (sum "
+         "over j' <= i of phi(q_i).phi(k_j') + eps), phi = elu + 1, computed by an explicit L x L path; the layer's "
+         "output per head is exactly sum_j w_ij v_j";
+}
+
 std::shared_ptr<AttentionCache> LinearAttention::make_cache(int64_t B, int64_t C) const {
   auto c = std::make_shared<LinearAttentionState>();
   std::tie(c->state, c->normalizer) = make_state(B);

@@ -25,6 +25,12 @@ AttentionOutput MultiHeadLatentAttention::forward(const Tensor& x, const Attenti
   return {.output = std::move(out), .entropy = std::move(entropy)};
 }
 
+std::string MultiHeadLatentAttention::weights_note() const {
+  return "multi-head latent attention: the softmax probabilities of the plain path (each head's keys expanded from "
+         "the latent), the path training takes; decoding's absorbed path attends over the latent with the same "
+         "probabilities up to rounding";
+}
+
 std::shared_ptr<AttentionCache> MultiHeadLatentAttention::make_cache(int64_t B, int64_t C) const {
   auto c = std::make_shared<MlaLayerCache>();
   c->cache = make_latent_cache(B, C);
