@@ -163,7 +163,7 @@ Tensor EncoderTagger::decode_step(DecodeState& st) {
   for (const auto& r : st.sources) longest = std::max(longest, r.size());
   ATTO_CHECK(st.memory.size() == 1 && st.memory[0].defined() && st.memory[0].dim() == 3 &&
                  st.memory[0].size(0) == st.rows && st.memory[0].size(1) == static_cast<int64_t>(longest) + 1 &&
-                 st.memory[0].size(2) == options.vocab,
+                 st.memory[0].size(2) == options.vocab && st.memory[0].dtype() == parameters().front().dtype(),
              me, "the decode state's memory is not the (", st.rows, ", ", longest + 1, ", ", options.vocab,
              ") logits begin_decode computed");
   // A row tags each source position, then gives EOS at SEP's; one more step (after another token there) can only

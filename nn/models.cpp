@@ -581,8 +581,9 @@ void CausalLM::check_decode_state(const DecodeState& st) const {
   const int64_t capacity = decode_capacity(st.sources);
   for (size_t i = 0; i < st.cache.size(); ++i) {
     const KVCache& c = st.cache[i];
-    const bool ok = c.value.defined()    ? c.key.defined() && c.value.dim() == 4 && c.value.size(0) == st.rows &&
-                                               c.value.size(2) == capacity
+    const bool ok = c.value.defined()    ? c.key.defined() && c.key.dim() == 4 && c.value.dim() == 4 &&
+                                               c.key.size(0) == st.rows && c.value.size(0) == st.rows &&
+                                               c.key.size(3) == capacity && c.value.size(2) == capacity
                     : c.latent.defined() ? c.latent.dim() == 3 && c.latent.size(0) == st.rows &&
                                                c.latent.size(1) == capacity
                     : c.state.defined()  ? c.normalizer.defined() && c.state.size(0) == st.rows
