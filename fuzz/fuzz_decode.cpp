@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -148,19 +149,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         st.use_cache = !st.use_cache;
         break;
       case 6:  // a cached count
-        if (!st.cached.empty()) st.cached[r] = static_cast<int64_t>(arg % 48) - 4;
+        if (!st.cached.empty()) st.cached[arg % st.cached.size()] = static_cast<int64_t>(arg % 48) - 4;
         tampered = true;
         break;
       case 7:  // change a source
-        if (!st.sources.empty()) st.sources[r].push_back(arg % kVocab);
+        if (!st.sources.empty()) st.sources[arg % st.sources.size()].push_back(arg % kVocab);
         break;
       case 8:  // rows added or removed
         if (arg & 1) {
           st.sources.push_back({4});
           st.decoded.emplace_back();
           st.cached.push_back(0);
-        } else if (!st.decoded.empty()) {
-          (arg & 2 ? st.decoded : st.sources).pop_back();
+        } else {
+          TokenRows& rows_of = arg & 2 ? st.decoded : st.sources;
+          if (!rows_of.empty()) rows_of.pop_back();
         }
         break;
       case 9:  // model-owned tensors dropped or swapped
