@@ -13,6 +13,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -53,7 +54,7 @@ int env_threads() {
   char* end = nullptr;
   const long v = std::strtol(s, &end, 10);
   if (end == s || *end != '\0' || v < 1) return 1;
-  return static_cast<int>(std::min<long>(v, 1024));
+  return static_cast<int>(std::min<long>(v, kMaxNumThreads));
 }
 
 class Pool {
@@ -142,8 +143,19 @@ class Pool {
     // Each worker starts from the generation before the job about to be posted: a worker that starts running
     // only after that job was posted still sees it as new.
     workers_.reserve(want);
-    for (size_t w = 0; w < want; ++w)
-      workers_.emplace_back([this, w, generation] { worker_loop(static_cast<int64_t>(w) + 1, generation); });
+    try {
+      for (size_t w = 0; w < want; ++w)
+        workers_.emplace_back([this, w, generation] { worker_loop(static_cast<int64_t>(w) + 1, generation); });
+    } catch (const std::system_error& e) {
+      // The system refuses more threads (a process or cgroup limit): join the ones started, run with one thread
+      // from now on, and say so in the project's Error.
+      const size_t started = workers_.size();
+      stop_workers();
+      threads_ = 1;
+      throw Error("parallel_for", str_cat("could not start worker thread ", started + 1, " of ", want, " for ", want + 1,
+                                          " threads (", e.what(), "); the pool is back to 1 thread: call "
+                                          "set_num_threads with fewer"));
+    }
   }
 
   void stop_workers() {
@@ -213,7 +225,8 @@ Pool& pool() {
 }  // namespace
 
 void set_num_threads(int n) {
-  ATTO_CHECK(n >= 1, "set_num_threads", "the number of threads must be at least 1, got ", n);
+  ATTO_CHECK(n >= 1 && n <= kMaxNumThreads, "set_num_threads", "the number of threads must be in [1, ",
+             kMaxNumThreads, "], got ", n);
   ATTO_CHECK(!t_in_parallel, "set_num_threads", "cannot change the number of threads inside a parallel region");
   pool().set_threads(n);
 }

@@ -18,8 +18,12 @@
 
 namespace attograd {
 
-/// Sets the number of threads kernels may use (>= 1; 1 = everything on the calling thread). Must not be called
-/// from inside a parallel_for chunk. Threads are created lazily, at the first parallel_for that needs them.
+/// The most threads set_num_threads (and ATTOGRAD_NUM_THREADS, which is capped to it) accepts.
+inline constexpr int kMaxNumThreads = 1024;
+/// Sets the number of threads kernels may use, in [1, kMaxNumThreads] (1 = everything on the calling thread; an
+/// Error otherwise). Must not be called from inside a parallel_for chunk. Threads are created lazily, at the first
+/// parallel_for that needs them; should the system refuse one, that parallel_for throws an Error and the pool
+/// goes back to 1 thread.
 void set_num_threads(int n);
 /// The number of threads kernels may use (the calling thread included).
 int get_num_threads();

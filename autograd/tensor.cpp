@@ -354,6 +354,9 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   ATTO_CHECK(step != 0 && std::isfinite(step), "arange", "step must be finite and non-zero, got ", step);
   ATTO_CHECK(std::isfinite(start) && std::isfinite(end), "arange", "start and end must be finite, got ", start,
              " and ", end);
+  // PyTorch: "upper bound and larger bound inconsistent with step sign" (start == end gives an empty tensor).
+  ATTO_CHECK((step > 0 && end >= start) || (step < 0 && end <= start), "arange", "a step of ", step,
+             " points away from end ", end, " (start ", start, "): the step's sign must take start towards end");
   double count = std::ceil((end - start) / step);
   int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
   Tensor out = empty({n}, {.dtype = opts.dtype});

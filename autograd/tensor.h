@@ -217,7 +217,8 @@ Tensor zeros_like(const Tensor& like);
 Tensor ones_like(const Tensor& like);
 /// Same shape and dtype as `like`, uninitialised.
 Tensor empty_like(const Tensor& like);
-/// Values start, start+step, ... below end (1-D).
+/// Values start, start+step, ... up to end, exclusive (1-D; torch.arange). Error for a zero or non-finite step, or
+/// one whose sign points away from end (start == end: empty).
 Tensor arange(double start, double end, double step = 1.0, TensorOptions opts = {});
 /// Values 0, 1, ..., end-1 (1-D).
 Tensor arange(int64_t end, TensorOptions opts = {});

@@ -155,13 +155,32 @@ Tensor EncoderTagger::forward_batch(const SequenceBatch& b) {
 }
 
 DecodeState EncoderTagger::begin_decode(const TokenRows& sources) {
-  DecodeState st = DecodeState::start(sources);
+  DecodeState st = DecodeState::start(*this, sources);
   if (!sources.empty()) st.memory = {forward(input_tokens(sources))};  // (B, L, V)
   return st;
 }
 
 Tensor EncoderTagger::decode_step(DecodeState& st) {
-  const Tensor& logits = st.memory.at(0);  // (B, L, V)
+  const char* me = "EncoderTagger::decode_step";
+  st.validate(*this, me);
+  if (st.active.empty()) return empty({0, options.vocab}, {.dtype = parameters().front().dtype()});
+  // What begin_decode computed: the logits (B, L, V) of every row's source and SEP (L = the longest + 1).
+  size_t longest = 0;
+  for (const auto& r : st.sources) longest = std::max(longest, r.size());
+  ATTO_CHECK(st.memory.size() == 1 && st.memory[0].defined() && st.memory[0].dim() == 3 &&
+                 st.memory[0].size(0) == st.rows && st.memory[0].size(1) == static_cast<int64_t>(longest) + 1 &&
+                 st.memory[0].size(2) == options.vocab && st.memory[0].dtype() == parameters().front().dtype(),
+             me, "the decode state's memory is not the (", st.rows, ", ", longest + 1, ", ", options.vocab,
+             ") logits begin_decode computed");
+  // A row tags each source position, then gives EOS at SEP's; one more step (after another token there) can only
+  // be EOS, and nothing follows that.
+  for (int64_t b : st.active) {
+    const size_t ub = static_cast<size_t>(b);
+    ATTO_CHECK(st.decoded[ub].size() <= st.sources[ub].size() + 1, me, "row ", b, " has ", st.decoded[ub].size(),
+               " decoded tokens, past the end of its source of ", st.sources[ub].size(),
+               " tokens (at most one per source position, then EOS)");
+  }
+  const Tensor& logits = st.memory[0];  // (B, L, V)
   const int64_t L = logits.size(1), V = logits.size(2);
   std::vector<std::pair<int64_t, int64_t>> at;
   std::vector<size_t> past_end;  // rows whose next position lies after their SEP

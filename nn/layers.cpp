@@ -64,14 +64,17 @@ size_t container_index(int64_t i, size_t n, const std::string& who) {
 Linear::Linear(int64_t in, int64_t out, const LinearOptions& options, Generator& gen)
     : in_features(in), out_features(out) {
   const bool with_bias = options.bias;
-  ATTO_CHECK(in >= 0 && out >= 0, "Linear", "in_features and out_features must be non-negative, got in_features=", in,
+  // PyTorch accepts in_features = 0 (with a warning that initialising the empty weight is a no-op): the layer then
+  // ignores its input and returns its bias. That is a size bug upstream, never a model: refused. out_features = 0
+  // stays valid, as in PyTorch (an empty (..., 0) output).
+  ATTO_CHECK(in >= 1 && out >= 0, "Linear", "in_features must be >= 1 and out_features >= 0, got in_features=", in,
              ", out_features=", out);
   NoGradGuard no_grad;
   weight = register_parameter("weight", empty({out, in}));
   // PyTorch's reset_parameters: kaiming_uniform_(a = sqrt(5)) is U(-1/sqrt(in), 1/sqrt(in)) on (out, in);
-  // the bias is U(-1/sqrt(in), 1/sqrt(in)) too (0 bound when in == 0).
+  // the bias is U(-1/sqrt(in), 1/sqrt(in)) too.
   if (weight.numel() > 0) init::kaiming_uniform_(weight, std::sqrt(5.0), "fan_in", gen);
-  const double bound = in > 0 ? 1.0 / std::sqrt(static_cast<double>(in)) : 0.0;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
   if (with_bias) {
     bias = register_parameter("bias", empty({out}));
     init::uniform_(bias, -bound, bound, gen);

@@ -30,6 +30,8 @@ struct LinearOptions {
 /// y = x W^T + b (torch.nn.Linear). Parameters "weight" (out_features, in_features) and "bias"
 /// (out_features), both U(-1/sqrt(in_features), 1/sqrt(in_features)) (PyTorch's
 /// kaiming_uniform_(a = sqrt(5)) for the weight), drawn from `gen`: weight first, then bias.
+/// in_features must be >= 1 (PyTorch allows 0, a layer that returns its bias whatever the input: refused here as a
+/// size bug); out_features may be 0 (an empty output, as in PyTorch).
 class Linear : public Module {
  public:
   /// in_features -> out_features (see LinearOptions).

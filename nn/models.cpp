@@ -358,7 +358,7 @@ DecodeState CausalLM::begin_decode(const TokenRows& sources) {
   for (size_t b = 0; b < sources.size(); ++b)
     ATTO_CHECK(!prompt_tokens(sources[b]).empty(), "CausalLM::begin_decode", "prompt ", b,
                " is empty (a stream model needs at least one token to continue)");
-  DecodeState st = DecodeState::start(sources);
+  DecodeState st = DecodeState::start(*this, sources);
   if (sources.empty()) return st;
   const int64_t capacity = decode_capacity(sources);
   const auto B = static_cast<int64_t>(sources.size());
@@ -462,7 +462,27 @@ Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows
   return decode_linear(norm->forward(gather_positions(x, last)), embed->weight);  // (A, V)
 }
 
+void CausalLM::check_decode_state(const DecodeState& st) const {
+  const char* me = "CausalLM::decode_step";
+  st.validate(*this, me);
+  if (!st.use_cache || st.cache.size() != blocks->size() || st.rows == 0) return;
+  // The caches begin_decode made, one per block, for every row.
+  const int64_t capacity = decode_capacity(st.sources);
+  for (size_t i = 0; i < st.cache.size(); ++i) {
+    const KVCache& c = st.cache[i];
+    const bool ok = c.value.defined()    ? c.key.defined() && c.key.dim() == 4 && c.value.dim() == 4 &&
+                                               c.key.size(0) == st.rows && c.value.size(0) == st.rows &&
+                                               c.key.size(3) == capacity && c.value.size(2) == capacity
+                    : c.latent.defined() ? c.latent.dim() == 3 && c.latent.size(0) == st.rows &&
+                                               c.latent.size(1) == capacity
+                    : c.state.defined()  ? c.normalizer.defined() && c.state.size(0) == st.rows
+                                         : false;
+    ATTO_CHECK(ok, me, "the decode state's cache ", i, " is not what begin_decode made for its ", st.rows, " rows");
+  }
+}
+
 Tensor CausalLM::decode_step(DecodeState& st) {
+  check_decode_state(st);
   if (st.active.empty()) return empty({0, options.vocab}, {.dtype = embed->weight.dtype()});
   if (!st.use_cache || st.cache.size() != blocks->size()) return recompute_logits(st, st.active);
   // Rows whose sequence fits the cache decode from it; longer ones (cropped to max_len) recompute their window.

@@ -199,6 +199,9 @@ class CausalLM : public SequenceModel {
   Tensor recompute_logits(const DecodeState& state, const std::vector<int64_t>& rows);
   // Logits (A, V) of the listed rows' last positions from the cache, feeding only their new positions.
   Tensor cached_logits(DecodeState& state, const std::vector<int64_t>& rows);
+  /// Error unless this model's begin_decode made `state` (DecodeState::validate) and its caches are the ones
+  /// begin_decode made.
+  void check_decode_state(const DecodeState& state) const;
   // Whether the input adds the sinusoidal table (else positions come from inside the attention: its facts).
   bool uses_position_table() const;
   // The sizes the blocks' attention is built for.

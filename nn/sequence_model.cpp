@@ -195,6 +195,68 @@ DecodeState DecodeState::start(const TokenRows& sources) {
   return st;
 }
 
+namespace {
+
+// FNV-1a over the row count, each row's length and its tokens.
+uint64_t hash_rows(const TokenRows& rows) {
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(rows.size());
+  for (const auto& r : rows) {
+    mix(r.size());
+    for (int64_t t : r) mix(static_cast<uint64_t>(t));
+  }
+  return h;
+}
+
+}  // namespace
+
+DecodeState DecodeState::start(const SequenceModel& model, const TokenRows& sources) {
+  DecodeState st = start(sources);
+  st.model = &model;
+  st.model_kind = model.kind();
+  st.rows = static_cast<int64_t>(sources.size());
+  st.sources_hash = hash_rows(sources);
+  return st;
+}
+
+void DecodeState::validate(const SequenceModel& m, const char* who) const {
+  ATTO_CHECK(model != nullptr && rows >= 0, who, "the decode state was not made by this ", m.kind(),
+             " model's begin_decode (call begin_decode(sources) first, and decode_step with the state it returns)");
+  ATTO_CHECK(model == &m, who, "the decode state was begun by another model (a ", model_kind, ", not this ", m.kind(),
+             "): decode a state only with the model whose begin_decode made it");
+  ATTO_CHECK(static_cast<int64_t>(sources.size()) == rows, who, "the decode state has ", sources.size(),
+             " source rows, but begin_decode made it for ", rows, " rows");
+  ATTO_CHECK(hash_rows(sources) == sources_hash, who,
+             "the decode state's sources changed since begin_decode (begin a new decode for other sources)");
+  ATTO_CHECK(static_cast<int64_t>(decoded.size()) == rows, who, "the decode state has ", decoded.size(),
+             " decoded rows for its ", rows, " rows");
+  ATTO_CHECK(static_cast<int64_t>(cached.size()) == rows, who, "the decode state has ", cached.size(),
+             " cached counts for its ", rows, " rows");
+  for (size_t b = 0; b < cached.size(); ++b)
+    ATTO_CHECK(cached[b] >= 0, who, "row ", b, " has a cached count of ", cached[b], " (must be >= 0)");
+  const int64_t V = m.vocab_size();
+  int64_t previous = -1;
+  for (size_t i = 0; i < active.size(); ++i) {
+    const int64_t b = active[i];
+    ATTO_CHECK(b >= 0 && b < rows, who, "active[", i, "] is row ", b, ", outside [0, ", rows, ")");
+    ATTO_CHECK(b > previous, who, "active rows must be ascending and distinct, got row ", b, " after row ", previous,
+               " at active[", i, "]");
+    previous = b;
+    // The token appended last (O(1) per row: a stream decode grows without bound); the models check the tokens
+    // they read as they embed them.
+    const std::vector<int64_t>& d = decoded[static_cast<size_t>(b)];
+    if (!d.empty())
+      ATTO_CHECK(d.back() >= 0 && d.back() < V, who, "row ", b, " has decoded token ", d.back(), " at position ",
+                 d.size() - 1, " outside [0, ", V, ")");
+  }
+}
+
 std::vector<AttentionMap> SequenceModel::attention_maps(const std::vector<int64_t>&, const std::vector<int64_t>&) {
   return {};
 }

@@ -105,6 +105,7 @@ struct ModelSpec {
   bool operator==(const ModelSpec&) const = default;
 };
 
+class SequenceModel;
 class AttentionCache;
 
 /// One attention layer's decoding cache: the state an AttentionLayer made for itself (nn/attention_layer.h: keys
@@ -133,8 +134,21 @@ struct DecodeState {
   bool use_cache = true;                 ///< decode from the key/value cache (false: recompute every step)
   std::vector<KVCache> cache = {};       ///< model-specific caches (e.g. per attention layer); empty without a cache
   std::vector<int64_t> cached = {};      ///< per row, the positions of its sequence held in `cache`
-  /// A state for `sources`: nothing decoded, every row active, no memory or cache yet.
+  // Who began the decode, set by start(model, sources) and checked by validate(): a built-in model's decode_step
+  // refuses a state that its own begin_decode did not make, or whose rows changed since.
+  const SequenceModel* model = nullptr;  ///< the model whose begin_decode made the state (compared, never followed)
+  std::string model_kind = {};           ///< that model's kind (for messages)
+  int64_t rows = -1;                     ///< sources.size() at begin_decode (-1: not begun by a model)
+  uint64_t sources_hash = 0;             ///< a hash of `sources` at begin_decode
+  /// A state for `sources`: nothing decoded, every row active, no memory or cache yet, no model.
   static DecodeState start(const TokenRows& sources);
+  /// start(sources) begun by `model` (what its begin_decode starts from): records the model, rows and sources.
+  static DecodeState start(const SequenceModel& model, const TokenRows& sources);
+  /// Error naming `who` and the offending value unless `model` began this state (start(model, ...)), its sources
+  /// are unchanged, decoded and cached hold one entry per row, cached counts are >= 0, active rows are ascending,
+  /// distinct and in [0, rows), and each active row's last decoded token is in [0, model.vocab_size()) (the model
+  /// checks the tokens it reads).
+  void validate(const SequenceModel& model, const char* who) const;
 };
 
 /// A model's training batch.

@@ -320,18 +320,20 @@ nn::AttentionSpec TrainConfig::attention_spec() const {
           .options = attention_options};
 }
 
-MemoryEstimate TrainConfig::estimate_memory() const {
+MemoryEstimate TrainConfig::estimate_memory() const { return estimate_memory(5 + num_symbols, 2 * max_len + 1); }
+
+MemoryEstimate TrainConfig::estimate_memory(int64_t vocab_size, int64_t length) const {
   MemoryEstimate e;
   if (!one_of(model, {"lm", "seq2seq", "encoder"})) return e;
   const double d = static_cast<double>(d_model), ff = static_cast<double>(d_ff), h = static_cast<double>(heads);
   const double n_layers = static_cast<double>(layers) * (model == "seq2seq" ? 2 : 1);
-  const double vocab = 5 + static_cast<double>(num_symbols);
-  const double len = 2 * static_cast<double>(max_len) + 1;  // at least the source and the target
+  const double vocab = static_cast<double>(vocab_size);
+  const double len = static_cast<double>(length);  // at least the source and the target
   // Each block: attention projections (the kind's facts: 4 d^2 for the textbook attention) and the feed-forward
   // layers (2 d d_ff); one embedding table. The attention probabilities kept per query row and head (at least):
   // the kind's facts for a sequence of `len` positions.
   const nn::AttentionFacts facts = nn::attention_facts(
-      attention_spec(), {.d_model = d_model, .heads = heads, .dropout = dropout, .max_len = 2 * max_len + 1});
+      attention_spec(), {.d_model = d_model, .heads = heads, .dropout = dropout, .max_len = length});
   const double attention_weights = facts.weights;
   const double keys_per_row = facts.kept_per_row;
   e.parameters = n_layers * (attention_weights + 2 * d * ff) + vocab * d;
@@ -363,16 +365,30 @@ double available_memory() {
   return bytes;
 }
 
+// Error unless the held-out examples an evaluation of n draws (at most the dataset's held-out part) fit in half
+// the memory: two token rows each, with their vector headers.
+void check_heldout_fits(const data::Dataset& data, int64_t n, const char* op) {
+  const int64_t count = std::min(n, data.heldout_size());
+  const double bytes = static_cast<double>(count) *
+                       (16.0 * static_cast<double>(data.max_source_len() + data.max_target_len()) + 128);
+  const double have = available_memory();
+  ATTO_CHECK(have <= 0 || bytes <= have / 2, op, count, " held-out examples need about ", gigabytes(bytes),
+             " of memory, more than half of the ", gigabytes(have), " available; evaluate fewer (eval_size)");
+}
+
 }  // namespace
 
-void TrainConfig::check_fits_in_memory() const {
-  const MemoryEstimate e = estimate_memory();
+void TrainConfig::check_fits_in_memory() const { check_fits_in_memory(5 + num_symbols, 2 * max_len + 1); }
+
+void TrainConfig::check_fits_in_memory(int64_t vocab, int64_t length) const {
+  const MemoryEstimate e = estimate_memory(vocab, length);
   const double have = available_memory();
   if (have <= 0 || e.model_bytes + e.batch_bytes <= have) return;
   throw Error(kConfig, str_cat("the run needs at least ", gigabytes(e.model_bytes + e.batch_bytes), " of memory (",
                            gigabytes(e.model_bytes), " for ", std::llround(e.parameters),
                            " parameters with their gradients and optimizer state, ", gigabytes(e.batch_bytes),
-                           " for a batch of ", batch, " sequences), more than the ", gigabytes(have),
+                           " for a batch of ", batch, " sequences of ", length, " tokens over a vocabulary of ",
+                           vocab, "), more than the ", gigabytes(have),
                            " available; reduce d_model, d_ff, layers or batch"));
 }
 
@@ -415,8 +431,13 @@ Trainer::Trainer(const TrainConfig& config, std::shared_ptr<data::Dataset> datas
   ATTO_CHECK(data_ != nullptr, "Trainer", "no dataset given");
   data_->seed(derive_seed(config_.seed, Stream::Data));
   set_num_threads(static_cast<int>(config_.threads));  // the engine's pool (autograd/parallel.h)
+  // Before the first step: the batch over the data's real token space (a model's input: source, separator and
+  // target; a text stream's window of context tokens), and the evaluations' held-out examples.
+  if (!model_)
+    config_.check_fits_in_memory(data_->vocab_size(),
+                                 data_->max_source_len() + data_->max_target_len() + (data_->stream() ? -1 : 1));
+  check_heldout_fits(*data_, config_.eval_size, "Trainer");
   if (!model_) {
-    config_.check_fits_in_memory();
     model_ = nn::make_model(config_.model, data_->model_spec(config_.model_sizes()), init_gen_);
   }
   ATTO_CHECK(model_->vocab_size() >= data_->vocab_size(), "Trainer", "the model's vocabulary (",
@@ -596,15 +617,7 @@ std::vector<data::Example> Trainer::heldout_examples(int64_t n) const {
 
 EvalResult Trainer::evaluate(int64_t n, const DecodeOptions& decode) {
   constexpr int64_t kEvalBatch = 250;
-  {
-    // The held-out examples are drawn at once: two token rows each, with their vector headers.
-    const int64_t count = n > 0 ? n : config_.eval_size;
-    const double bytes = static_cast<double>(count) *
-                         (16.0 * static_cast<double>(data_->max_source_len() + data_->max_target_len()) + 128);
-    const double have = available_memory();
-    ATTO_CHECK(have <= 0 || bytes <= have / 2, "evaluate", count, " held-out examples need about ", gigabytes(bytes),
-               " of memory, more than half of the ", gigabytes(have), " available; evaluate fewer");
-  }
+  check_heldout_fits(*data_, n > 0 ? n : config_.eval_size, "evaluate");  // drawn at once
   // Decoding needs no entropies: stop tracking them while evaluating.
   if (config_.tracks_entropy()) model_->track_attention_entropy(false);
   EvalResult r = train::evaluate(*model_, heldout_examples(n > 0 ? n : config_.eval_size), kEvalBatch, decode);

@@ -124,11 +124,18 @@ struct TrainConfig {
   /// schedule; non-positive sizes; heads not dividing d_model; probabilities out of range; ...). The task is
   /// checked when the Trainer builds the built-in dataset (Trainer(config)), not here.
   void validate() const;
-  /// A lower bound of the run's memory (see MemoryEstimate), from the fields alone.
+  /// A lower bound of the run's memory (see MemoryEstimate), from the fields alone (the built-in task's token
+  /// space: 5 + num_symbols tokens, sequences of 2 max_len + 1).
   MemoryEstimate estimate_memory() const;
+  /// The same for the data actually trained on: `vocab` tokens (special tokens included) and sequences of `length`
+  /// tokens (the Trainer passes its dataset's vocab_size() and longest model input).
+  MemoryEstimate estimate_memory(int64_t vocab, int64_t length) const;
   /// Throws an Error saying how much memory the run needs when estimate_memory() exceeds this machine's physical
-  /// memory (or the address-space limit, when one is set); the Trainer checks it before building the model.
+  /// memory (or the address-space limit, when one is set).
   void check_fits_in_memory() const;
+  /// check_fits_in_memory() for estimate_memory(vocab, length); the Trainer checks it with its dataset's token
+  /// space before building the model.
+  void check_fits_in_memory(int64_t vocab, int64_t length) const;
   /// The attention fields as a spec (checkpoint_activations as AttentionSpec::checkpoint).
   nn::AttentionSpec attention_spec() const;
   /// Whether the Trainer tracks attention entropies (entropy_reg != 0 or log_entropy).

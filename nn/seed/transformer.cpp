@@ -431,7 +431,7 @@ Tensor Transformer::forward_batch(const SequenceBatch& b) {
 }
 
 DecodeState Transformer::begin_decode(const TokenRows& sources) {
-  DecodeState st = DecodeState::start(sources);
+  DecodeState st = DecodeState::start(*this, sources);
   if (sources.empty()) return st;
   size_t S = 0;
   for (const auto& r : sources) S = std::max(S, r.size());
@@ -524,7 +524,40 @@ Tensor Transformer::cached_logits(DecodeState& st) {
   return logits;
 }
 
+void Transformer::check_decode_state(const DecodeState& st) const {
+  const char* me = "Transformer::decode_step";
+  st.validate(*this, me);
+  if (st.rows == 0) return;
+  // What begin_decode computed: the packed sources (B, S) and the encoder output (B, S, D) of every row, S the
+  // longest source.
+  size_t S = 0;
+  for (const auto& r : st.sources) S = std::max(S, r.size());
+  ATTO_CHECK(st.memory.size() == 2 && st.memory[0].defined() && st.memory[1].defined() && st.memory[0].dim() == 2 &&
+                 st.memory[0].size(0) == st.rows && st.memory[0].size(1) == static_cast<int64_t>(S) &&
+                 st.memory[0].dtype() == kInt64 && st.memory[1].dim() == 3 && st.memory[1].size(0) == st.rows &&
+                 st.memory[1].size(1) == st.memory[0].size(1) && st.memory[1].size(2) == options.d_model &&
+                 st.memory[1].dtype() == output_weight().dtype(),
+             me, "the decode state's memory is not what begin_decode computed for its ", st.rows,
+             " rows (the source tokens (B, ", S, ") and the encoder output (B, ", S, ", ", options.d_model, "))");
+  const size_t L = decoder->layer_stack->size();
+  if (st.use_cache && st.cache.size() == 2 * L)
+    for (size_t i = 0; i < st.cache.size(); ++i) {
+      const KVCache& c = st.cache[i];
+      const int64_t C = i < L ? options.n_position : static_cast<int64_t>(S);  // self-attention, then cross
+      ATTO_CHECK(c.key.defined() && c.value.defined() && c.key.dim() == 4 && c.value.dim() == 4 &&
+                     c.key.size(0) == st.rows && c.value.size(0) == st.rows && c.key.size(3) == C &&
+                     c.value.size(2) == C && c.key.size(1) == c.value.size(1),
+                 me, "the decode state's cache ", i, " is not what begin_decode made for its ", st.rows, " rows");
+    }
+  for (int64_t b : st.active) {
+    const auto n = static_cast<int64_t>(st.decoded[static_cast<size_t>(b)].size());
+    ATTO_CHECK(n + 1 <= options.n_position, me, "row ", b, " has BOS + ", n, " decoded tokens, more than n_position ",
+               options.n_position, " (the longest target this model decodes)");
+  }
+}
+
 Tensor Transformer::decode_step(DecodeState& st) {
+  check_decode_state(st);
   if (st.active.empty()) return empty({0, options.tgt_vocab}, {.dtype = output_weight().dtype()});
   if (st.use_cache && st.cache.size() == 2 * decoder->layer_stack->size()) return cached_logits(st);
   // Every row is fed (BOS + its tokens; a finished row padded after its EOS), as the rows of one batch.

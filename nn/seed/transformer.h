@@ -277,6 +277,9 @@ class Transformer : public SequenceModel {
  private:
   // Logits (A, V) of the active rows' last positions from the caches, feeding only their new positions.
   Tensor cached_logits(DecodeState& state);
+  /// Error unless this model's begin_decode made `state` (DecodeState::validate), its memory and caches are the
+  /// ones begin_decode computed, and every active row fits n_position with its BOS.
+  void check_decode_state(const DecodeState& state) const;
 
   ModelSpec spec_;
   bool track_entropy_ = false;

@@ -39,8 +39,13 @@ TEST(Parallel, DefaultIsOneThreadAndSetChecksItsArgument) {
   }
   set_num_threads(3);
   EXPECT_EQ(get_num_threads(), 3);
-  EXPECT_ATTO_ERROR(set_num_threads(0), "at least 1, got 0");
+  EXPECT_ATTO_ERROR(set_num_threads(0), "in [1, 1024], got 0");
   EXPECT_EQ(get_num_threads(), 3);
+  // 4096 threads: refused when set (a later matmul would have met the system's thread limit as std::system_error).
+  EXPECT_ATTO_ERROR(set_num_threads(4096), "in [1, 1024], got 4096");
+  EXPECT_EQ(get_num_threads(), 3);
+  const Tensor a = ones({64, 64});
+  EXPECT_EQ(matmul(a, a).to_vector<float>()[0], 64.0f);
 }
 
 TEST(Parallel, EveryIndexRunsExactlyOnce) {

@@ -42,6 +42,13 @@ TEST(Tensor, Errors) {
   EXPECT_ATTO_ERROR(from_vector<float>({1, 2, 3}, {2, 2}), "got 3 values for shape [2, 2]");
   EXPECT_ATTO_ERROR(zeros({2}).data<double>(), "requested float64 pointer from a float32 tensor");
   EXPECT_ATTO_ERROR(arange(0.0, 1.0, 0.0), "step must be finite and non-zero");
+  // torch.arange(0, 5, -1): "upper bound and larger bound inconsistent with step sign"; start == end is empty.
+  EXPECT_ATTO_ERROR(arange(0.0, 5.0, -1.0), "points away from end 5");
+  EXPECT_ATTO_ERROR(arange(5.0, 0.0, 2.0), "points away from end 0");
+  EXPECT_EQ(arange(5.0, 5.0, -1.0).numel(), 0);
+  EXPECT_EQ(arange(2.0, 2.0, 1.0).numel(), 0);
+  EXPECT_EQ(arange(int64_t{0}).numel(), 0);
+  EXPECT_ATTO_ERROR(arange(int64_t{-3}), "points away");
   EXPECT_ATTO_ERROR(Tensor().shape(), "undefined tensor");
 }
 

@@ -445,6 +445,18 @@ TEST_F(Cli, AFifoAsAnyInputFileFailsAtOnce) {
     expect_one_line_error(attograd(args), "FIFO", args);  // each under `timeout`: a hang fails, never blocks
 }
 
+TEST_F(Cli, AnExistingFifoAsAnOutputIsRefusedNotReplaced) {
+  // --attention FILE names where the picture goes: a FIFO (any existing non-regular file) there is refused with one
+  // line and left as it is, never silently swapped for a regular file.
+  const std::string fifo = (scratch() / "out_pipe").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_one_line_error(attograd("generate --input '1 2' --weights " + quote(weights()) + " --attention " + quote(fifo)),
+                        "not a regular file (a FIFO)", "--attention FIFO");
+  struct stat st;
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
 TEST_F(Cli, GarbageValuesAreRejected) {
   for (const char* flag : {"--eps 0", "--eps -1", "--eps nan", "--atol nan", "--atol inf", "--rtol -1", "--rtol nan"})
     expect_one_line_error(attograd(std::string("gradcheck ") + flag), "not a positive finite number", flag);

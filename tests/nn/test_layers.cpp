@@ -72,6 +72,17 @@ TEST(Linear, NamesShapesAndCountsMatchPyTorch) {
   EXPECT_EQ(nobias->num_parameters(), 10);
 }
 
+TEST(Linear, ZeroInFeaturesIsRefusedZeroOutFeaturesIsEmpty) {
+  // PyTorch builds nn.Linear(0, 3) (warning that initialising the empty weight is a no-op) and returns its bias for
+  // any input: a size bug upstream, refused here. nn.Linear(3, 0) gives an empty (N, 0) output, as here.
+  EXPECT_ATTO_ERROR(Linear(0, 3), "in_features must be >= 1");
+  EXPECT_ATTO_ERROR(Linear(-1, 3), "got in_features=-1");
+  EXPECT_ATTO_ERROR(Linear(3, -2), "out_features=-2");
+  Linear empty_out(3, 0);
+  EXPECT_EQ(empty_out.weight.shape(), (Shape{0, 3}));
+  EXPECT_EQ(empty_out.forward(ones({2, 3})).shape(), (Shape{2, 0}));
+}
+
 TEST(Linear, DefaultInitIsKaimingUniformBoundOneOverSqrtIn) {
   Generator gen(3);
   Linear lin(64, 200, true, gen);
@@ -119,7 +130,7 @@ TEST(Linear, ErrorsNameTheModuleAndShapes) {
   Linear lin(4, 3);
   EXPECT_ATTO_ERROR(lin(zeros({2, 3})), "Linear: expected input of shape (..., in_features=4), got shape [2, 3]");
   EXPECT_ATTO_ERROR(lin(zeros({2, 4}, {.dtype = kFloat64})), "float64");
-  EXPECT_ATTO_ERROR(Linear(-1, 3), "Linear: in_features and out_features must be non-negative");
+  EXPECT_ATTO_ERROR(Linear(-1, 3), "Linear: in_features must be >= 1 and out_features >= 0");
 }
 
 TEST(Linear, Printing) {

@@ -108,3 +108,80 @@ TEST(TrainerData, PairsRunAndBuiltInMetadata) {
   EXPECT_TRUE(parse_run_metadata(builtin.metadata(), "b").data.empty());
   EXPECT_ATTO_ERROR(parse_run_metadata("{\"x\": 1}", "'f'"), "'f' has no training configuration");
 }
+
+namespace {
+
+// A UTF-8 text of `distinct` different characters (CJK ideographs from U+4E00), each once, then "ab" repeated.
+std::string many_characters(int64_t distinct, int64_t tail) {
+  std::string s;
+  for (int64_t i = 0; i < distinct; ++i) {
+    const auto cp = static_cast<uint32_t>(0x4E00 + i);
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  for (int64_t i = 0; i < tail; ++i) s += "ab";
+  return s;
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+  std::fclose(f);
+}
+
+}  // namespace
+
+TEST(TrainerData, MemoryEstimateCountsTheFilesVocabularyNotSymbols) {
+  // 20,000 distinct characters: --symbols (10) says nothing of them. The logits of a batch of 100,000 windows of
+  // 256 characters over that vocabulary need terabytes: refused before the model is built, naming the vocabulary.
+  const std::string path = scratch("vocab.txt");
+  write_file(path, many_characters(20000, 2000));
+  const data::DataSpec spec{.path = path, .context = 256};
+  auto data = data::open_data(spec);
+  ASSERT_GT(data->vocab_size(), 20000);
+  TrainConfig c = small("text");
+  c.batch = 100000;
+  c.check_fits_in_memory();  // the config alone (10 symbols, max_len 12) fits
+  const MemoryEstimate real = c.estimate_memory(data->vocab_size(), 257);
+  EXPECT_GT(real.batch_bytes, static_cast<double>(c.batch) * 257 * 2 * 20000 * 4);
+  EXPECT_EQ(c.estimate_memory().batch_bytes, c.estimate_memory(5 + c.num_symbols, 2 * c.max_len + 1).batch_bytes);
+  EXPECT_ATTO_ERROR(Trainer(c, data), str_cat("over a vocabulary of ", data->vocab_size()));
+  // The same data with a batch that fits trains.
+  c.batch = 2;
+  c.steps = 1;
+  c.warmup = 0;
+  c.eval_every = 0;
+  Trainer ok(c, data);
+  EXPECT_EQ(ok.model().vocab_size(), data->vocab_size());
+}
+
+TEST(TrainerData, EvalSizeBeyondTheHeldOutTextEvaluatesWhatThereIs) {
+  // eval_size 100,000,000 windows of 256 characters would need ~400 GB; the held-out part has a handful: the run
+  // is checked against those, trains, and evaluates every held-out window.
+  const std::string path = scratch("heldout.txt");
+  write_file(path, many_characters(0, 3000));  // 6000 characters, 600 held out: 3 windows of 256
+  auto data = data::open_data(data::DataSpec{.path = path, .context = 256});
+  EXPECT_EQ(data->heldout_size(), 3);
+  EXPECT_EQ(data->heldout(100, 0).size(), 3u);
+  TrainConfig c = small("text");
+  c.eval_size = 100000000;
+  c.steps = 1;
+  c.warmup = 0;
+  c.eval_every = 0;
+  Trainer t(c, data);
+  t.train();
+  ASSERT_TRUE(t.history().back().evaluated);
+  EXPECT_EQ(t.history().back().eval.n, 3);
+  EXPECT_EQ(t.evaluate().n, 3);
+}
+
+TEST(TrainerData, HeldOutThatCannotFitIsRefusedBeforeTheFirstStep) {
+  // A generated task has as many held-out examples as asked: 100,000,000 of 256 + 256 tokens cannot fit in half
+  // of any test machine's memory, and the Trainer says so when it is built, not at the first evaluation.
+  TrainConfig c = small("copy");
+  c.max_len = 256;
+  c.eval_size = 100000000;
+  EXPECT_ATTO_ERROR(Trainer{c}, "100000000 held-out examples need about");
+}

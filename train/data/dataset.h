@@ -9,6 +9,7 @@
 // evaluation set is always the same and evaluating never disturbs training.
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ class Dataset {
   virtual Example next() = 0;
   /// The first n held-out examples for `seed` (the same every call; disjoint in purpose from training).
   virtual std::vector<Example> heldout(int64_t n, uint64_t seed) const = 0;
+  /// The most examples heldout() gives, whatever n (default: no limit, as a generated set; a file's held-out part
+  /// is finite, and 0 for a dataset opened without its file).
+  virtual int64_t heldout_size() const { return std::numeric_limits<int64_t>::max(); }
   /// The training stream's position.
   virtual DataPosition position() const = 0;
   /// Continues the training stream from a position returned by position().

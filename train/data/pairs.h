@@ -40,6 +40,8 @@ class PairsDataset : public Dataset {
   Example next() override;
   /// The first n held-out lines (fewer when there are fewer); the seed is not used.
   std::vector<Example> heldout(int64_t n, uint64_t seed) const override;
+  /// The held-out pairs.
+  int64_t heldout_size() const override { return val_size(); }
   /// The stream's position.
   DataPosition position() const override { return {gen_.get_state(), offset_}; }
   /// Restores position().

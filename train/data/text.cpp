@@ -422,6 +422,12 @@ std::vector<Example> TextDataset::heldout(int64_t n, uint64_t) const {
   return out;
 }
 
+int64_t TextDataset::heldout_size() const {
+  // heldout() starts a window at n_train_, n_train_ + context, ... while a target follows (s + 1 < total).
+  const int64_t span = static_cast<int64_t>(tokens_.size()) - 1 - n_train_;
+  return span > 0 ? (span + spec_.context - 1) / spec_.context : 0;
+}
+
 void TextDataset::set_position(const DataPosition& p) {
   ATTO_CHECK(p.offset >= 0, name(), "data position offset must be >= 0, got ", p.offset);
   gen_.set_state(p.generator);

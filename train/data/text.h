@@ -135,6 +135,8 @@ class TextDataset : public Dataset {
   Example next() override;
   /// The first n held-out windows (fewer when the held-out part has fewer); the seed is not used.
   std::vector<Example> heldout(int64_t n, uint64_t seed) const override;
+  /// The held-out windows: ceil((held-out characters - 1) / context).
+  int64_t heldout_size() const override;
   /// The stream's position.
   DataPosition position() const override { return {gen_.get_state(), offset_}; }
   /// Restores position().

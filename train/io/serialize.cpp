@@ -294,6 +294,20 @@ void check_finite(const Tensor& t, const std::string& name, const std::string& o
                           "): weights that are not finite make every output NaN; refusing to load them"));
 }
 
+namespace {
+
+// What a non-regular file is, for messages.
+const char* file_type(mode_t mode) {
+  return S_ISDIR(mode)    ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISSOCK(mode) ? "a socket"
+         : S_ISBLK(mode)  ? "a block device"
+                          : "a special file";
+}
+
+}  // namespace
+
 std::vector<uint8_t> read_file(const std::string& path, const char* op, uint64_t cap) {
   // O_NONBLOCK: opening a FIFO (named pipe) for reading would otherwise wait for a writer forever; the file type
   // is checked right after. It changes nothing for a regular file.
@@ -306,14 +320,7 @@ std::vector<uint8_t> read_file(const std::string& path, const char* op, uint64_t
   struct stat st;
   if (::fstat(fd, &st) != 0) throw Error(op, str_cat("'", path, "': cannot stat: ", errno_text(errno)));
   if (S_ISDIR(st.st_mode)) throw Error(op, str_cat("'", path, "': is a directory"));
-  if (!S_ISREG(st.st_mode)) {
-    const char* type = S_ISFIFO(st.st_mode)   ? "a FIFO"
-                       : S_ISCHR(st.st_mode)  ? "a character device"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                                              : "a special file";
-    throw Error(op, str_cat("'", path, "': not a regular file (", type, ")"));
-  }
+  if (!S_ISREG(st.st_mode)) throw Error(op, str_cat("'", path, "': not a regular file (", file_type(st.st_mode), ")"));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > cap) throw Error(op, str_cat("'", path, "': file is ", size, " bytes, more than the cap of ", cap, " bytes"));
   std::vector<uint8_t> bytes(static_cast<size_t>(size));
@@ -388,6 +395,12 @@ void remove_stale_temporaries(const std::string& path) {
 
 AtomicFile::AtomicFile(const std::string& path, const char* op) {
   ATTO_CHECK(!path.empty(), op, "empty file path");
+  // The rename would replace whatever the path names: an existing FIFO, device, socket or directory is refused, not
+  // swapped for a regular file (a symbolic link is followed: one to a regular file is replaced, as before).
+  struct stat existing;
+  if (::stat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode))
+    throw Error(op, str_cat("'", path, "': exists and is not a regular file (", file_type(existing.st_mode),
+                            "); not replacing it"));
   remove_stale_temporaries(path);
   std::string templ = path + ".tmp-XXXXXX";
   std::vector<char> name;

@@ -126,7 +126,7 @@ void validate(const BenchConfig& c) {
   ATTO_CHECK(c.H > 0, kMe, "H must be positive, got H=", c.H);
   ATTO_CHECK(c.D % c.H == 0, kMe, "D must be divisible by H, got D=", c.D, ", H=", c.H);
   ATTO_CHECK(c.F > 0, kMe, "F must be positive, got F=", c.F);
-  ATTO_CHECK(c.N >= 0, kMe, "N must be non-negative, got N=", c.N);
+  ATTO_CHECK(c.N >= 1, kMe, "N must be at least 1, got N=", c.N, " (a model without blocks times only its embedding)");
   ATTO_CHECK(c.L >= 2 && c.L % 2 == 0, kMe,
              "L must be even and at least 2 (L/2 source, L/2 target tokens), got L=", c.L);
   ATTO_CHECK(c.B > 0, kMe, "B must be positive, got B=", c.B);
@@ -294,7 +294,7 @@ void validate(const GenerateConfig& c) {
   const std::pair<const char*, int64_t> sizes[] = {{"V", c.V},           {"D", c.D},           {"H", c.H}, {"F", c.F},
                                                    {"prompt", c.prompt}, {"tokens", c.tokens}, {"B", c.B}};
   for (const auto& [name, v] : sizes) ATTO_CHECK(v > 0, kMe, name, " must be positive, got ", v);
-  ATTO_CHECK(c.N >= 0, kMe, "N must be non-negative, got ", c.N);
+  ATTO_CHECK(c.N >= 1, kMe, "N must be at least 1, got ", c.N, " (a model without blocks times only its embedding)");
   ATTO_CHECK(c.D % c.H == 0, kMe, "H must divide D, got D=", c.D, ", H=", c.H);
   ATTO_CHECK(c.V > data::kFirstSymbol + 1, kMe, "V must be at least ", data::kFirstSymbol + 2, ", got ", c.V);
   ATTO_CHECK(c.rounds >= 1, kMe, "rounds must be >= 1, got ", c.rounds);

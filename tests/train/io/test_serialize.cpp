@@ -668,6 +668,23 @@ TEST(Serialize, ReadingAFifoOrADeviceFailsAtOnce) {
   EXPECT_ATTO_ERROR(io::detail::read_file("/dev/zero", "load"), "not a regular file (a character device)");
 }
 
+TEST(Serialize, SavingOverAFifoOrADirectoryIsRefused) {
+  // The atomic rename would swap whatever the path names for a regular file: an existing non-regular file is
+  // refused and left alone; a regular file is still replaced.
+  TempDir dir("serialize");
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_ATTO_ERROR(io::write_tensors(fifo, {}, "{}"), "exists and is not a regular file (a FIFO)");
+  struct stat st;
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_ATTO_ERROR(io::write_tensors(dir.file(""), {}, "{}"), "(a directory)");
+  const std::string regular = dir.file("w.attograd");
+  io::write_tensors(regular, {}, "{}");
+  io::write_tensors(regular, {}, "{}");
+  EXPECT_TRUE(io::inspect(regular).checksum_ok);
+}
+
 TEST(Serialize, DeeplyNestedMetadataIsRejected) {
   TempDir dir("serialize");
   const std::string deep = std::string(80000, '[') + std::string(80000, ']');

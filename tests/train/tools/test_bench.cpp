@@ -63,7 +63,9 @@ TEST(Bench, ValidateNamesTheBadField) {
   EXPECT_ATTO_ERROR(validate(with([](BenchConfig& c) { c.H = 0; })), "H must be positive, got H=0");
   EXPECT_ATTO_ERROR(validate(with([](BenchConfig& c) { c.B = -1; })), "B must be positive, got B=-1");
   EXPECT_ATTO_ERROR(validate(with([](BenchConfig& c) { c.F = 0; })), "F must be positive");
-  EXPECT_ATTO_ERROR(validate(with([](BenchConfig& c) { c.N = -2; })), "N must be non-negative, got N=-2");
+  EXPECT_ATTO_ERROR(validate(with([](BenchConfig& c) { c.N = -2; })), "N must be at least 1, got N=-2");
+  EXPECT_ATTO_ERROR(validate(with([](BenchConfig& c) { c.N = 0; })), "N must be at least 1");
+  EXPECT_ATTO_ERROR(run_bench(with([](BenchConfig& c) { c.N = 0; })), "N must be at least 1");
   EXPECT_ATTO_ERROR(validate(with([](BenchConfig& c) { c.steps = 0; })), "steps must be at least 1");
   EXPECT_ATTO_ERROR(validate(with([](BenchConfig& c) { c.warmup = -1; })), "warmup must be non-negative");
   EXPECT_ATTO_ERROR(validate(with([](BenchConfig& c) { c.threads = 0; })), "threads must be at least 1");
@@ -159,6 +161,9 @@ TEST(GenerateBench, ValidateNamesTheBadField) {
   c = GenerateConfig{};
   c.H = 3;
   EXPECT_THROW(validate(c), Error);
+  c = GenerateConfig{};
+  c.N = 0;  // a model without blocks: nothing but the embedding to time
+  EXPECT_ATTO_ERROR(validate(c), "N must be at least 1, got 0");
 }
 
 TEST(GenerateBench, TinyRunBothPathsSameTokensOneJsonLine) {
