@@ -267,8 +267,10 @@ AttentionResult run_attention(const Plan& plan_in, const std::vector<Tensor>& in
 
   dispatch_float(dt, kOp, [&]<typename T>() {
     const auto forward = ATTO_CPU(attention_forward<T>);
-    forward(plan, view_of<const T>(inputs[qi].data<T>(), lq), view_of<const T>(inputs[ki].data<T>(), lk),
-            view_of<const T>(inputs[vi].data<T>(), lv), mask_data, view_of<T>(out.data<T>(), lo),
+    // Read through a const view: a non-const data<T>() is a write access (it bumps the version of a leaf in no-grad).
+    const std::vector<Tensor>& in = inputs;
+    forward(plan, view_of<const T>(in[qi].data<T>(), lq), view_of<const T>(in[ki].data<T>(), lk),
+            view_of<const T>(in[vi].data<T>(), lv), mask_data, view_of<T>(out.data<T>(), lo),
             save ? stats.data<T>() : nullptr, opts.need_weights ? result.weights.data<T>() : nullptr,
             probs.defined() ? probs.data<T>() : nullptr, ent ? out.data<T>() + n_out : nullptr);
   });

@@ -135,7 +135,10 @@ TEST(AttentionLayer, FactsOfTheBuiltInKinds) {
   EXPECT_EQ(attention_facts({.kind = "gqa", .kv_heads = 2}, kConfig).weights, 2 * 16 * 16 + 2 * 16 * 2 * 4);
   const AttentionFacts mla = attention_facts({.kind = "mla"}, kConfig);
   EXPECT_EQ(mla.cache_per_token, 16 / 4 + 4 / 2);  // kv_rank D / 4, rope_dim d / 2
-  EXPECT_TRUE(mla.own_positions);
+  EXPECT_FALSE(mla.own_positions);  // the model's table since issue 23; rope: DeepSeek's form, RoPE only
+  EXPECT_TRUE(attention_facts({.kind = "mla", .rope = true}, kConfig).own_positions);
+  EXPECT_TRUE(attention_facts({.kind = "alibi"}, kConfig).own_positions);  // the distance penalty is the position
+  EXPECT_FALSE(attention_facts({.kind = "softcap"}, kConfig).own_positions);
   EXPECT_EQ(attention_facts({.kind = "local", .window = 3}, kConfig).kept_per_row, 3);
   // Rows 0..2 see 1, 2, 3 keys, the 9 others 3.
   EXPECT_EQ(attention_facts({.kind = "local", .window = 3}, kConfig).flops, 4 * 16 * (6 + 9 * 3));
@@ -177,7 +180,8 @@ TEST(AttentionLayer, UserKindTrainsDecodesAndRoundTripsItsOptions) {
   EXPECT_ATTO_ERROR((AttentionSpec{.kind = "test-gain", .window = 2}.validate(4)),
                     "window applies to attention local, not test-gain");
   EXPECT_ATTO_ERROR((AttentionSpec{.kind = "test-gain", .rope = true}.validate(4)),
-                    "rope applies to softmax attention with a query/key per head (mha, gqa, local, block-sparse)");
+                    "rope applies to softmax attention with a query/key per head (mha, gqa, mla, local, block-sparse, "
+                    "softcap), not test-gain");
   EXPECT_ATTO_ERROR((AttentionSpec{.kind = "test-gain", .options = R"({"gain": -1})"}.validate(4)),
                     "gain must be positive");
   // Its options survive ModelSpec's JSON; a built-in spec's JSON has no "options".
@@ -241,7 +245,7 @@ TEST(AttentionLayer, EncoderAndSeq2SeqAcceptTheMultiheadKindsOnly) {
   std::string supported;
   EXPECT_TRUE(attention_as_multihead({.kind = "gqa", .kv_heads = 2}, kConfig, &o, &supported));
   EXPECT_EQ(o.num_kv_heads, 2);
-  EXPECT_EQ(supported, "mha, gqa, local, block-sparse");
+  EXPECT_EQ(supported, "mha, gqa, local, block-sparse, alibi, softcap");
   EXPECT_FALSE(attention_as_multihead({.kind = "test-gain"}, kConfig, &o, &supported));
   EXPECT_ATTO_ERROR(make_model("encoder", {.vocab = 9, .max_source_len = 4, .max_target_len = 4, .aligned = true,
                                            .attention = {.kind = "test-gain"}}),

@@ -415,8 +415,10 @@ TEST(MlaLinearCache, ModuleDecodeRowsMatchForwardAndCheckTheirArguments) {
 
 TEST(MlaLinearCache, MlaBlocksPadKeysLinearRefusesTheMask) {
   // forward(tokens, true) blocks pad keys in mla: with a LEFT pad, the real tokens' logits are those of the sequence
-  // without the pad (MLA's RoPE is relative: only the positions' differences enter the scores), float64 1e-10.
-  for (const Variant& v : {kVariants[0], kVariants[2]}) {
+  // without the pad (MLA's RoPE is relative: only the positions' differences enter the scores), float64 1e-10. So
+  // with positions from the decoupled RoPE only (rope: no sinusoidal table, which is absolute).
+  const Variant q_rank_rope{"mla q_rank rope only", {.kind = "mla", .kv_rank = 6, .q_rank = 5, .rope_dim = 2, .rope = true}};
+  for (const Variant& v : {kVariants[5], q_rank_rope}) {
     SCOPED_TRACE(v.name);
     auto m = make_lm(v, kFloat64);
     NoGradGuard no_grad;
