@@ -787,13 +787,8 @@ uint64_t checkpoint_digest(const io::Checkpoint& ck) {
 
 }  // namespace
 
-void Trainer::save_checkpoint(const std::string& path) {
-  if (comm_->size() > 1) {
-    check_replicas();
-    if (comm_->rank() != 0) return;
-  }
+io::Checkpoint Trainer::training_state() const {
   io::Checkpoint ck;
-  ck.metadata_json = metadata();
   io::add_module_state(ck, *model_, "model.");
   io::add_optimizer_state(ck, *optimizer_, "optim.");
   ck.generators.emplace_back("init", init_gen_.get_state());
@@ -803,6 +798,16 @@ void Trainer::save_checkpoint(const std::string& path) {
   ck.counters.emplace_back("step", step_);
   ck.counters.emplace_back("data.offset", position.offset);
   ck.counters.emplace_back("schedule.step_count", scheduler_->step_count());
+  return ck;
+}
+
+void Trainer::save_checkpoint(const std::string& path) {
+  if (comm_->size() > 1) {
+    check_replicas();
+    if (comm_->rank() != 0) return;
+  }
+  io::Checkpoint ck = training_state();
+  ck.metadata_json = metadata();
   ck.scalars.emplace_back("lr", optimizer_->lr());
   ck.metrics_csv = metrics_csv();
   io::save_checkpoint(ck, path);
@@ -993,16 +998,7 @@ std::vector<dist::Setting> Trainer::agreement_settings(const dist::Communicator&
                .shown = shortest(static_cast<double>(options.bucket_floats) / (1 << 18))});
   for (dist::Setting& p : comm.protocol_settings()) s.push_back(std::move(p));
   // Everything a checkpoint would save but the metadata and metrics: equal unless something above missed a cause.
-  io::Checkpoint state;
-  io::add_module_state(state, *model_, "model.");
-  io::add_optimizer_state(state, *optimizer_, "optim.");
-  state.generators.emplace_back("init", init_gen_.get_state());
-  state.generators.emplace_back("dropout", dropout_gen_.get_state());
-  const data::DataPosition position = data_->position();
-  state.generators.emplace_back("data", position.generator);
-  state.counters.emplace_back("step", step_);
-  state.counters.emplace_back("data.offset", position.offset);
-  state.counters.emplace_back("schedule.step_count", scheduler_->step_count());
+  const io::Checkpoint state = training_state();
   s.push_back({.name = "the starting weights and optimizer state", .value = hex64(checkpoint_digest(state))});
   return s;
 }

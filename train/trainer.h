@@ -30,6 +30,10 @@
 #include "train/optim/schedule.h"
 #include "train/data/tasks.h"
 
+namespace attograd::io {
+struct Checkpoint;
+}  // namespace attograd::io
+
 namespace attograd::train {
 
 /// The generator streams a Trainer derives from its seed (see derive_seed).
@@ -284,6 +288,9 @@ class Trainer {
   Generator& dropout_generator() { return dropout_gen_; }
 
  private:
+  // The model, optimizer state, generators and counters as a checkpoint (no metadata, lr or metrics): what
+  // save_checkpoint() writes and what the ranks' agreement hashes.
+  io::Checkpoint training_state() const;
   void build_optimizer();
   StepMetrics accumulated_step();  // step() with grad_accum > 1 or several ranks
   // The regulariser of the last forward (undefined when entropy_reg is 0), scaled by `scale`; adds the per-head

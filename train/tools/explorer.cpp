@@ -153,21 +153,7 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
-std::string html_escape(const std::string& in) {
-  std::string s;
-  s.reserve(in.size());
-  for (char c : in) {
-    switch (c) {
-      case '&': s += "&amp;"; break;
-      case '<': s += "&lt;"; break;
-      case '>': s += "&gt;"; break;
-      case '"': s += "&quot;"; break;
-      case '\'': s += "&#39;"; break;
-      default: s += c;
-    }
-  }
-  return s;
-}
+std::string html_escape(const std::string& in) { return detail::escape_markup(in, "&#39;"); }
 
 std::vector<HeadStats> head_stats(const AttentionRow& row) {
   const RowData d = row_data(row, "head_stats");

@@ -162,7 +162,9 @@ std::string draw_panel(const Panel& p, int width, int top, int height) {
 
 }  // namespace
 
-std::string xml_escape(const std::string& in) {
+namespace detail {
+
+std::string escape_markup(const std::string& in, const char* apostrophe) {
   std::string s;
   s.reserve(in.size());
   for (char c : in) {
@@ -171,12 +173,16 @@ std::string xml_escape(const std::string& in) {
       case '<': s += "&lt;"; break;
       case '>': s += "&gt;"; break;
       case '"': s += "&quot;"; break;
-      case '\'': s += "&apos;"; break;
+      case '\'': s += apostrophe; break;
       default: s += c;
     }
   }
   return s;
 }
+
+}  // namespace detail
+
+std::string xml_escape(const std::string& in) { return detail::escape_markup(in, "&apos;"); }
 
 std::vector<double> nice_ticks(double lo, double hi, int target) {
   std::vector<double> out;

@@ -111,4 +111,9 @@ void write_text_file(const std::string& path, const std::string& text);
 /// `s` with &, <, >, " and ' escaped for XML.
 std::string xml_escape(const std::string& s);
 
+namespace detail {
+/// `in` with & < > " escaped as entities and ' as `apostrophe` (xml_escape: "&apos;", html_escape: "&#39;").
+std::string escape_markup(const std::string& in, const char* apostrophe);
+}  // namespace detail
+
 }  // namespace attograd::report
