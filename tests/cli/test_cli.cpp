@@ -196,9 +196,21 @@ TEST_F(Cli, GenerateReproducesTheSamplePredictions) {
 TEST_F(Cli, InspectListsTheFileAndReportsCorruption) {
   const CliRun r = attograd("inspect " + quote(weights()));
   ASSERT_EQ(r.status, 0) << r.err;
-  for (const char* piece : {"kind        weights, format version 1", "OK", "\"task\":\"reverse\"", "embed.weight",
+  for (const char* piece : {"kind        weights, format version 1", "OK", "\"task\": \"reverse\"", "embed.weight",
                             "float32", "[15, 16]"})
     EXPECT_NE(r.out.find(piece), std::string::npos) << piece << "\n" << r.out;
+  // The human summary comes first: a built-in task's run.
+  EXPECT_EQ(r.out.rfind("model       lm, ", 0), 0u) << r.out;
+  for (const char* piece : {"\nvocabulary  15 tokens\n", "\ndata        the built-in reverse task\n",
+                            "\nsteps       30 (configured)\n", "\nlengths     1-4, 10 symbols\n"})
+    EXPECT_NE(r.out.find(piece), std::string::npos) << piece << "\n" << r.out;
+  EXPECT_NE(r.out.find("\"min_len\": 1"), std::string::npos) << r.out;  // a toy task keeps its fields
+  char val[64];
+  std::snprintf(val, sizeof val, "\nval loss    %.4f at step 30", (*summary_)["eval_loss"].get<double>());
+  EXPECT_NE(r.out.find(val), std::string::npos) << val << "\n" << r.out;
+  const CliRun ck = attograd("inspect " + quote(dir() + "/checkpoint.attograd"));
+  EXPECT_NE(ck.out.find("\nsteps       30 of 30\n"), std::string::npos) << ck.out;
+  EXPECT_NE(ck.out.find("(from the checkpoint's log)"), std::string::npos) << ck.out;
   const json j = last_line_json(attograd("inspect --json " + quote(dir() + "/checkpoint.attograd")).out);
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j["kind"], "checkpoint");
