@@ -87,8 +87,10 @@ TEST_F(Cli, TrainWritesEveryPromisedFileAndAJsonSummary) {
   EXPECT_NE(run_->out.find("step 30/30 (100%)"), std::string::npos);
 
   const std::vector<std::string> csv = lines(slurp(s["paths"]["metrics"]));
-  ASSERT_EQ(csv.size(), 31u);  // header + one row per step
+  ASSERT_EQ(csv.size(), 32u);  // header, step 0 (the evaluation before the first update), one row per step
   EXPECT_EQ(csv[0].rfind("step,loss,", 0), 0u);
+  EXPECT_EQ(csv[1].rfind("0,", 0), 0u);
+  EXPECT_EQ(csv[2].rfind("1,", 0), 0u);
   const json cfg = json::parse(slurp(s["paths"]["config"]));
   EXPECT_EQ(cfg["steps"], 30);
   EXPECT_EQ(cfg["d_model"], 16);
@@ -96,6 +98,7 @@ TEST_F(Cli, TrainWritesEveryPromisedFileAndAJsonSummary) {
   const std::string curves = slurp(s["paths"]["curves"]);
   EXPECT_NE(curves.find("<svg"), std::string::npos);
   EXPECT_NE(curves.find("data-label=\"training loss\""), std::string::npos);
+  EXPECT_NE(curves.find("data-label=\"train loss (estimate)\""), std::string::npos);
   const std::string attention = slurp(s["paths"]["attention"]);
   EXPECT_NE(attention.find("class=\"cells\""), std::string::npos);
   EXPECT_EQ(std::count(attention.begin(), attention.end(), '\n') > 3, true);
@@ -297,7 +300,7 @@ TEST_F(Cli, ResumeContinuesTheRun) {
   ASSERT_EQ(r.status, 0) << r.err;
   const json s = last_line_json(r.out);
   EXPECT_EQ(s["steps"], 35);
-  EXPECT_EQ(lines(slurp(out + "/metrics.csv")).size(), 36u);
+  EXPECT_EQ(lines(slurp(out + "/metrics.csv")).size(), 37u);  // the header, step 0 (the first evaluation), 35 steps
 }
 
 TEST_F(Cli, EveryErrorIsOneLineAndExitStatusTwo) {
@@ -769,9 +772,9 @@ TEST_F(Cli, OptimizerFlagsReachTheRunAndBadValuesAreOneLineErrors) {
   EXPECT_EQ(c.warmup_style, "nanogpt");
   // metrics.csv: the first step's lr is lr / (warmup + 1) (nanoGPT's), and min-lr from step 21 on.
   const std::vector<std::string> rows = lines(slurp(out + "/metrics.csv"));
-  ASSERT_EQ(rows.size(), 31u);
+  ASSERT_EQ(rows.size(), 32u);  // the header, step 0 (the evaluation before the first update), 30 steps
   auto lr_of = [&](size_t step) {  // the third column
-    std::stringstream row(rows.at(step));
+    std::stringstream row(rows.at(step + 1));
     std::string field;
     for (int i = 0; i < 3; ++i) std::getline(row, field, ',');
     return std::stod(field);
