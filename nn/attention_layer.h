@@ -69,6 +69,8 @@ class AttentionCache {
   virtual int64_t capacity() const = 0;
   /// The bytes it holds.
   virtual int64_t bytes() const = 0;
+  /// The rows B it was made for (set by the model that asked make_cache for it; a decode state checks it).
+  int64_t rows = 0;
 };
 
 /// A kind's facts from its spec and the model's sizes alone, without building a layer (memory estimates, the

@@ -11,10 +11,23 @@
 #include <string>
 #include <utility>
 
+#include "nn/attention_layer.h"
 #include "nn/sequence_model.h"
 #include "train/tools/bench.h"
 
 namespace attograd::cli {
+
+// Defined here, not in cli_common.cpp, because attograd_bench (examples/attograd_bench.cpp) compiles this file
+// without the rest of the tool.
+CLI::Validator attention_kind() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        if (nn::has_attention(value)) return "";
+        return "unknown kind '" + value + "' (registered: " + nn::attention_kinds_list() + ")";
+      },
+      "KIND");
+}
+
 
 namespace {
 

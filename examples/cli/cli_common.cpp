@@ -92,15 +92,6 @@ CLI::Validator positive_real() {
       "POSITIVE");
 }
 
-CLI::Validator attention_kind() {
-  return CLI::Validator(
-      [](std::string& value) -> std::string {
-        if (nn::has_attention(value)) return "";
-        return "unknown kind '" + value + "' (registered: " + nn::attention_kinds_list() + ")";
-      },
-      "KIND");
-}
-
 namespace {
 
 bool digits(const std::string& s, size_t& i) {
