@@ -642,7 +642,8 @@ EvalResult Trainer::evaluate(int64_t n, const DecodeOptions& decode) {
 }
 
 double Trainer::estimate_train_loss(int64_t n) {
-  const int64_t want = n > 0 ? n : config_.eval_size;
+  // As many as the held-out evaluation uses (a data file's held-out part may hold fewer than eval_size).
+  const int64_t want = std::min(n > 0 ? n : config_.eval_size, std::max<int64_t>(1, data_->heldout_size()));
   if (static_cast<int64_t>(train_subset_.size()) != want) {
     // The first `want` examples of the training stream from the run's data seed; the stream is put back where it
     // was (its generator state and offset), so training draws the same examples as without the estimate.

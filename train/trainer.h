@@ -210,9 +210,9 @@ class Trainer {
   /// Greedy-decoding accuracy and loss on the first n held-out examples (n <= 0: config().eval_size).
   EvalResult evaluate(int64_t n = 0, const DecodeOptions& decode = {});
   /// nanoGPT's training-loss estimate beside the val loss: the teacher-forced loss (eval mode, no label smoothing,
-  /// no decoding) on a fixed subset of the training split, the first n examples (n <= 0: config().eval_size) of
-  /// the training stream from the run's data seed, drawn once without moving the stream (no random stream is
-  /// consumed: the run's weights do not change).
+  /// no decoding) on a fixed subset of the training split, the first n examples (n <= 0: config().eval_size; at
+  /// most the data's held-out size, as the evaluation) of the training stream from the run's data seed, drawn once
+  /// without moving the stream (no random stream is consumed: the run's weights do not change).
   double estimate_train_loss(int64_t n = 0);
   /// The evaluation before the first update (step 0: loss and train_loss hold the training-loss estimate, no
   /// update was taken), when train() made one (eval_every > 0) or a resumed log holds one.

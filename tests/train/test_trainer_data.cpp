@@ -180,6 +180,9 @@ TEST(TrainerData, EvalSizeBeyondTheHeldOutTextEvaluatesWhatThereIs) {
   ASSERT_TRUE(t.history().back().evaluated);
   EXPECT_EQ(t.history().back().eval.n, 3);
   EXPECT_EQ(t.evaluate().n, 3);
+  // The training-loss estimate takes as many training windows as the evaluation has (3, not 100,000,000).
+  EXPECT_EQ(t.history().back().train_loss, t.estimate_train_loss(3));
+  EXPECT_GT(t.history().back().train_loss, 0);
 }
 
 TEST(TrainerData, HeldOutThatCannotFitIsRefusedBeforeTheFirstStep) {
