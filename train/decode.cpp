@@ -199,6 +199,26 @@ EvalResult evaluate(nn::SequenceModel& model, const std::vector<Example>& exampl
   return evaluate_examples(model, examples, batch, options);
 }
 
+double teacher_forced_loss(nn::SequenceModel& model, const std::vector<Example>& examples, int64_t batch) {
+  const char* me = "teacher_forced_loss";
+  ATTO_CHECK(!examples.empty(), me, "no examples");
+  ATTO_CHECK(batch >= 1, me, "batch must be >= 1, got ", batch);
+  NoGradGuard no_grad;
+  EvalModeGuard eval_mode(model);
+  const int64_t ignore = model.special_tokens().ignore_index;
+  double loss_sum = 0;
+  int64_t count = 0;
+  for (size_t start = 0; start < examples.size(); start += static_cast<size_t>(batch)) {
+    const size_t end = std::min(examples.size(), start + static_cast<size_t>(batch));
+    const nn::SequenceBatch b = model.make_batch({examples.begin() + static_cast<std::ptrdiff_t>(start),
+                                                  examples.begin() + static_cast<std::ptrdiff_t>(end)});
+    const auto [sum, n] = summed_loss(model.forward_batch(b), b.target, ignore);  // (B, T, V)
+    loss_sum += sum;
+    count += n;
+  }
+  return count > 0 ? loss_sum / static_cast<double>(count) : 0.0;
+}
+
 EvalResult evaluate(nn::SequenceModel& model, const data::Dataset& dataset, int64_t n, uint64_t seed, int64_t batch,
                     const DecodeOptions& options) {
   ATTO_CHECK(n >= 1, "evaluate", "n must be >= 1, got ", n);

@@ -59,6 +59,9 @@ struct EvalResult {
 /// Evaluates a model on `examples`, decoding `batch` examples at a time (grouped by length).
 EvalResult evaluate(nn::SequenceModel& model, const std::vector<data::Example>& examples, int64_t batch = 250,
                     const DecodeOptions& options = {});
+/// The teacher-forced cross-entropy per target token (no label smoothing, no decoding) of `examples`, `batch` at a
+/// time, in eval mode without gradients: nanoGPT's estimate_loss for one split.
+double teacher_forced_loss(nn::SequenceModel& model, const std::vector<data::Example>& examples, int64_t batch);
 /// Evaluates a model on the first n held-out examples of `dataset` for `seed`.
 EvalResult evaluate(nn::SequenceModel& model, const data::Dataset& dataset, int64_t n, uint64_t seed,
                     int64_t batch = 250, const DecodeOptions& options = {});

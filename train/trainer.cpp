@@ -147,6 +147,10 @@ std::string exact(double v) {
 constexpr const char* kCsvHeader =
     "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss,val_loss,"
     "val_bpc";
+// The header since the training-loss estimate (written); kCsvHeader, before it, is still read.
+constexpr const char* kCsvHeaderV3 =
+    "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss,val_loss,"
+    "val_bpc,train_loss";
 // The header before the val_loss and val_bpc columns (still read).
 constexpr const char* kCsvHeaderV1 =
     "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss";
@@ -598,11 +602,23 @@ void Trainer::finish_entropy(StepMetrics& m, const std::vector<double>& sums, co
 }
 
 void Trainer::train(const StepCallback& on_step) {
+  // The evaluation before the first update (nanoGPT's iter 0), when evaluating every eval_every steps.
+  if (step_ == 0 && !initial_ && config_.steps > 0 && config_.eval_every > 0 && comm_->rank() == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    StepMetrics m;
+    m.eval = evaluate();
+    m.train_loss = estimate_train_loss();
+    m.loss = m.train_loss;
+    m.evaluated = true;
+    m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    initial_ = m;
+  }
   while (step_ < config_.steps) {
     StepMetrics m = step();
     const bool last = step_ == config_.steps;
     if (comm_->rank() == 0 && (last || (config_.eval_every > 0 && step_ % config_.eval_every == 0))) {
       m.eval = evaluate();
+      m.train_loss = estimate_train_loss();
       m.evaluated = true;
       history_.back() = m;
     }
@@ -616,13 +632,38 @@ std::vector<data::Example> Trainer::heldout_examples(int64_t n) const {
 }
 
 EvalResult Trainer::evaluate(int64_t n, const DecodeOptions& decode) {
-  constexpr int64_t kEvalBatch = 250;
   check_heldout_fits(*data_, n > 0 ? n : config_.eval_size, "evaluate");  // drawn at once
   // Decoding needs no entropies: stop tracking them while evaluating.
   if (config_.tracks_entropy()) model_->track_attention_entropy(false);
-  EvalResult r = train::evaluate(*model_, heldout_examples(n > 0 ? n : config_.eval_size), kEvalBatch, decode);
+  // In batches of at most the training batch (and 250): evaluating never needs more memory than a training step.
+  EvalResult r = train::evaluate(*model_, heldout_examples(n > 0 ? n : config_.eval_size), eval_batch(), decode);
   if (config_.tracks_entropy()) model_->track_attention_entropy(true);
   return r;
+}
+
+double Trainer::estimate_train_loss(int64_t n) {
+  // As many as the held-out evaluation uses (a data file's held-out part may hold fewer than eval_size).
+  const int64_t want = std::min(n > 0 ? n : config_.eval_size, std::max<int64_t>(1, data_->heldout_size()));
+  if (static_cast<int64_t>(train_subset_.size()) != want) {
+    // The first `want` examples of the training stream from the run's data seed; the stream is put back where it
+    // was (its generator state and offset), so training draws the same examples as without the estimate.
+    const data::DataPosition saved = data_->position();
+    data_->seed(derive_seed(config_.seed, Stream::Data));
+    std::vector<data::Example> subset;
+    subset.reserve(static_cast<size_t>(want));
+    for (int64_t i = 0; i < want; ++i) subset.push_back(data_->next());
+    data_->set_position(saved);
+    train_subset_ = std::move(subset);
+  }
+  if (config_.tracks_entropy()) model_->track_attention_entropy(false);
+  const double loss = teacher_forced_loss(*model_, train_subset_, eval_batch());
+  if (config_.tracks_entropy()) model_->track_attention_entropy(true);
+  return loss;
+}
+
+int64_t Trainer::eval_batch() const {
+  constexpr int64_t kMaxEvalBatch = 250;
+  return std::clamp<int64_t>(config_.batch / std::max<int64_t>(1, config_.grad_accum), 1, kMaxEvalBatch);
 }
 
 std::vector<int64_t> Trainer::predict(const std::vector<int64_t>& src, const DecodeOptions& decode) {
@@ -643,13 +684,17 @@ std::string Trainer::metrics_csv() const {
   const bool stream = model_->spec().stream;
   // The entropy columns, when entropies are (or were) tracked: the mean, then one per layer and head.
   const bool entropy = config_.tracks_entropy() || !entropy_columns_.empty();
-  std::string s = kCsvHeader;
+  std::string s = kCsvHeaderV3;
   if (entropy) {
     s += ",entropy";
     for (const std::string& c : entropy_columns_) s += "," + c;
   }
   s += "\n";
-  for (const StepMetrics& m : history_) {
+  std::vector<const StepMetrics*> rows;
+  if (initial_) rows.push_back(&*initial_);
+  for (const StepMetrics& m : history_) rows.push_back(&m);
+  for (const StepMetrics* row : rows) {
+    const StepMetrics& m = *row;
     s += str_cat(m.step, ",", exact(m.loss), ",", exact(m.lr), ",", exact(m.grad_norm), ",", m.tokens, ",",
              exact(m.seconds));
     if (m.evaluated)
@@ -661,6 +706,7 @@ std::string Trainer::metrics_csv() const {
       s += str_cat(",", exact(m.eval.loss), ",", exact(m.eval.loss / std::log(2.0)));
     else
       s += ",,";
+    s += m.evaluated && std::isfinite(m.train_loss) ? "," + exact(m.train_loss) : ",";
     if (entropy) {
       const bool have = !m.entropies.empty() && m.entropies.size() == entropy_columns_.size();
       s += have ? "," + exact(m.entropy) : ",";
@@ -683,13 +729,18 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv, std::vector<s
   const char* me = "parse_metrics_csv";
   std::istringstream in(csv);
   std::string line;
-  // The header: the base columns (or the 10 from before val_loss), then optionally entropy and its per-head columns.
-  const std::string base = kCsvHeader, entropy_prefix = base + ",entropy";
-  ATTO_CHECK(std::getline(in, line) &&
-                 (line == kCsvHeader || line == kCsvHeaderV1 || line == entropy_prefix ||
-                  line.rfind(entropy_prefix + ",entropy.", 0) == 0),
-             me, "line 1 must be the header \"", kCsvHeader, "\" (optionally followed by entropy columns), got \"",
-             line.substr(0, 200), "\"");
+  // The header: the base columns (with train_loss, or without it, or the 10 from before val_loss), then optionally
+  // entropy and its per-head columns.
+  ATTO_CHECK(std::getline(in, line), me, "line 1 must be the header \"", kCsvHeaderV3, "\", got nothing");
+  const std::string v3 = kCsvHeaderV3, v2 = kCsvHeader;
+  auto starts = [&](const std::string& base) {
+    return line == base || line == base + ",entropy" || line.rfind(base + ",entropy,entropy.", 0) == 0;
+  };
+  const bool has_train_loss = starts(v3);
+  ATTO_CHECK(has_train_loss || starts(v2) || line == kCsvHeaderV1, me, "line 1 must be the header \"", kCsvHeaderV3,
+             "\" (optionally followed by entropy columns), got \"", line.substr(0, 200), "\"");
+  const std::string base = line == kCsvHeaderV1 ? std::string(kCsvHeaderV1) : has_train_loss ? v3 : v2;
+  const std::string entropy_prefix = base + ",entropy";
   std::vector<std::string> columns;
   if (line.size() > entropy_prefix.size()) {
     std::stringstream hs(line.substr(entropy_prefix.size() + 1));
@@ -698,8 +749,9 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv, std::vector<s
       columns.push_back(c);
     }
   }
-  const bool has_entropy = line.size() >= entropy_prefix.size() && line != kCsvHeader && line != kCsvHeaderV1;
-  const size_t fields = line == kCsvHeaderV1 ? 10 : 12 + (has_entropy ? 1 + columns.size() : 0);
+  const bool has_entropy = line.size() >= entropy_prefix.size();
+  const size_t base_fields = line == kCsvHeaderV1 ? 10 : has_train_loss ? 13 : 12;
+  const size_t fields = base_fields + (has_entropy ? 1 + columns.size() : 0);
   if (entropy_columns) *entropy_columns = columns;
   std::vector<StepMetrics> out;
   for (int64_t line_no = 2; std::getline(in, line); ++line_no) {
@@ -732,9 +784,10 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv, std::vector<s
     m.seconds = num(5);
     m.evaluated = !f[6].empty();
     if (m.evaluated) m.eval = {.token_accuracy = num(7), .sequence_accuracy = num(8), .loss = num(9), .n = integer(6)};
-    if (has_entropy && !f[12].empty()) {
-      m.entropy = num(12);
-      for (size_t i = 0; i < columns.size(); ++i) m.entropies.push_back(num(13 + i));
+    m.train_loss = has_train_loss && !f[12].empty() ? num(12) : std::numeric_limits<double>::quiet_NaN();
+    if (has_entropy && !f[base_fields].empty()) {
+      m.entropy = num(base_fields);
+      for (size_t i = 0; i < columns.size(); ++i) m.entropies.push_back(num(base_fields + 1 + i));
     }
     out.push_back(m);
   }
@@ -875,6 +928,11 @@ void Trainer::load_checkpoint(const std::string& path) {
   dropout_gen_.set_state(dropout);
   data_->set_position(position);
   step_ = step;
+  initial_.reset();
+  if (!history.empty() && history.front().step == 0) {  // the evaluation before the first update
+    initial_ = history.front();
+    history.erase(history.begin());
+  }
   history_ = std::move(history);
   entropy_columns_ = std::move(entropy_columns);
   resumed_path_ = path;  // for the ranks' agreement (agreement_settings)

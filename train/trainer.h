@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -167,6 +168,8 @@ struct StepMetrics {
                                        ///< the batch's real query rows (Trainer::entropy_columns() names them)
   bool evaluated = false;  ///< whether train() evaluated after this step (eval holds the result)
   EvalResult eval;         ///< the held-out evaluation after this step, when evaluated
+  double train_loss = 0;   ///< when evaluated: the training-loss estimate (Trainer::estimate_train_loss; NaN in
+                           ///< logs from before it)
 };
 
 /// Data-parallel options of a Trainer (see Trainer::set_communicator).
@@ -210,6 +213,17 @@ class Trainer {
   void train(const StepCallback& on_step = {});
   /// Greedy-decoding accuracy and loss on the first n held-out examples (n <= 0: config().eval_size).
   EvalResult evaluate(int64_t n = 0, const DecodeOptions& decode = {});
+  /// nanoGPT's training-loss estimate beside the val loss: the teacher-forced loss (eval mode, no label smoothing,
+  /// no decoding) on a fixed subset of the training split, the first n examples (n <= 0: config().eval_size; at
+  /// most the data's held-out size, as the evaluation) of the training stream from the run's data seed, drawn once
+  /// without moving the stream (no random stream is consumed: the run's weights do not change).
+  double estimate_train_loss(int64_t n = 0);
+  /// The evaluation before the first update (step 0: loss and train_loss hold the training-loss estimate, no
+  /// update was taken), when train() made one (eval_every > 0) or a resumed log holds one.
+  const std::optional<StepMetrics>& initial_evaluation() const { return initial_; }
+  /// Examples per forward of an evaluation: a training micro-batch (config().batch / grad_accum, at least 1), at
+  /// most 250, so that evaluating never holds more activations than a training step.
+  int64_t eval_batch() const;
   /// The decoded target for one source (tokens without specials), without the trailing EOS.
   std::vector<int64_t> predict(const std::vector<int64_t>& src, const DecodeOptions& decode = {});
 
@@ -318,6 +332,8 @@ class Trainer {
   std::unique_ptr<optim::LRScheduler> scheduler_;
   int64_t step_ = 0;
   std::vector<StepMetrics> history_;
+  std::optional<StepMetrics> initial_;          // the evaluation at step 0 (initial_evaluation())
+  std::vector<data::Example> train_subset_;    // estimate_train_loss's examples, drawn once
 };
 
 /// The built-in task a config names (config.task with its lengths and symbols), seeded from the config's data
@@ -341,7 +357,8 @@ RunMetadata parse_run_metadata(const std::string& metadata, const std::string& o
 std::shared_ptr<data::Dataset> run_dataset(const RunMetadata& run, bool read_file = true);
 
 /// Parses Trainer::metrics_csv() back into records (Error naming the line on malformed input); files without the
-/// entropy columns (or with only the first 10 columns, before val_loss) still parse. `entropy_columns`, when given,
+/// entropy columns, without train_loss (train_loss NaN), or with only the first 10 columns (before val_loss) still
+/// parse. A row of step 0 is the evaluation before the first update (Trainer::initial_evaluation()). `entropy_columns`, when given,
 /// receives the per-layer, per-head entropy column names.
 std::vector<StepMetrics> parse_metrics_csv(const std::string& csv,
                                            std::vector<std::string>* entropy_columns = nullptr);

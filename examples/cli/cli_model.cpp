@@ -60,7 +60,7 @@ int run_eval(const EvalArgs& a) {
                  saved->max_target_len(), ")");
       if (static_cast<int64_t>(examples.size()) < n) examples.push_back(p.example);
     }
-    r = train::evaluate(t->model(), examples, 250, {.use_cache = !a.no_kv_cache});
+    r = train::evaluate(t->model(), examples, t->eval_batch(), {.use_cache = !a.no_kv_cache});
     data_name = a.pairs;
   } else {
     r = t->evaluate(n, {.use_cache = !a.no_kv_cache});
@@ -186,12 +186,16 @@ int run_import(const ImportArgs& a) {
 }  // namespace
 
 Command add_eval(CLI::App& app) {
-  CLI::App* sub = app.add_subcommand("eval", "Held-out accuracy of saved weights on fresh sequences");
+  CLI::App* sub = app.add_subcommand(
+      "eval", "Held-out loss and accuracy of saved weights (held-out sequences, or a text model's windows)");
   auto a = std::make_shared<EvalArgs>();
   sub->add_option("-w,--weights", a->weights, "weights file (model.attograd), checkpoint or safetensors with config")
       ->required()
       ->check(CLI::ExistingFile);
-  sub->add_option("--eval-size", a->eval_size, "held-out sequences (default: the training run's eval size)")
+  sub->add_option("--eval-size", a->eval_size,
+                  "held-out examples: for a text model, windows of its context (the first N of the held-out part, "
+                  "each a context's characters, every position predicting the next character); otherwise sequences "
+                  "(default: the training run's eval size)")
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
   a->seed_opt = sub->add_option("--seed", a->seed,
                                 "seed of the held-out stream (default: the training seed, i.e. the same sequences "

@@ -257,29 +257,41 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   double train_seconds = 0;
   int64_t tokens = 0;
   std::optional<train::EvalResult> final_eval;
+  double final_train_loss = 0;
+  bool initial_shown = false;
   trainer.train([&](const train::StepMetrics& m) {
     train_seconds += m.seconds;
     tokens += m.tokens;
+    if (!a.quiet && !initial_shown && trainer.initial_evaluation() && first_step == 0)
+      bar.message(strf("eval @ step 0: train loss %.4f, %s loss %.4f (before the first update)",
+                       trainer.initial_evaluation()->train_loss, stream ? "val" : "held-out",
+                       trainer.initial_evaluation()->eval.loss));
+    initial_shown = true;
     if (!a.quiet) bar.update(m.step, m.loss, m.tokens);
     if (!m.evaluated) return;
     bar.set_accuracy(m.eval.token_accuracy);
     if (!a.quiet && stream)
-      bar.message(strf("eval @ step %lld: val loss %.4f, %.3f bits per character, next-character accuracy %s (%lld "
-                       "held-out windows)",
-                       static_cast<long long>(m.step), m.eval.loss, m.eval.loss / std::log(2.0),
+      bar.message(strf("eval @ step %lld: train loss %.4f, val loss %.4f, %.3f bits per character, next-character "
+                       "accuracy %s (%lld held-out windows)",
+                       static_cast<long long>(m.step), m.train_loss, m.eval.loss, m.eval.loss / std::log(2.0),
                        percent(m.eval.token_accuracy).c_str(), static_cast<long long>(m.eval.n)));
     else if (!a.quiet)
-      bar.message(strf("eval @ step %lld: token accuracy %s, sequence accuracy %s, loss %.4f (%lld held-out)",
+      bar.message(strf("eval @ step %lld: token accuracy %s, sequence accuracy %s, loss %.4f (%lld held-out), train "
+                       "loss %.4f",
                        static_cast<long long>(m.step), percent(m.eval.token_accuracy).c_str(),
-                       percent(m.eval.sequence_accuracy).c_str(), m.eval.loss, static_cast<long long>(m.eval.n)));
-    if (m.step == cfg.steps) final_eval = m.eval;
+                       percent(m.eval.sequence_accuracy).c_str(), m.eval.loss, static_cast<long long>(m.eval.n),
+                       m.train_loss));
+    if (m.step == cfg.steps) final_eval = m.eval, final_train_loss = m.train_loss;
   });
   bar.finish();
   if (!rank0) {  // the others only take part in the checkpoint's replica check
     trainer.save_checkpoint((out / "checkpoint.attograd").string());
     return kExitOk;
   }
-  if (!final_eval) final_eval = trainer.evaluate();  // nothing left to train (resumed at the end)
+  if (!final_eval) {  // nothing left to train (resumed at the end)
+    final_eval = trainer.evaluate();
+    final_train_loss = trainer.estimate_train_loss();
+  }
   const double final_loss = trainer.history().empty() ? 0.0 : trainer.history().back().loss;
 
   // Outputs.
@@ -377,6 +389,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     j["steps"] = trainer.step_count();
     j["final_loss"] = final_loss;
     j["eval_loss"] = final_eval->loss;
+    j["train_loss"] = final_train_loss;
     j["token_accuracy"] = final_eval->token_accuracy;
     j["sequence_accuracy"] = final_eval->sequence_accuracy;
     if (stream) {
@@ -420,7 +433,8 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
                 trainer.history().back().entropy);
   std::printf("  steps         %lld (%lld in this run)\n", static_cast<long long>(trainer.step_count()),
               static_cast<long long>(trainer.step_count() - first_step));
-  std::printf("  final loss    %.4f (training batch), held-out %.4f\n", final_loss, final_eval->loss);
+  std::printf("  final loss    %.4f (training batch), train estimate %.4f, held-out %.4f\n", final_loss,
+              final_train_loss, final_eval->loss);
   if (stream)
     std::printf("  held-out      val loss %.4f, %.3f bits per character, next-character accuracy %s (%lld windows)\n",
                 final_eval->loss, final_eval->loss / std::log(2.0), percent(final_eval->token_accuracy).c_str(),

@@ -87,8 +87,10 @@ TEST_F(Cli, TrainWritesEveryPromisedFileAndAJsonSummary) {
   EXPECT_NE(run_->out.find("step 30/30 (100%)"), std::string::npos);
 
   const std::vector<std::string> csv = lines(slurp(s["paths"]["metrics"]));
-  ASSERT_EQ(csv.size(), 31u);  // header + one row per step
+  ASSERT_EQ(csv.size(), 32u);  // header, step 0 (the evaluation before the first update), one row per step
   EXPECT_EQ(csv[0].rfind("step,loss,", 0), 0u);
+  EXPECT_EQ(csv[1].rfind("0,", 0), 0u);
+  EXPECT_EQ(csv[2].rfind("1,", 0), 0u);
   const json cfg = json::parse(slurp(s["paths"]["config"]));
   EXPECT_EQ(cfg["steps"], 30);
   EXPECT_EQ(cfg["d_model"], 16);
@@ -96,6 +98,7 @@ TEST_F(Cli, TrainWritesEveryPromisedFileAndAJsonSummary) {
   const std::string curves = slurp(s["paths"]["curves"]);
   EXPECT_NE(curves.find("<svg"), std::string::npos);
   EXPECT_NE(curves.find("data-label=\"training loss\""), std::string::npos);
+  EXPECT_NE(curves.find("data-label=\"train loss (estimate)\""), std::string::npos);
   const std::string attention = slurp(s["paths"]["attention"]);
   EXPECT_NE(attention.find("class=\"cells\""), std::string::npos);
   EXPECT_EQ(std::count(attention.begin(), attention.end(), '\n') > 3, true);
@@ -196,9 +199,21 @@ TEST_F(Cli, GenerateReproducesTheSamplePredictions) {
 TEST_F(Cli, InspectListsTheFileAndReportsCorruption) {
   const CliRun r = attograd("inspect " + quote(weights()));
   ASSERT_EQ(r.status, 0) << r.err;
-  for (const char* piece : {"kind        weights, format version 1", "OK", "\"task\":\"reverse\"", "embed.weight",
+  for (const char* piece : {"kind        weights, format version 1", "OK", "\"task\": \"reverse\"", "embed.weight",
                             "float32", "[15, 16]"})
     EXPECT_NE(r.out.find(piece), std::string::npos) << piece << "\n" << r.out;
+  // The human summary comes first: a built-in task's run.
+  EXPECT_EQ(r.out.rfind("model       lm, ", 0), 0u) << r.out;
+  for (const char* piece : {"\nvocabulary  15 tokens\n", "\ndata        the built-in reverse task\n",
+                            "\nsteps       30 (configured)\n", "\nlengths     1-4, 10 symbols\n"})
+    EXPECT_NE(r.out.find(piece), std::string::npos) << piece << "\n" << r.out;
+  EXPECT_NE(r.out.find("\"min_len\": 1"), std::string::npos) << r.out;  // a toy task keeps its fields
+  char val[64];
+  std::snprintf(val, sizeof val, "\nval loss    %.4f at step 30", (*summary_)["eval_loss"].get<double>());
+  EXPECT_NE(r.out.find(val), std::string::npos) << val << "\n" << r.out;
+  const CliRun ck = attograd("inspect " + quote(dir() + "/checkpoint.attograd"));
+  EXPECT_NE(ck.out.find("\nsteps       30 of 30\n"), std::string::npos) << ck.out;
+  EXPECT_NE(ck.out.find("(from the checkpoint's log)"), std::string::npos) << ck.out;
   const json j = last_line_json(attograd("inspect --json " + quote(dir() + "/checkpoint.attograd")).out);
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j["kind"], "checkpoint");
@@ -285,7 +300,7 @@ TEST_F(Cli, ResumeContinuesTheRun) {
   ASSERT_EQ(r.status, 0) << r.err;
   const json s = last_line_json(r.out);
   EXPECT_EQ(s["steps"], 35);
-  EXPECT_EQ(lines(slurp(out + "/metrics.csv")).size(), 36u);
+  EXPECT_EQ(lines(slurp(out + "/metrics.csv")).size(), 37u);  // the header, step 0 (the first evaluation), 35 steps
 }
 
 TEST_F(Cli, EveryErrorIsOneLineAndExitStatusTwo) {
@@ -757,9 +772,9 @@ TEST_F(Cli, OptimizerFlagsReachTheRunAndBadValuesAreOneLineErrors) {
   EXPECT_EQ(c.warmup_style, "nanogpt");
   // metrics.csv: the first step's lr is lr / (warmup + 1) (nanoGPT's), and min-lr from step 21 on.
   const std::vector<std::string> rows = lines(slurp(out + "/metrics.csv"));
-  ASSERT_EQ(rows.size(), 31u);
+  ASSERT_EQ(rows.size(), 32u);  // the header, step 0 (the evaluation before the first update), 30 steps
   auto lr_of = [&](size_t step) {  // the third column
-    std::stringstream row(rows.at(step));
+    std::stringstream row(rows.at(step + 1));
     std::string field;
     for (int i = 0; i < 3; ++i) std::getline(row, field, ',');
     return std::stod(field);

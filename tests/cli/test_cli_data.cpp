@@ -19,6 +19,7 @@
 #include "cli_testing.h"
 #include "testing.h"
 #include "train/data/text.h"
+#include "train/trainer.h"
 
 namespace {
 
@@ -73,7 +74,18 @@ TEST_F(CliData, TextRunReportsValidationLossAndBitsPerCharacter) {
   EXPECT_LT(s["val_loss"].get<double>(), std::log(124.0));  // below a uniform guess over the 124 tokens
   EXPECT_NE(text_->out.find("bits per character"), std::string::npos);
   const std::string csv = slurp((scratch() / "text" / "metrics.csv").string());
-  EXPECT_EQ(lines(csv)[0].substr(lines(csv)[0].size() - 16), "val_loss,val_bpc");
+  EXPECT_EQ(lines(csv)[0].substr(lines(csv)[0].size() - 27), "val_loss,val_bpc,train_loss");
+  // The evaluation before the first update: step 0, its loss the training-loss estimate, no update (lr 0, 0 tokens).
+  const std::vector<attograd::train::StepMetrics> rows = attograd::train::parse_metrics_csv(csv);
+  ASSERT_EQ(rows.size(), 41u);
+  EXPECT_EQ(rows[0].step, 0);
+  EXPECT_TRUE(rows[0].evaluated);
+  EXPECT_EQ(rows[0].loss, rows[0].train_loss);
+  EXPECT_EQ(rows[0].tokens, 0);
+  EXPECT_GT(rows[0].eval.loss, rows[40].eval.loss);  // 40 steps learn something
+  // The summary's train_loss is the last evaluation's estimate.
+  EXPECT_EQ(s["train_loss"].get<double>(), rows[40].train_loss);
+  EXPECT_GT(rows[40].train_loss, 0);
   EXPECT_NE(slurp((scratch() / "text" / "samples.txt").string()).find("sample: "), std::string::npos);
   // eval re-reads the file and gives the same numbers as the run's last evaluation.
   const CliRun e = attograd("eval --json --weights " + quote(text_weights()));
@@ -160,6 +172,47 @@ TEST_F(CliData, PairsGenerateEvalAndOtherFiles) {
   expect_one_line_error(
       attograd("eval -w " + w + " --pairs " + quote(write("long.tsv", "one two three four five six\tuno\n"))),
       "line 1: a source of 6 and a target of 1 tokens do not fit", "too long for the model");
+}
+
+TEST_F(CliData, InspectSummarisesTheRunAndHidesToyTaskFields) {
+  const json s = last_line_json(text_->out);
+  const CliRun r = attograd("inspect " + quote(text_weights()));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::vector<std::string> l = lines(r.out);
+  ASSERT_GE(l.size(), 9u) << r.out;
+  // The summary comes first, one labelled line each.
+  EXPECT_EQ(l[0], "model       lm, layers 1, d_model 32, heads 2, d_ff 64") << r.out;
+  EXPECT_EQ(l[1].rfind("recipe      adamw, lr 0.005, cosine schedule, warmup 4, batch 16", 0), 0u) << r.out;
+  EXPECT_EQ(l[2], "attention   mha") << r.out;
+  EXPECT_EQ(l[3], "vocabulary  124 tokens") << r.out;
+  EXPECT_EQ(l[4], "context     16 characters") << r.out;
+  const json j = last_line_json(attograd("inspect --json " + quote(text_weights())).out);
+  ASSERT_TRUE(j.is_object());
+  const attograd::data::DataSpec spec =
+      attograd::data::DataSpec::from_json(j["metadata"]["attograd_data"].get<std::string>());
+  char hash[24];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(spec.file_hash));
+  EXPECT_NE(spec.file_hash, 0u);
+  EXPECT_EQ(l[5], "data        text file " + spec.path + ", xxh64 " + hash) << r.out;
+  EXPECT_EQ(l[6], "steps       40 (configured)") << r.out;
+  char loss[32];
+  std::snprintf(loss, sizeof loss, "%.4f", s["val_loss"].get<double>());
+  EXPECT_EQ(l[7].rfind(std::string("val loss    ") + loss + " at step 40 (", 0), 0u) << r.out;
+  EXPECT_NE(l[7].find("bits per character"), std::string::npos) << r.out;
+  // The metadata follows, pretty-printed, its configuration an object without the toy tasks' fields.
+  EXPECT_NE(r.out.find("metadata\n{\n  \"attograd_config\": {\n    \"task\": \"text\""), std::string::npos) << r.out;
+  for (const char* toy : {"min_len", "max_len", "num_symbols"}) EXPECT_EQ(r.out.find(toy), std::string::npos) << toy;
+  // --json carries the same summary.
+  EXPECT_EQ(j["summary"]["vocabulary"], "124 tokens");
+  EXPECT_EQ(j["summary"]["steps"], "40 (configured)");
+  // A pairs run: its lengths and tokenizer instead of a context, no toy-task fields either.
+  const CliRun p = attograd("inspect " + quote(pairs_weights()));
+  ASSERT_EQ(p.status, 0) << p.err;
+  EXPECT_EQ(lines(p.out)[0], "model       seq2seq, layers 1, d_model 32, heads 2, d_ff 64") << p.out;
+  EXPECT_NE(p.out.find("\nlengths     sources up to "), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("(word tokens)"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("\ndata        pairs file "), std::string::npos) << p.out;
+  for (const char* toy : {"min_len", "max_len", "num_symbols"}) EXPECT_EQ(p.out.find(toy), std::string::npos) << toy;
 }
 
 TEST_F(CliData, AnEncoderTrainedOnPairsWorksFromItsWeightsFile) {

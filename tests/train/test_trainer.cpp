@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -381,8 +382,12 @@ TEST(Trainer, StepMetricsAndCsvRoundTrip) {
   EXPECT_DOUBLE_EQ(seen[1].lr, c.lr * 1 / c.warmup);
   EXPECT_TRUE(same_history(t.history(), seen));
 
-  const std::vector<StepMetrics> parsed = parse_metrics_csv(t.metrics_csv());
-  ASSERT_EQ(parsed.size(), 5u);
+  // The log: the evaluation before the first update (step 0), then every step.
+  std::vector<StepMetrics> parsed = parse_metrics_csv(t.metrics_csv());
+  ASSERT_EQ(parsed.size(), 6u);
+  EXPECT_EQ(parsed[0].step, 0);
+  EXPECT_TRUE(parsed[0].evaluated);
+  parsed.erase(parsed.begin());
   EXPECT_TRUE(same_history(parsed, seen));
   for (size_t i = 0; i < parsed.size(); ++i) {
     EXPECT_EQ(parsed[i].seconds, seen[i].seconds);
@@ -390,6 +395,9 @@ TEST(Trainer, StepMetricsAndCsvRoundTrip) {
     EXPECT_EQ(parsed[i].eval.token_accuracy, seen[i].eval.token_accuracy);
     EXPECT_EQ(parsed[i].eval.loss, seen[i].eval.loss);
     EXPECT_EQ(parsed[i].eval.n, seen[i].eval.n);
+    if (seen[i].evaluated) {
+      EXPECT_EQ(parsed[i].train_loss, seen[i].train_loss);
+    }
   }
   EXPECT_ATTO_ERROR(parse_metrics_csv("step,loss\n1,2\n"), "line 1 must be the header");
   std::string bad = t.metrics_csv();
@@ -399,6 +407,92 @@ TEST(Trainer, StepMetricsAndCsvRoundTrip) {
   // train() is done at steps; calling it again does nothing.
   t.train([&](const StepMetrics&) { ADD_FAILURE() << "no step expected"; });
   EXPECT_EQ(t.step_count(), 5);
+}
+
+TEST(Trainer, EvaluationsEstimateTheTrainingLossAndStartAtStepZero) {
+  TrainConfig c = tiny("lm", 0.0);  // no dropout, no label smoothing: step 1's loss is a teacher-forced loss
+  c.steps = 4;
+  c.eval_every = 2;
+  c.eval_size = c.batch;  // the estimate's subset: the first batch the run trains on
+  TrainConfig quiet = c;
+  quiet.eval_every = 0;  // evaluates only after the last step
+  Trainer t(c), u(quiet);
+  t.train();
+  u.train();
+  // The estimates and the step-0 evaluation draw from no stream the training uses: the same weights and data.
+  EXPECT_TRUE(same_weights(t.model(), u.model()));
+  EXPECT_EQ(t.dataset().position(), u.dataset().position());
+  ASSERT_EQ(t.history().size(), u.history().size());
+  for (size_t i = 0; i < t.history().size(); ++i) {
+    EXPECT_EQ(t.history()[i].loss, u.history()[i].loss) << i;
+    EXPECT_EQ(t.history()[i].grad_norm, u.history()[i].grad_norm) << i;
+  }
+  EXPECT_FALSE(u.initial_evaluation().has_value());
+  ASSERT_TRUE(t.initial_evaluation().has_value());
+  const StepMetrics& z = *t.initial_evaluation();
+  EXPECT_EQ(z.step, 0);
+  EXPECT_TRUE(z.evaluated);
+  EXPECT_EQ(z.loss, z.train_loss);
+  EXPECT_EQ(z.lr, 0.0);
+  EXPECT_EQ(z.tokens, 0);
+  // Before the first update the estimate is the loss of the first training batch, which step 1 reported.
+  EXPECT_NEAR(z.train_loss, t.history()[0].loss, 1e-5 * t.history()[0].loss);
+  EXPECT_GT(z.train_loss, 0.5 * std::log(static_cast<double>(t.dataset().vocab_size())));
+  // The held-out part of step 0 is evaluate() of the initial weights.
+  Trainer fresh(c);
+  const EvalResult e0 = fresh.evaluate();
+  EXPECT_EQ(z.eval.loss, e0.loss);
+  EXPECT_EQ(z.eval.token_accuracy, e0.token_accuracy);
+  // Later evaluations: the same subset with the weights of then; the last one is the trained weights'.
+  ASSERT_TRUE(t.history()[1].evaluated && t.history()[3].evaluated);
+  EXPECT_FALSE(t.history()[0].evaluated);
+  EXPECT_EQ(t.history()[3].train_loss, t.estimate_train_loss());
+  EXPECT_EQ(u.history()[3].train_loss, t.history()[3].train_loss);
+  EXPECT_NE(t.history()[1].train_loss, z.train_loss);
+  // Estimating again does not disturb the stream either.
+  const StepMetrics next_u = u.step();
+  t.estimate_train_loss(7);
+  EXPECT_EQ(t.step().loss, next_u.loss);
+  // The log's train_loss column round-trips; a log from before the column reads as NaN.
+  const std::vector<StepMetrics> parsed = parse_metrics_csv(t.metrics_csv());
+  ASSERT_EQ(parsed.size(), 6u);
+  EXPECT_EQ(parsed[0].train_loss, z.train_loss);
+  EXPECT_EQ(parsed[4].train_loss, t.history()[3].train_loss);
+  const std::vector<StepMetrics> old = parse_metrics_csv(
+      "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss,val_loss,"
+      "val_bpc\n1,2.5,0.1,1,10,0.5,20,0.5,0.25,2.25,,\n");
+  ASSERT_EQ(old.size(), 1u);
+  EXPECT_EQ(old[0].eval.loss, 2.25);
+  EXPECT_TRUE(std::isnan(old[0].train_loss));
+  // A resumed run keeps its step-0 evaluation.
+  TempFile file("initial_eval.ckpt");
+  t.save_checkpoint(file.path);
+  Trainer r(c);
+  r.load_checkpoint(file.path);
+  ASSERT_TRUE(r.initial_evaluation().has_value());
+  EXPECT_EQ(r.initial_evaluation()->train_loss, z.train_loss);
+  EXPECT_EQ(r.history().size(), t.history().size());
+  EXPECT_EQ(r.metrics_csv(), t.metrics_csv());
+}
+
+TEST(Trainer, EvaluatesInBatchesOfAtMostATrainingMicroBatch) {
+  TrainConfig c = tiny("lm");
+  EXPECT_EQ(Trainer(c).eval_batch(), 16);
+  c.grad_accum = 4;
+  EXPECT_EQ(Trainer(c).eval_batch(), 4);
+  c.grad_accum = 1;
+  c.batch = 1000;
+  EXPECT_EQ(Trainer(c).eval_batch(), 250);
+  // The batch changes no result: the same decoded tokens, the same loss up to the order of the sums.
+  c = tiny("lm");
+  Trainer t(c);
+  for (int i = 0; i < 6; ++i) t.step();
+  const EvalResult small = t.evaluate();  // in batches of 16
+  const EvalResult again = evaluate(t.model(), t.heldout_examples(c.eval_size), 250);
+  EXPECT_EQ(small.token_accuracy, again.token_accuracy);
+  EXPECT_EQ(small.sequence_accuracy, again.sequence_accuracy);
+  EXPECT_NEAR(small.loss, again.loss, 1e-6 * again.loss);
+  EXPECT_EQ(small.n, again.n);
 }
 
 TEST(Trainer, HeldOutSetIsFixedAndDiffersFromTraining) {

@@ -244,7 +244,7 @@ TEST(TrainerEntropy, MetricsColumnsPresentOnlyWhenTracked) {
   const std::string base = plain.metrics_csv();
   EXPECT_EQ(base.substr(0, base.find('\n')),
             "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss,"
-            "val_loss,val_bpc");
+            "val_loss,val_bpc,train_loss");
   EXPECT_TRUE(plain.entropy_columns().empty());
 
   c.entropy_reg = 0.01;
@@ -254,7 +254,7 @@ TEST(TrainerEntropy, MetricsColumnsPresentOnlyWhenTracked) {
   const std::string csv = t.metrics_csv();
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
             "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss,"
-            "val_loss,val_bpc,entropy,entropy.layer0.h0,entropy.layer0.h1,entropy.layer1.h0,entropy.layer1.h1");
+            "val_loss,val_bpc,train_loss,entropy,entropy.layer0.h0,entropy.layer0.h1,entropy.layer1.h0,entropy.layer1.h1");
   std::vector<std::string> columns;
   const std::vector<StepMetrics> back = parse_metrics_csv(csv, &columns);
   ASSERT_EQ(back.size(), 2u);

@@ -3,6 +3,7 @@
 // checkpoint resumes bit-identically, and a built-in task's metadata is the config's JSON exactly as before.
 
 #include <cmath>
+#include <cstring>
 
 #include "testing.h"
 #include "train/data/pairs.h"
@@ -52,12 +53,12 @@ TEST(TrainerData, TextRunEvaluatesTeacherForcedAndResumes) {
   const std::string csv = t.metrics_csv();
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
             "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss,"
-            "val_loss,val_bpc");
+            "val_loss,val_bpc,train_loss");
   const std::string last_line = csv.substr(csv.rfind('\n', csv.size() - 2) + 1);
   char bpc[64];
   std::snprintf(bpc, sizeof bpc, "%.17g", last.eval.loss / std::log(2.0));
-  EXPECT_NE(last_line.find(std::string(",") + bpc + "\n"), std::string::npos) << last_line;
-  EXPECT_EQ(parse_metrics_csv(csv).size(), 6u);
+  EXPECT_NE(last_line.find(std::string(",") + bpc + ","), std::string::npos) << last_line;
+  EXPECT_EQ(parse_metrics_csv(csv).size(), 7u);  // step 0 (the evaluation before the first update), then 6 steps
   // 6 windows of 17 characters per step: loss at every one of the 16 positions.
   EXPECT_EQ(t.history().front().tokens, 8 * 16);
 
@@ -100,7 +101,11 @@ TEST(TrainerData, PairsRunAndBuiltInMetadata) {
   EXPECT_FALSE(t.model().spec().stream);
   EXPECT_EQ(t.history().back().eval.n, 40);  // 10% of 400 lines
   const std::string csv = t.metrics_csv();
-  EXPECT_EQ(csv.substr(csv.size() - 3), ",,\n");  // no val_loss / val_bpc for a sequence task
+  // No val_loss / val_bpc for a sequence task: empty before the last column, train_loss.
+  const std::string last_row = csv.substr(csv.rfind('\n', csv.size() - 2) + 1);
+  char train_loss[64];
+  std::snprintf(train_loss, sizeof train_loss, ",,,%.17g\n", t.history().back().train_loss);
+  EXPECT_EQ(last_row.substr(last_row.size() - std::strlen(train_loss)), train_loss) << last_row;
 
   // A built-in task's metadata stays the config's JSON (weights files written before data files read the same).
   Trainer builtin(small("reverse"));
@@ -175,6 +180,9 @@ TEST(TrainerData, EvalSizeBeyondTheHeldOutTextEvaluatesWhatThereIs) {
   ASSERT_TRUE(t.history().back().evaluated);
   EXPECT_EQ(t.history().back().eval.n, 3);
   EXPECT_EQ(t.evaluate().n, 3);
+  // The training-loss estimate takes as many training windows as the evaluation has (3, not 100,000,000).
+  EXPECT_EQ(t.history().back().train_loss, t.estimate_train_loss(3));
+  EXPECT_GT(t.history().back().train_loss, 0);
 }
 
 TEST(TrainerData, HeldOutThatCannotFitIsRefusedBeforeTheFirstStep) {

@@ -248,6 +248,7 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
   };
   Series loss = make_series("training loss", "#1f77b4", false);
   Series eval_loss = make_series(stream ? "val loss" : "held-out loss", "#ff7f0e", true);
+  Series train_est = make_series("train loss (estimate)", "#9467bd", true);
   Series tok = make_series(stream ? "next-character accuracy" : "token accuracy", "#2ca02c", true);
   Series seq = make_series("sequence accuracy", "#d62728", true);
   std::optional<Panel> extra;  // a stream model's bits-per-character panel
@@ -260,6 +261,8 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
     const double x = static_cast<double>(m.step);
     eval_loss.x.push_back(x), eval_loss.y.push_back(m.eval.loss);
     all_positive = all_positive && !(m.eval.loss <= 0);
+    if (std::isfinite(m.train_loss) && m.train_loss > 0)  // NaN in logs from before the estimate
+      train_est.x.push_back(x), train_est.y.push_back(m.train_loss);
     tok.x.push_back(x), tok.y.push_back(100 * m.eval.token_accuracy);
     seq.x.push_back(x), seq.y.push_back(100 * m.eval.sequence_accuracy);
   }
@@ -268,6 +271,7 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
   lp.x_label = "step";
   lp.y_label = all_positive ? "cross-entropy (log scale)" : "cross-entropy";
   lp.series = {loss, eval_loss};
+  if (!train_est.x.empty()) lp.series.push_back(train_est);
   lp.log_y = all_positive;
   // Not dominated by the first steps: with 20 steps or more, the y range covers the training loss after the first
   // 5 % of the steps and every held-out loss; the early points above it are clipped (and the title says so).
@@ -276,8 +280,9 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
     double lo = std::numeric_limits<double>::infinity(), hi = 0;
     for (size_t i = skip; i < history.size(); ++i)
       if (std::isfinite(history[i].loss)) lo = std::min(lo, history[i].loss), hi = std::max(hi, history[i].loss);
-    for (double v : eval_loss.y)
-      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    for (const Series* ser : {&eval_loss, &train_est})
+      for (double v : ser->y)
+        if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
     double early = 0;
     for (size_t i = 0; i < skip; ++i)
       if (std::isfinite(history[i].loss)) early = std::max(early, history[i].loss);

@@ -2,7 +2,7 @@
 // Pictures of a training run as standalone SVG files (attograd::report): no dependency, any browser shows them.
 //
 //  - curves_svg: two stacked panels from a Trainer's metrics history: the training loss of every step (log
-//    scale; plus the held-out loss at each evaluation) and the held-out token and sequence accuracy at each
+//    scale; plus the held-out loss and the training-loss estimate at each evaluation) and the held-out token and sequence accuracy at each
 //    evaluation (0..100 %); for a text stream a third panel of validation bits per character. Axes with "nice" ticks (1, 2, 5 x 10^k), tick labels, axis labels and a legend.
 //    Then a panel of the learning rate of every step. With 20 steps or more the loss axis covers the steps after the
 //    first 5 % (and every held-out loss): the first steps' larger losses are clipped, not allowed to flatten the rest.
