@@ -36,6 +36,10 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
              "; use the lm model)");
   ATTO_CHECK(!at.rope, me, "model kind \"encoder\" does not support attention.rope (--rope): it keeps its sinusoidal "
              "position table");
+  // Its layers take a MultiheadAttention kind's key/value heads, window and block only: a kind made of a score or
+  // mask function (alibi, softcap, a user's) would be silently dropped, so it is refused.
+  ATTO_CHECK(!mo.mask_mod && !mo.score_mod, me, "model kind \"encoder\" does not support attention ", at.kind,
+             " (a score_mod / mask_mod kind: its layers take only key/value heads, window and block; use the lm model)");
   spec_ = {.vocab = o.vocab,
            .layers = o.n_layers,
            .d_model = o.d_model,

@@ -378,6 +378,11 @@ std::shared_ptr<SequenceModel> Transformer::build(const ModelSpec& s, Generator&
              "; use the lm model)");
   ATTO_CHECK(!at.rope, "Transformer", "model kind \"seq2seq\" does not support attention.rope (--rope): the seed's ",
              "model keeps its sinusoidal position tables");
+  // Its sublayers take a MultiheadAttention kind's key/value heads, window and block only: a kind made of a score or
+  // mask function (alibi, softcap, a user's) would be silently dropped, so it is refused.
+  ATTO_CHECK(!mo.mask_mod && !mo.score_mod, "Transformer", "model kind \"seq2seq\" does not support attention ",
+             at.kind, " (a score_mod / mask_mod kind: its sublayers take only key/value heads, window and block; use "
+             "the lm model)");
   auto m =
       std::make_shared<Transformer>(TransformerOptions{.src_vocab = s.vocab,
                                                        .tgt_vocab = s.vocab,

@@ -250,6 +250,17 @@ TEST(AttentionLayer, EncoderAndSeq2SeqAcceptTheMultiheadKindsOnly) {
   EXPECT_ATTO_ERROR(make_model("encoder", {.vocab = 9, .max_source_len = 4, .max_target_len = 4, .aligned = true,
                                            .attention = {.kind = "test-gain"}}),
                     "\"encoder\" does not support attention test-gain (supported: mha, gqa, local, block-sparse");
+  // A kind made of a score_mod is a MultiheadAttention, but the encoder's and the seed's layers take only its
+  // key/value heads, window and block: refused rather than silently dropped.
+  for (const char* kind : {"alibi", "softcap"}) {
+    SCOPED_TRACE(kind);
+    EXPECT_ATTO_ERROR(make_model("encoder", {.vocab = 9, .max_source_len = 4, .max_target_len = 4, .aligned = true,
+                                             .attention = {.kind = kind}}),
+                      str_cat("\"encoder\" does not support attention ", kind, " (a score_mod / mask_mod kind"));
+    EXPECT_ATTO_ERROR(make_model("seq2seq", {.vocab = 9, .max_source_len = 4, .max_target_len = 4,
+                                             .attention = {.kind = kind}}),
+                      str_cat("\"seq2seq\" does not support attention ", kind, " (a score_mod / mask_mod kind"));
+  }
 }
 
 TEST(AttentionLayer, NoCodeOutsideAnImplementationComparesKindNames) {
