@@ -594,7 +594,8 @@ TEST_F(Cli, NonFiniteWeightsAreRefusedAndInspectListsThemOnRequest) {
   // A finite file's listing is unchanged, and no tensor counts any.
   const CliRun good = attograd("inspect --json " + quote(weights()));
   ASSERT_EQ(good.status, 0) << good.err;
-  for (const json& e : last_line_json(good.out)["tensors"]) EXPECT_EQ(e["nonfinite"], 0);
+  const json listing = last_line_json(good.out);  // held: a range-for over a temporary's member would dangle
+  for (const json& e : listing["tensors"]) EXPECT_EQ(e["nonfinite"], 0);
   EXPECT_EQ(attograd("inspect " + quote(weights())).out.find("NaN"), std::string::npos);
   // A checkpoint whose optimizer state went NaN cannot be resumed.
   attograd::io::Checkpoint ck = attograd::io::load_checkpoint(dir() + "/checkpoint.attograd");
