@@ -640,7 +640,11 @@ Tensor decode_feed_forward(const PositionwiseFeedForward& ff, const Tensor& x) {
   ATTO_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == ff.d_model, ff.type_name(),
              "expected input of shape (..., d_model=", ff.d_model, "), got shape ", x.defined() ? x.shape() : Shape{});
   Tensor h = decode_linear(x, ff.linear1->weight, ff.linear1->bias);  // (..., d_ff)
-  h = ff.options.activation == "gelu" ? gelu(h) : relu(h);
+  const std::string& act = ff.options.activation;
+  if (act == "swiglu")
+    h = h * sigmoid(h) * decode_linear(x, ff.linear3->weight, ff.linear3->bias);  // silu(linear1 x) * linear3 x
+  else
+    h = act == "relu" ? relu(h) : gelu(h, act == "gelu-tanh" ? "tanh" : "none");
   Tensor y = decode_linear(h, ff.linear2->weight, ff.linear2->bias);  // (..., d_model)
   return ff.options.residual_norm ? ff.layer_norm->forward(y + x) : y;
 }

@@ -254,4 +254,10 @@ int64_t AttentionLayer::cache_bytes_per_token() const {
 
 std::string AttentionLayer::options_json() const { return spec_.to_json(); }
 
+Tensor AttentionLayer::output_projection() const {
+  for (const auto& [name, p] : named_parameters())
+    if (name == "out_proj.weight") return p;
+  return {};
+}
+
 }  // namespace attograd::nn

@@ -42,6 +42,7 @@ struct AttentionConfig {
   int64_t heads = 0;      ///< H, the model's heads (divides d_model)
   double dropout = 0.0;   ///< dropout on the attention probabilities in training mode
   int64_t max_len = 0;    ///< the longest sequence the layer sees (RoPE tables); for facts: the sequence length
+  bool bias = true;       ///< biases in the layer's projections (a kind without any ignores it)
 };
 
 /// Per-call options of AttentionLayer::forward.
@@ -112,6 +113,9 @@ class AttentionLayer : public Module {
   /// What forward's weights are when they are not softmax probabilities the layer forms (an explicit path for a
   /// figure: linear attention, MLA's plain path); empty (the default) for softmax kinds.
   virtual std::string weights_note() const { return {}; }
+  /// The weight of the projection that writes into the residual stream (GPT-2's attn.c_proj, which the gpt2 init
+  /// draws with a smaller std); default: the parameter "out_proj.weight" when there is one, else undefined.
+  virtual Tensor output_projection() const;
 
   /// The registered kind it was built as (empty when built directly, not by make_attention).
   const std::string& kind() const { return spec_.kind; }

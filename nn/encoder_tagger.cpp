@@ -78,6 +78,7 @@ std::shared_ptr<SequenceModel> EncoderTagger::build(const ModelSpec& s, Generato
   ATTO_CHECK(s.aligned, "EncoderTagger",
              "the encoder-only model needs targets aligned with their sources (the same length); this data's "
              "targets are not: use the lm or seq2seq model");
+  detail::refuse_architecture(s.architecture, "encoder", "PyTorch's pre-LN TransformerEncoderLayer recipe");
   auto m = std::make_shared<EncoderTagger>(EncoderTaggerOptions{.vocab = s.vocab,
                                                                 .d_model = s.d_model,
                                                                 .n_head = s.heads,

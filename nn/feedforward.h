@@ -3,7 +3,10 @@
 //
 //  - default (residual_norm = false), PyTorch's TransformerEncoderLayer naming:
 //      y = linear2(dropout(activation(linear1(x))))
-//    submodules "linear1" (d_model -> d_ff), "dropout", "linear2" (d_ff -> d_model). The residual
+//    submodules "linear1" (d_model -> d_ff), "dropout", "linear2" (d_ff -> d_model). With activation "swiglu"
+//    (LLaMA's gated form, Shazeer 2020) a third Linear "linear3" (d_model -> d_ff) gates it:
+//      y = linear2(dropout(silu(linear1(x)) * linear3(x)))
+//    (LLaMA's w1, w3 and w2; d_ff is the width of both linear1 and linear3). The residual
 //    connection and the LayerNorm belong to the transformer layer that owns this block (pre- or
 //    post-LN is that layer's choice), as in PyTorch.
 //
@@ -26,7 +29,10 @@ namespace attograd::nn {
 /// Options of PositionwiseFeedForward (read like keyword arguments: {.dropout = 0.0, .activation = "gelu"}).
 struct FeedForwardOptions {
   double dropout = 0.1;             ///< drop probability (after the activation, or after w_2 with residual_norm)
-  std::string activation = "relu";  ///< "relu" or "gelu" (exact)
+  /// "relu", "gelu" (exact, erf), "gelu-tanh" (the tanh approximation, GPT-2's) or "swiglu" (see the file
+  /// comment; not with residual_norm)
+  std::string activation = "relu";
+  bool bias = true;                 ///< biases in the Linear layers
   bool residual_norm = false;       ///< the seed's formulation: + residual, then LayerNorm (see the file comment)
   double layer_norm_eps = 1e-6;     ///< eps of the LayerNorm used with residual_norm (the seed's 1e-6)
   Dtype dtype = kFloat32;           ///< parameter dtype (initialised in float32, then converted: see nn/layers.h)
@@ -41,6 +47,9 @@ class PositionwiseFeedForward : public Module {
                           Generator& gen = default_generator());
   /// "PositionwiseFeedForward".
   std::string type_name() const override { return "PositionwiseFeedForward"; }
+  /// x (..., d_model) -> the hidden activation (..., d_ff) before dropout: act(linear1(x)), or
+  /// silu(linear1(x)) * linear3(x) for swiglu.
+  Tensor activate(const Tensor& x);
   /// x (..., d_model) -> (..., d_model).
   Tensor forward(const Tensor& x) override;
 
@@ -49,6 +58,7 @@ class PositionwiseFeedForward : public Module {
   const FeedForwardOptions options;       ///< the options it was built with
   std::shared_ptr<Linear> linear1;        ///< d_model -> d_ff ("linear1", or "w_1" with residual_norm)
   std::shared_ptr<Linear> linear2;        ///< d_ff -> d_model ("linear2", or "w_2" with residual_norm)
+  std::shared_ptr<Linear> linear3;        ///< d_model -> d_ff, the gated half of "swiglu" ("linear3"); else null
   std::shared_ptr<Dropout> dropout;       ///< "dropout"
   std::shared_ptr<LayerNorm> layer_norm;  ///< "layer_norm" with residual_norm, else null
 

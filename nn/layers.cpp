@@ -139,7 +139,7 @@ LayerNorm::LayerNorm(Shape shape, const LayerNormOptions& options)
   ATTO_CHECK(eps >= 0, "LayerNorm", "eps must be non-negative, got ", eps);
   if (elementwise_affine) {
     weight = register_parameter("weight", ones(normalized_shape, {.dtype = options.dtype}));
-    bias = register_parameter("bias", zeros(normalized_shape, {.dtype = options.dtype}));
+    if (options.bias) bias = register_parameter("bias", zeros(normalized_shape, {.dtype = options.dtype}));
   }
   to(options.dtype);  // a check that the dtype is a float type (the parameters are already in it)
 }
@@ -158,7 +158,8 @@ std::string LayerNorm::extra_repr() const {
   std::string tuple = "(";
   for (size_t i = 0; i < normalized_shape.size(); ++i) tuple += (i ? ", " : "") + std::to_string(normalized_shape[i]);
   tuple += normalized_shape.size() == 1 ? ",)" : ")";
-  return str_cat(tuple, ", eps=", detail::py_float(eps), ", elementwise_affine=", py_bool(elementwise_affine));
+  return str_cat(tuple, ", eps=", detail::py_float(eps), ", elementwise_affine=", py_bool(elementwise_affine),
+                 elementwise_affine && !bias.defined() ? ", bias=False" : "");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -96,6 +96,7 @@ class Embedding : public Module {
 struct LayerNormOptions {
   double eps = 1e-5;               ///< added to the variance
   bool elementwise_affine = true;  ///< learn weight and bias
+  bool bias = true;                ///< with elementwise_affine: also learn the bias (PyTorch 2.1's bias=False: none)
   Dtype dtype = kFloat32;          ///< parameter dtype
 };
 
@@ -127,7 +128,7 @@ class LayerNorm : public Module {
   const double eps;               ///< added to the variance
   const bool elementwise_affine;  ///< whether weight and bias exist
   Tensor weight;                  ///< normalized_shape, ones (undefined without affine)
-  Tensor bias;                    ///< normalized_shape, zeros (undefined without affine)
+  Tensor bias;                    ///< normalized_shape, zeros (undefined without affine or with bias=false)
 
  protected:
   /// "(4,), eps=1e-05, elementwise_affine=True".

@@ -378,4 +378,6 @@ std::string MultiHeadLatentAttention::extra_repr() const {
                  ", kv_lora_rank=", o.kv_lora_rank, ", q_lora_rank=", o.q_lora_rank);
 }
 
+Tensor MultiHeadLatentAttention::output_projection() const { return wo->weight; }
+
 }  // namespace attograd::nn

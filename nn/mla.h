@@ -112,6 +112,8 @@ class MultiHeadLatentAttention : public AttentionLayer {
   AttentionOutput forward(const Tensor& x, const AttentionCall& call) override;
   /// The weights forward gives: the plain path's probabilities (see weights_note's text).
   std::string weights_note() const override;
+  /// wo.weight (DeepSeek's output projection, GPT-2's c_proj for the gpt2 init).
+  Tensor output_projection() const override;
   /// An MlaLayerCache (make_latent_cache(B, C)).
   std::shared_ptr<AttentionCache> make_cache(int64_t B, int64_t C) const override;
   /// decode(x, cache, rows, absorbed_decode) on an MlaLayerCache.

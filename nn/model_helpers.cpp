@@ -1,6 +1,14 @@
 // Helpers shared by the whole models (see nn/model_helpers.h).
 #include "nn/model_helpers.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/autograd.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "nn/mla.h"
+
 namespace attograd::nn::detail {
 
 void check_tokens(const Tensor& tokens, int64_t vocab, int64_t max_len, const char* me, const char* what,
@@ -28,6 +36,37 @@ Tensor key_padding_mask(const Tensor& tokens, int64_t pad_idx) {
 
 Tensor row_tensor(const std::vector<int64_t>& tokens) {
   return from_vector(tokens, {1, static_cast<int64_t>(tokens.size())});  // (1, L)
+}
+
+std::shared_ptr<Module> make_norm(const ArchitectureSpec& a, int64_t d) {
+  if (a.norm == "rmsnorm") return std::make_shared<RMSNorm>(d, a.norm_eps);
+  return std::make_shared<LayerNorm>(d, LayerNormOptions{.eps = a.norm_eps, .bias = a.bias});
+}
+
+void gpt2_init(Module& model, const std::vector<Tensor>& residual, int64_t layers, Generator& gen) {
+  NoGradGuard no_grad;
+  const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(layers, 1)));
+  for (auto& [name, p] : model.named_parameters()) {
+    const bool is_residual = std::any_of(residual.begin(), residual.end(), [&](const Tensor& r) { return r.is_same(p); });
+    if (is_residual)
+      init::normal_(p, 0.0, std_residual, gen);
+    else if (p.dim() >= 2)
+      init::normal_(p, 0.0, 0.02, gen);
+    else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0)
+      init::zeros_(p);
+  }
+}
+
+void refuse_architecture(const ArchitectureSpec& a, const char* kind, const char* keeps) {
+  const std::vector<std::string> d = a.differences();
+  ATTO_CHECK(d.empty(), "ModelSpec", "model kind \"", kind, "\" keeps ", keeps, " and does not take the architecture option ",
+             d.empty() ? "" : d.front(), " (the lm model takes every option)");
+}
+
+std::string architecture_words(const ArchitectureSpec& a) {
+  std::string s;
+  for (const std::string& d : a.differences()) s += (s.empty() ? "" : ", ") + d;
+  return s;
 }
 
 }  // namespace attograd::nn::detail

@@ -3,9 +3,14 @@
 // nn/seed/transformer.cpp) share.
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "autograd/random.h"
 #include "autograd/tensor.h"
+#include "nn/module.h"
+#include "nn/sequence_model.h"
 
 namespace attograd::nn::detail {
 
@@ -19,6 +24,24 @@ Tensor key_padding_mask(const Tensor& tokens, int64_t pad_idx);
 
 /// One row of tokens as a (1, L) Int64 tensor.
 Tensor row_tensor(const std::vector<int64_t>& tokens);
+
+/// The norm an architecture asks for over the last d features: LayerNorm(d, norm_eps, bias = architecture.bias) or
+/// RMSNorm(d, norm_eps).
+std::shared_ptr<Module> make_norm(const ArchitectureSpec& architecture, int64_t d);
+
+/// GPT-2's initialisation (nanoGPT's _init_weights and its c_proj rule) over model.named_parameters(), drawn in that
+/// order from `gen`: a tensor in `residual` ~ N(0, 0.02 / sqrt(2 layers)); every other parameter of two or more
+/// dimensions (Linear and Embedding weights, fused projections) ~ N(0, 0.02); a parameter whose name ends in "bias"
+/// zero; the rest (norm weights, other 1-D parameters) unchanged.
+void gpt2_init(Module& model, const std::vector<Tensor>& residual, int64_t layers, Generator& gen);
+
+/// The architecture options that differ from the defaults, as " (positions=learned, norm=rmsnorm)"; empty when
+/// none (for extra_repr).
+std::string architecture_words(const ArchitectureSpec& architecture);
+
+/// Error naming the model kind and the first architecture option that differs from the default, for a kind that
+/// keeps its own fixed recipe (`keeps` says which, e.g. "the paper's recipe").
+void refuse_architecture(const ArchitectureSpec& architecture, const char* kind, const char* keeps);
 
 /// "True" or "False", as Python's repr prints a bool.
 inline const char* py_bool(bool b) { return b ? "True" : "False"; }

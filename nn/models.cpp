@@ -27,8 +27,9 @@ namespace {
 
 // The causal LM's input in one op: out[b, l, :] = weight[tokens[b, l], :] * scale + table[l, :].
 // weight (V, D), tokens (B, L) Int64 (validated by the caller), table (>= L, D) -> (B, L, D).
-// d weight[r] = scale * (sum of g[b, l] over the (b, l) with tokens[b, l] == r); the table gets no gradient.
-// An undefined table adds nothing (positions come from RoPE).
+// d weight[r] = scale * (sum of g[b, l] over the (b, l) with tokens[b, l] == r); d table[l] = sum over b of g[b, l]
+// when the table requires grad (learned positions; the sinusoidal buffer does not). An undefined table adds
+// nothing (positions come from RoPE, or none).
 Tensor embed_with_positions(const Tensor& weight, const Tensor& tokens, const Tensor& table, double scale) {
   const int64_t B = tokens.size(0), L = tokens.size(1), V = weight.size(0), D = weight.size(1);
   Tensor out = empty({B, L, D}, {.dtype = weight.dtype()});
@@ -50,9 +51,25 @@ Tensor embed_with_positions(const Tensor& weight, const Tensor& tokens, const Te
         for (int64_t k = 0; k < D; ++k) q[k] = row[k] * s + p[k];
       }
   });
-  if (!any_requires_grad({weight})) return out;
+  const bool learned = table.defined() && table.requires_grad();
+  if (!any_requires_grad({weight}) && !learned) return out;
   Tensor saved = tokens.detach();
-  return record("embed_with_positions", out, {weight}, [saved, V, D, scale](const Tensor& g, GradInputs& gi) {
+  const int64_t P = learned ? table.size(0) : 0;
+  std::vector<Tensor> inputs = {weight};
+  if (learned) inputs.push_back(table);
+  return record("embed_with_positions", out, inputs, [saved, V, D, P, scale](const Tensor& g, GradInputs& gi) {
+    if (P > 0) {  // d table[l] = sum_b g[b, l]; rows at or beyond L get zero
+      const int64_t Bn = saved.size(0), Ln = saved.size(1);
+      Tensor gt = zeros({P, D}, {.dtype = g.dtype()});
+      dispatch_float(g.dtype(), "embed_with_positions_backward", [&]<typename T>() {
+        const T* pg = g.data<T>();
+        T* q = gt.data<T>();
+        for (int64_t b = 0; b < Bn; ++b)
+          for (int64_t l = 0; l < Ln; ++l)
+            for (int64_t k = 0; k < D; ++k) q[l * D + k] += pg[(b * Ln + l) * D + k];
+      });
+      gi[1] = gt;
+    }
     Tensor gw = zeros({V, D}, {.dtype = g.dtype()});
     const int64_t* ix = saved.data<int64_t>();
     const int64_t m = saved.numel();
@@ -85,16 +102,32 @@ Tensor feed_forward(PositionwiseFeedForward& ff, const Tensor& x) {
 // ---------------------------------------------------------------------------------------------
 // CausalLM
 
+namespace {
+
+// The attention spec a CausalLM's blocks are built with: positions "rope" turns on the attention's RoPE.
+AttentionSpec lm_attention(const CausalLMOptions& o) {
+  AttentionSpec a = o.attention;
+  if (o.architecture.positions == "rope") a.rope = true;
+  return a;
+}
+
+}  // namespace
+
 CausalLMBlock::CausalLMBlock(const CausalLMOptions& o, Generator& gen) {
   const double p = o.dropout;
-  norm1 = register_module("norm1", std::make_shared<LayerNorm>(o.d_model, 1e-6));
+  const ArchitectureSpec& arch = o.architecture;
+  norm1 = register_module("norm1", detail::make_norm(arch, o.d_model));
   self_attn = register_module(
-      "self_attn",
-      make_attention(o.attention, {.d_model = o.d_model, .heads = o.n_head, .dropout = p, .max_len = o.max_len}, gen));
+      "self_attn", make_attention(lm_attention(o),
+                                  {.d_model = o.d_model, .heads = o.n_head, .dropout = p, .max_len = o.max_len,
+                                   .bias = arch.bias},
+                                  gen));
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
-  norm2 = register_module("norm2", std::make_shared<LayerNorm>(o.d_model, 1e-6));
-  ff = register_module(
-      "ff", std::make_shared<PositionwiseFeedForward>(o.d_model, o.d_ff, FeedForwardOptions{.dropout = p}, gen));
+  norm2 = register_module("norm2", detail::make_norm(arch, o.d_model));
+  ff = register_module("ff", std::make_shared<PositionwiseFeedForward>(
+                                 o.d_model, o.d_ff,
+                                 FeedForwardOptions{.dropout = p, .activation = arch.activation, .bias = arch.bias},
+                                 gen));
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(p));
 }
 
@@ -141,7 +174,8 @@ CausalLM::CausalLM(const CausalLMOptions& o, Generator& gen) : options(o) {
            .max_source_len = o.max_len - 1,
            .max_target_len = o.max_len - 1,
            .specials = {.pad = o.pad_idx},
-           .attention = o.attention};
+           .attention = o.attention,
+           .architecture = o.architecture};
   const char* me = "CausalLM";
   ATTO_CHECK(o.vocab > 0 && o.d_model > 0 && o.n_head > 0 && o.d_ff > 0 && o.max_len > 0, me,
              "vocab, d_model, n_head, d_ff and max_len must be positive, got vocab=", o.vocab, ", d_model=", o.d_model,
@@ -151,17 +185,41 @@ CausalLM::CausalLM(const CausalLMOptions& o, Generator& gen) : options(o) {
   ATTO_CHECK(o.n_layers >= 0, me, "n_layers must be non-negative, got ", o.n_layers);
   ATTO_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, me, "dropout must be in [0, 1), got ", o.dropout);
   ATTO_CHECK(o.pad_idx < o.vocab, me, "pad_idx ", o.pad_idx, " must be below vocab=", o.vocab);
-  o.attention.validate(o.n_head);
+  const ArchitectureSpec& arch = o.architecture;
+  arch.validate();
+  ATTO_CHECK(!o.attention.rope || arch.positions == "sinusoidal" || arch.positions == "rope", me,
+             "attention.rope puts rotary positions in the attention; it cannot be combined with positions '",
+             arch.positions, "'");
+  lm_attention(o).validate(o.n_head);
+  ATTO_CHECK(arch.positions != "rope" || attention_facts(lm_attention(o), attention_config()).own_positions, me,
+             "positions 'rope' need an attention kind that applies RoPE; ", o.attention.kind, " does not");
   embed = register_module("embed", std::make_shared<Embedding>(o.vocab, o.d_model, -1, gen));
+  const double embed_std = 1.0 / std::sqrt(static_cast<double>(o.d_model));
   {
     NoGradGuard no_grad;
-    init::normal_(embed->weight, 0.0, 1.0 / std::sqrt(static_cast<double>(o.d_model)), gen);
+    init::normal_(embed->weight, 0.0, embed_std, gen);
   }
   if (uses_position_table()) pe = register_buffer("pe", sinusoidal_table(o.max_len, o.d_model));
+  if (arch.positions == "learned") {
+    pos_embed = register_module("pos_embed", std::make_shared<Embedding>(o.max_len, o.d_model, -1, gen));
+    NoGradGuard no_grad;
+    init::normal_(pos_embed->weight, 0.0, embed_std, gen);
+  }
   dropout = register_module("dropout", std::make_shared<Dropout>(o.dropout));
   blocks = register_module("blocks", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < o.n_layers; ++i) blocks->push_back(std::make_shared<CausalLMBlock>(o, gen));
-  norm = register_module("norm", std::make_shared<LayerNorm>(o.d_model, 1e-6));
+  norm = register_module("norm", detail::make_norm(arch, o.d_model));
+  if (arch.head == "untied")  // nanoGPT's lm_head (no bias there); with a bias when the recipe keeps biases
+    head = register_module("head", std::make_shared<Linear>(o.d_model, o.vocab, arch.bias, gen));
+  if (arch.init == "gpt2") {
+    std::vector<Tensor> residual;
+    for (const auto& m : *blocks) {
+      const auto& b = static_cast<CausalLMBlock&>(*m);
+      if (Tensor w = b.self_attn->output_projection(); w.defined()) residual.push_back(w);
+      residual.push_back(b.ff->linear2->weight);
+    }
+    detail::gpt2_init(*this, residual, o.n_layers, gen);
+  }
   if (o.dtype != kFloat32) to(o.dtype);
 }
 
@@ -170,16 +228,16 @@ Tensor CausalLM::forward(const Tensor& tokens) { return forward(tokens, false); 
 Tensor CausalLM::forward(const Tensor& tokens, bool mask_padding) {
   const char* me = "CausalLM";
   check_tokens(tokens, options.vocab, options.max_len, me, "tokens", "max_len");
-  const Tensor& w = embed->weight;  // (V, D), also the output projection
-  ATTO_CHECK(!pe.defined() || pe.dtype() == w.dtype(), me, "position table dtype ", dtype_name(pe.dtype()),
+  const Tensor& w = embed->weight;  // (V, D), also the output projection unless the head is untied
+  const Tensor table = position_table();
+  ATTO_CHECK(!table.defined() || table.dtype() == w.dtype(), me, "position table dtype ", dtype_name(table.dtype()),
              " does not match the embedding's ", dtype_name(w.dtype()), " (convert the model with to())");
-  const double scale = std::sqrt(static_cast<double>(options.d_model));
-  Tensor x = dropout->forward(embed_with_positions(w, tokens, pe, scale));  // (B, L, D)
+  Tensor x = dropout->forward(embed_with_positions(w, tokens, table, embedding_scale()));  // (B, L, D)
   const Tensor kpm = mask_padding && options.pad_idx >= 0 ? key_padding_mask(tokens, options.pad_idx) : Tensor();
   if (track_entropy_) entropy_rows_ = ne(tokens, static_cast<double>(options.pad_idx));  // (B, L) real query rows
   const auto n = static_cast<int64_t>(blocks->size());
   for (int64_t i = 0; i < n; ++i) x = forward_block(i, x, kpm);
-  return linear(norm->forward(x), w);  // (B, L, V)
+  return output_logits(norm->forward(x), false);  // (B, L, V)
 }
 
 Tensor CausalLM::forward_block(int64_t i, const Tensor& x, const Tensor& kpm) {
@@ -234,10 +292,30 @@ std::vector<Tensor> CausalLM::attention_weights() const {
 }
 
 
-bool CausalLM::uses_position_table() const { return !attention_facts(options.attention, attention_config()).own_positions; }
+bool CausalLM::uses_position_table() const {
+  return options.architecture.positions == "sinusoidal" &&
+         !attention_facts(block_attention(), attention_config()).own_positions;
+}
+
+Tensor CausalLM::position_table() const { return pos_embed ? pos_embed->weight : pe; }
+
+AttentionSpec CausalLM::block_attention() const { return lm_attention(options); }
+
+double CausalLM::embedding_scale() const {
+  return options.architecture.embed_scale == "none" ? 1.0 : std::sqrt(static_cast<double>(options.d_model));
+}
+
+Tensor CausalLM::output_logits(const Tensor& h, bool decode) const {
+  if (head) return decode ? decode_linear(h, head->weight, head->bias) : head->forward(h);  // (..., V)
+  return decode ? decode_linear(h, embed->weight) : linear(h, embed->weight);            // (..., V)
+}
 
 AttentionConfig CausalLM::attention_config() const {
-  return {.d_model = options.d_model, .heads = options.n_head, .dropout = options.dropout, .max_len = options.max_len};
+  return {.d_model = options.d_model,
+          .heads = options.n_head,
+          .dropout = options.dropout,
+          .max_len = options.max_len,
+          .bias = options.architecture.bias};
 }
 
 std::string CausalLM::extra_repr() const {
@@ -246,7 +324,8 @@ std::string CausalLM::extra_repr() const {
              ", n_layers=", o.n_layers, ", dropout=", detail::py_float(o.dropout), ", max_len=", o.max_len,
              ", pad_idx=", o.pad_idx,
              o.attention == AttentionSpec{} ? std::string() : ", attention=" + o.attention.kind,
-             o.attention.rope ? ", rope=True" : "", o.attention.checkpoint ? ", checkpoint=True" : "");
+             o.attention.rope ? ", rope=True" : "", o.attention.checkpoint ? ", checkpoint=True" : "",
+             o.architecture == ArchitectureSpec{} ? "" : ", " + detail::architecture_words(o.architecture));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -264,7 +343,8 @@ std::shared_ptr<SequenceModel> CausalLM::build(const ModelSpec& s, Generator& ge
                                                       .dropout = s.dropout,
                                                       .max_len = max_len,
                                                       .pad_idx = s.specials.pad,
-                                                      .attention = s.attention},
+                                                      .attention = s.attention,
+                                                      .architecture = s.architecture},
                                       gen);
   m->spec_ = s;
   return m;
@@ -390,7 +470,7 @@ int64_t CausalLM::cache_capacity(const DecodeState& st) const {
 }
 
 int64_t CausalLM::kv_cache_bytes_per_token() const {
-  const AttentionFacts f = attention_facts(options.attention, attention_config());
+  const AttentionFacts f = attention_facts(block_attention(), attention_config());
   const auto es = static_cast<double>(dtype_size(embed->weight.dtype()));
   return static_cast<int64_t>((f.cache_per_token > 0 ? f.cache_per_token : f.state_per_row) * es);
 }
@@ -438,15 +518,16 @@ Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows
   }
   const Tensor tokens = pack_rows(fresh, N, spec_.specials.pad);  // (A, N)
   check_tokens(tokens, options.vocab, options.max_len, me, "tokens", "max_len");
-  // The embedding at each row's own positions: x[a, i] = embed[tokens[a, i]] * sqrt(D) + pe[start[a] + i].
+  // The embedding at each row's own positions: x[a, i] = embed[tokens[a, i]] * scale + table[start[a] + i].
   const int64_t D = options.d_model;
   Tensor x = empty({A, N, D}, {.dtype = embed->weight.dtype()});  // (A, N, D)
+  const Tensor positions = position_table();
   dispatch_float(x.dtype(), me, [&]<typename T>() {
     const T* w = embed->weight.data<T>();
-    const T* table = pe.defined() ? pe.data<T>() : nullptr;
+    const T* table = positions.defined() ? positions.data<T>() : nullptr;
     const int64_t* t = tokens.data<int64_t>();
     T* o = x.data<T>();
-    const T scale = static_cast<T>(std::sqrt(static_cast<double>(D)));
+    const T scale = static_cast<T>(embedding_scale());
     for (int64_t a = 0; a < A; ++a)
       for (int64_t i = 0; i < N; ++i) {
         const int64_t pos = std::min(rows.start[static_cast<size_t>(a)] + i, options.max_len - 1);  // padding
@@ -460,7 +541,7 @@ Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows
   std::vector<std::pair<int64_t, int64_t>> last;
   for (int64_t a = 0; a < A; ++a) last.emplace_back(a, rows.count[static_cast<size_t>(a)] - 1);
   for (size_t a = 0; a < rows.cache_row.size(); ++a) st.cached[static_cast<size_t>(rows.cache_row[a])] += rows.count[a];
-  return decode_linear(norm->forward(gather_positions(x, last)), embed->weight);  // (A, V)
+  return output_logits(norm->forward(gather_positions(x, last)), true);  // (A, V)
 }
 
 void CausalLM::check_decode_state(const DecodeState& st) const {

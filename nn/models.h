@@ -6,6 +6,9 @@
 //      logits = norm(x) embed.weight^T                 (output projection tied to the embedding, no bias)
 //    self_attn is torch.nn.MultiheadAttention's formulation (q, k, v, o projections with bias, attention
 //    dropout); ff = linear2(dropout(relu(linear1(x)))); every LayerNorm has eps 1e-6.
+//    That is the default recipe; options.architecture (ArchitectureSpec, nn/sequence_model.h) changes it: learned
+//    (pos_embed), rotary or no positions, GELU / GELU-tanh / SwiGLU, RMSNorm and the norms' eps, no biases, no
+//    embedding scale, GPT-2's init and an untied head (docs/TRAINING.md, "The recipe").
 //    options.attention picks the variant (docs/ATTENTION.md, "In the models"): grouped-query heads, a sliding
 //    window, a BigBird block layout, RoPE on q and k instead of pe (then no pe), mla or linear attention, and
 //    gradient checkpointing of every block but the last (bitwise the same gradients).
@@ -51,6 +54,7 @@ struct CausalLMOptions {
   int64_t pad_idx = 0;    ///< padding token, masked as a key by forward(tokens, true); < 0: none
   Dtype dtype = kFloat32; ///< parameter and buffer dtype (drawn as float32, then converted, as to() does)
   AttentionSpec attention = {};  ///< the attention variant and position scheme (docs/ATTENTION.md)
+  ArchitectureSpec architecture = {};  ///< the recipe: positions, activation, norm, bias, scale, init, head
 };
 
 /// One pre-LN block of CausalLM: x + dropout1(self_attn(norm1(x))) with a causal mask, then
@@ -87,11 +91,11 @@ class CausalLMBlock : public Module {
     return std::dynamic_pointer_cast<A>(self_attn);
   }
 
-  std::shared_ptr<LayerNorm> norm1;               ///< before self-attention (eps 1e-6)
+  std::shared_ptr<Module> norm1;                  ///< before self-attention: a LayerNorm (eps 1e-6) or RMSNorm
   std::shared_ptr<AttentionLayer> self_attn;     ///< causal self-attention of options.attention's kind
   std::shared_ptr<Dropout> dropout1;              ///< on the attention branch
-  std::shared_ptr<LayerNorm> norm2;               ///< before the feed-forward block (eps 1e-6)
-  std::shared_ptr<PositionwiseFeedForward> ff;    ///< Linear(D, F), ReLU, Dropout, Linear(F, D)
+  std::shared_ptr<Module> norm2;                  ///< before the feed-forward block (as norm1)
+  std::shared_ptr<PositionwiseFeedForward> ff;    ///< Linear(D, F), ReLU (or the recipe's), Dropout, Linear(F, D)
   std::shared_ptr<Dropout> dropout2;              ///< on the feed-forward branch
 
  private:
@@ -174,12 +178,14 @@ class CausalLM : public SequenceModel {
                                            const std::vector<int64_t>& output) override;
 
   const CausalLMOptions options;       ///< the options it was built with
-  std::shared_ptr<Embedding> embed;    ///< "embed" (vocab, D), also the output projection
+  std::shared_ptr<Embedding> embed;    ///< "embed" (vocab, D), also the output projection unless the head is untied
   Tensor pe;                           ///< "pe" buffer (max_len, D), the sinusoidal table; undefined (no buffer)
-                                       ///< when positions come from RoPE (options.attention.rope, or mla)
+                                       ///< when positions are not sinusoidal or come from the attention (RoPE)
+  std::shared_ptr<Embedding> pos_embed;  ///< "pos_embed" (max_len, D) with learned positions (GPT-2's wpe), else null
   std::shared_ptr<Dropout> dropout;    ///< on the embedded input
   std::shared_ptr<ModuleList> blocks;  ///< "blocks": n_layers CausalLMBlock
-  std::shared_ptr<LayerNorm> norm;     ///< final LayerNorm (eps 1e-6)
+  std::shared_ptr<Module> norm;        ///< final norm: LayerNorm (eps 1e-6) or the recipe's
+  std::shared_ptr<Linear> head;        ///< "head" (vocab, D) with an untied head, else null (logits use embed.weight)
 
  protected:
   /// "vocab=.., d_model=.., ...".
@@ -202,8 +208,18 @@ class CausalLM : public SequenceModel {
   /// Error unless this model's begin_decode made `state` (DecodeState::validate) and its caches are the ones
   /// begin_decode made.
   void check_decode_state(const DecodeState& state) const;
-  // Whether the input adds the sinusoidal table (else positions come from inside the attention: its facts).
+  // Whether the input adds the sinusoidal table (else positions are learned, none, or come from inside the
+  // attention: its facts).
   bool uses_position_table() const;
+  // The table added to the input (pe, pos_embed's weight, or undefined).
+  Tensor position_table() const;
+  // The attention spec the blocks are built with: options.attention, with rope on for positions "rope".
+  AttentionSpec block_attention() const;
+  // The token embedding's scale: sqrt(D), or 1 for embed_scale "none".
+  double embedding_scale() const;
+  // Logits (..., V) of final hidden states h (..., D): the tied embedding or the head; `decode` uses the decoding
+  // kernel (no graph).
+  Tensor output_logits(const Tensor& h, bool decode) const;
   // The sizes the blocks' attention is built for.
   AttentionConfig attention_config() const;
   // The positions a decode of `sources` can reach: min(max_len, longest prompt + max_decode_len()).

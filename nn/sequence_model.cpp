@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -109,9 +110,47 @@ void for_each_attention_field(S& s, F&& f) {
   f("checkpoint", s.checkpoint);
 }
 
+// Calls f(name, field) for every ArchitectureSpec field, in declaration order (the JSON order).
+template <class S, class F>
+void for_each_architecture_field(S& s, F&& f) {
+  f("positions", s.positions);
+  f("activation", s.activation);
+  f("norm", s.norm);
+  f("norm_eps", s.norm_eps);
+  f("bias", s.bias);
+  f("embed_scale", s.embed_scale);
+  f("init", s.init);
+  f("head", s.head);
+  f("recipe", s.recipe);
+}
+
+// Reads one field of a nested spec object ("attention.kind", "architecture.norm", ...).
+template <class T>
+void read_nested(const json& value, const std::string& name, T& field) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    ATTO_CHECK(value.is_string(), kSpec, "field \"", name, "\" must be a string");
+    field = value.template get<std::string>();
+  } else {
+    read_field(value, name, field);
+  }
+}
+
 }  // namespace
 
 namespace {
+
+void read_architecture(const json& v, ArchitectureSpec& a) {
+  ATTO_CHECK(v.is_object(), kSpec, "field \"architecture\" must be an object");
+  for (const auto& item : v.items()) {
+    bool known = false;
+    for_each_architecture_field(a, [&](const char* name, auto& field) {
+      if (item.key() != name) return;
+      read_nested(item.value(), "architecture." + item.key(), field);
+      known = true;
+    });
+    ATTO_CHECK(known, kSpec, "unknown field \"architecture.", item.key(), "\"");
+  }
+}
 
 void read_attention(const json& v, AttentionSpec& a) {
   ATTO_CHECK(v.is_object(), kSpec, "field \"attention\" must be an object");
@@ -125,12 +164,7 @@ void read_attention(const json& v, AttentionSpec& a) {
     bool known = false;
     for_each_attention_field(a, [&](const char* name, auto& field) {
       if (key != name) return;
-      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::string>) {
-        ATTO_CHECK(item.value().is_string(), kSpec, "field \"attention.", key, "\" must be a string");
-        field = item.value().template get<std::string>();
-      } else {
-        read_field(item.value(), "attention." + key, field);
-      }
+      read_nested(item.value(), "attention." + key, field);
       known = true;
     });
     ATTO_CHECK(known, kSpec, "unknown field \"attention.", key, "\"");
@@ -154,10 +188,53 @@ json attention_json(const AttentionSpec& attention) {
 
 std::string AttentionSpec::to_json() const { return attention_json(*this).dump(); }
 
+namespace {
+
+json architecture_json(const ArchitectureSpec& a) {
+  json j = json::object();
+  for_each_architecture_field(a, [&](const char* name, const auto& v) { j[name] = v; });
+  return j;
+}
+
+void check_one_of(const std::string& field, const std::string& value, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (value == a) return;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  ATTO_CHECK(false, "ArchitectureSpec", field, " must be one of ", list, ", got '", value, "'");
+}
+
+}  // namespace
+
+std::string ArchitectureSpec::to_json() const { return architecture_json(*this).dump(); }
+
+void ArchitectureSpec::validate() const {
+  check_one_of("positions", positions, {"sinusoidal", "learned", "rope", "none"});
+  check_one_of("activation", activation, {"relu", "gelu", "gelu-tanh", "swiglu"});
+  check_one_of("norm", norm, {"layernorm", "rmsnorm"});
+  check_one_of("embed_scale", embed_scale, {"sqrt", "none"});
+  check_one_of("init", init, {"default", "gpt2"});
+  check_one_of("head", head, {"default", "tied", "untied"});
+  ATTO_CHECK(std::isfinite(norm_eps) && norm_eps > 0.0, "ArchitectureSpec", "norm_eps must be finite and positive, got ",
+             norm_eps);
+}
+
+std::vector<std::string> ArchitectureSpec::differences() const {
+  const json mine = architecture_json(*this), base = architecture_json(ArchitectureSpec{});
+  std::vector<std::string> out;
+  for_each_architecture_field(*this, [&](const char* name, const auto&) {
+    if (std::string(name) == "recipe" || mine[name] == base[name]) return;
+    out.push_back(std::string(name) + "=" + (mine[name].is_string() ? mine[name].get<std::string>() : mine[name].dump()));
+  });
+  return out;
+}
+
 std::string ModelSpec::to_json() const {
   json j = json::object();
   for_each_field(*this, [&](const char* name, const auto& v) { j[name] = v; });
   if (attention != AttentionSpec{}) j["attention"] = attention_json(attention);
+  if (architecture != ArchitectureSpec{}) j["architecture"] = architecture_json(architecture);
   return j.dump();
 }
 
@@ -170,6 +247,10 @@ ModelSpec ModelSpec::from_json(const std::string& text) {
     const json& value = item.value();
     if (key == "attention") {
       read_attention(value, s.attention);
+      continue;
+    }
+    if (key == "architecture") {
+      read_architecture(value, s.architecture);
       continue;
     }
     bool known = false;

@@ -77,6 +77,41 @@ struct AttentionSpec {
   bool operator==(const AttentionSpec&) const = default;
 };
 
+/// A model's recipe beyond its sizes and attention: the choices of nanoGPT's GPTConfig and of GPT-2 / LLaMA-style
+/// models (docs/TRAINING.md, "The recipe"). The defaults are attograd's textbook recipe, what every model was before
+/// these options existed. The decoder-only ("lm") and encoder-only ("encoder") kinds take every option; the seq2seq
+/// kind keeps the paper's recipe and refuses any other with an Error naming the option.
+struct ArchitectureSpec {
+  /// Where positions come from: "sinusoidal" (the fixed table added to the input), "learned" (GPT-2's wpe: an
+  /// Embedding (max_len, D) "pos_embed" added to the input), "rope" (rotary embeddings on queries and keys; the
+  /// same as AttentionSpec::rope, which it sets) or "none" (a causal model can still infer positions).
+  std::string positions = "sinusoidal";
+  /// The feed-forward block: "relu", "gelu" (erf), "gelu-tanh" (GPT-2's tanh approximation) or "swiglu" (LLaMA's
+  /// gated form linear2(silu(linear1 x) * linear3 x): d_ff is the width of the gate linear1 and of linear3, so the
+  /// block holds 3 D F weights where the others hold 2 D F; LLaMA passes 2/3 of 4 D).
+  std::string activation = "relu";
+  std::string norm = "layernorm";    ///< every norm: "layernorm" or "rmsnorm" (no mean, no bias)
+  double norm_eps = 1e-6;            ///< every norm's eps (PyTorch's and nanoGPT's LayerNorm use 1e-5)
+  bool bias = true;                  ///< biases in every Linear (attention projections, feed-forward) and LayerNorm
+  std::string embed_scale = "sqrt";  ///< token embeddings times sqrt(d_model) ("sqrt", the paper's) or not ("none")
+  /// Initial weights: "default" (each module's own, docs/TRAINING.md has the table) or "gpt2" (every weight matrix
+  /// and embedding N(0, 0.02), the residual output projections N(0, 0.02 / sqrt(2 layers)), biases zero, norms one).
+  std::string init = "default";
+  /// The output head: "default" (the kind's own: lm ties it to the token embedding, encoder has its own Linear
+  /// with bias), "tied" (logits = h embed.weight^T) or "untied" (a Linear "head" (vocab, D), with a bias when bias).
+  std::string head = "default";
+  std::string recipe = "";           ///< the named recipe these options came from ("nanogpt"), for summaries
+  /// The spec as a JSON object (every field).
+  std::string to_json() const;
+  /// Error naming the field and its value for an unknown positions, activation, norm, embed_scale, init or head, or
+  /// an eps that is not finite and positive.
+  void validate() const;
+  /// The options that differ from the defaults, as "name=value" (recipe excluded), in declaration order.
+  std::vector<std::string> differences() const;
+  /// Field-wise equality.
+  bool operator==(const ArchitectureSpec&) const = default;
+};
+
 /// Everything a model kind needs to be built, and what a training run saves beside the weights (as JSON). The
 /// size defaults are attograd's training defaults (TrainConfig's, `attograd train`'s).
 struct ModelSpec {
@@ -96,8 +131,10 @@ struct ModelSpec {
   bool stream = false;
   /// The attention variant (in the JSON as an object "attention", only when it is not the default).
   AttentionSpec attention = {};
-  /// The spec as a JSON object (every field; "attention" only when not the default, so that older readers and
-  /// files stay unchanged).
+  /// The recipe's architecture options (in the JSON as an object "architecture", only when not the default).
+  ArchitectureSpec architecture = {};
+  /// The spec as a JSON object (every field; "attention" and "architecture" only when not the default, so that
+  /// older readers and files stay unchanged).
   std::string to_json() const;
   /// Parses to_json()'s output (Error naming an unknown field or a wrong type).
   static ModelSpec from_json(const std::string& text);

@@ -49,7 +49,7 @@ namespace detail {
 AttentionKindEntry linear_attention_kind() {
   AttentionFactory factory = [](const AttentionSpec&, const AttentionConfig& c, Generator& gen) {
     return std::make_shared<LinearAttention>(
-        LinearAttentionOptions{.embed_dim = c.d_model, .num_heads = c.heads, .causal = true}, gen);
+        LinearAttentionOptions{.embed_dim = c.d_model, .num_heads = c.heads, .bias = c.bias, .causal = true}, gen);
   };
   AttentionKindInfo info{
       .description = "causal linear attention (Katharopoulos et al. 2020): a fixed state per row instead of a cache",

@@ -67,6 +67,7 @@ MultiheadAttentionOptions base_multihead_options(const AttentionSpec& spec, cons
   return {.embed_dim = c.d_model,
           .num_heads = c.heads,
           .dropout = c.dropout,
+          .bias = c.bias,
           .block_local = 1,
           .rope = spec.rope,
           .rope_max_len = c.max_len};

@@ -367,6 +367,7 @@ std::string Transformer::extra_repr() const {
 std::shared_ptr<SequenceModel> Transformer::build(const ModelSpec& s, Generator& gen) {
   ATTO_CHECK(s.heads > 0 && s.d_model % s.heads == 0, "Transformer", "heads (", s.heads, ") must divide d_model (",
              s.d_model, ")");
+  detail::refuse_architecture(s.architecture, "seq2seq", "the paper's recipe (the seed's Transformer)");
   const AttentionSpec& at = s.attention;
   at.validate(s.heads);
   // The seed's attention sublayers are its own: any kind that is a MultiheadAttention, with its variant options.

@@ -156,7 +156,7 @@ TEST(FeedForward, Errors) {
   EXPECT_ATTO_ERROR(ff(zeros({2, 5})),
                     "PositionwiseFeedForward: expected input of shape (..., d_model=4), got shape [2, 5]");
   EXPECT_ATTO_ERROR(PositionwiseFeedForward(4, 8, {.activation = "tanh"}),
-                    "PositionwiseFeedForward: activation must be 'relu' or 'gelu', got 'tanh'");
+                    "PositionwiseFeedForward: activation must be 'relu', 'gelu', 'gelu-tanh' or 'swiglu', got 'tanh'");
   EXPECT_ATTO_ERROR(PositionwiseFeedForward(0, 8), "d_model and d_ff must be positive, got d_model=0, d_ff=8");
   EXPECT_ATTO_ERROR(PositionwiseFeedForward(4, 8, {.dropout = 2}), "between 0 and 1, but got 2");
 }

@@ -100,8 +100,9 @@ TEST(CausalLM, ParameterNamesAndCountByHand) {
   EXPECT_EQ(buffers[0].first, "pe");
   EXPECT_EQ(buffers[0].second.shape(), Shape({20, 8}));
   EXPECT_TRUE(all_close(buffers[0].second, sinusoidal_table(20, 8), 0));
-  EXPECT_DOUBLE_EQ(lm.norm->eps, 1e-6);
-  EXPECT_DOUBLE_EQ(lm.block(0)->norm1->eps, 1e-6);
+  ASSERT_NE(std::dynamic_pointer_cast<LayerNorm>(lm.norm), nullptr);
+  EXPECT_DOUBLE_EQ(std::dynamic_pointer_cast<LayerNorm>(lm.norm)->eps, 1e-6);
+  EXPECT_DOUBLE_EQ(std::dynamic_pointer_cast<LayerNorm>(lm.block(0)->norm1)->eps, 1e-6);
   EXPECT_EQ(lm.block(-1)->attention<MultiheadAttention>()->options().dropout, 0.1);
   // Defaults of the options.
   const CausalLMOptions d{};
