@@ -46,7 +46,9 @@ std::shared_ptr<Module> make_norm(const ArchitectureSpec& a, int64_t d) {
 void gpt2_init(Module& model, const std::vector<Tensor>& residual, int64_t layers, Generator& gen) {
   NoGradGuard no_grad;
   const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(layers, 1)));
-  for (auto& [name, p] : model.named_parameters()) {
+  for (auto& named : model.named_parameters()) {
+    const std::string& name = named.first;
+    Tensor& p = named.second;
     const bool is_residual = std::any_of(residual.begin(), residual.end(), [&](const Tensor& r) { return r.is_same(p); });
     if (is_residual)
       init::normal_(p, 0.0, std_residual, gen);
