@@ -38,9 +38,10 @@ Tensor row_tensor(const std::vector<int64_t>& tokens) {
   return from_vector(tokens, {1, static_cast<int64_t>(tokens.size())});  // (1, L)
 }
 
-std::shared_ptr<Module> make_norm(const ArchitectureSpec& a, int64_t d) {
-  if (a.norm == "rmsnorm") return std::make_shared<RMSNorm>(d, a.norm_eps);
-  return std::make_shared<LayerNorm>(d, LayerNormOptions{.eps = a.norm_eps, .bias = a.bias});
+std::shared_ptr<Module> make_norm(const ArchitectureSpec& a, int64_t d, double default_eps) {
+  const double eps = a.eps_or(default_eps);
+  if (a.norm == "rmsnorm") return std::make_shared<RMSNorm>(d, eps);
+  return std::make_shared<LayerNorm>(d, LayerNormOptions{.eps = eps, .bias = a.bias});
 }
 
 void gpt2_init(Module& model, const std::vector<Tensor>& residual, int64_t layers, Generator& gen) {
