@@ -618,7 +618,7 @@ Command add_train(CLI::App& app) {
   a->tokenize_opt = sub->add_option("--tokenize", a->tokenize, "--pairs: tokens are characters (char) or words (word)")
                         ->check(CLI::IsMember({"char", "word"}));
   a->context_opt = sub->add_option("--context", a->context, "--text: characters the model sees (window length)")
-                       ->check(integer_in(1, data::kMaxContext));
+                       ->check(integer_in(1, data::kMaxTextContext));
   a->val_fraction_opt =
       sub->add_option("--val-fraction", a->val_fraction,
                       "--text, --pairs: share held out for evaluation (the end of a text; a fixed draw of lines)")
