@@ -23,7 +23,13 @@ using namespace attograd::testing;
 namespace {
 
 ModelSpec lm_spec(ArchitectureSpec a = {}) {
-  return {.vocab = 11, .layers = 2, .d_model = 8, .heads = 2, .d_ff = 16, .max_source_len = 3, .max_target_len = 4,
+  return {.vocab = 11,
+          .layers = 2,
+          .d_model = 8,
+          .heads = 2,
+          .d_ff = 16,
+          .max_source_len = 3,
+          .max_target_len = 4,
           .architecture = std::move(a)};
 }
 
@@ -41,7 +47,8 @@ ArchitectureSpec every_field() {
 }
 
 CausalLMOptions lm_options(ArchitectureSpec a) {
-  return {.vocab = 11, .d_model = 8, .n_head = 2, .d_ff = 16, .n_layers = 2, .max_len = 6, .architecture = std::move(a)};
+  return {
+      .vocab = 11, .d_model = 8, .n_head = 2, .d_ff = 16, .n_layers = 2, .max_len = 6, .architecture = std::move(a)};
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -69,9 +76,9 @@ TEST(ArchitectureSpec, DefaultSpecJsonHasNoArchitectureKeyAndKeepsTheOldBytes) {
   const std::string j = plain.to_json();
   EXPECT_EQ(j.find("architecture"), std::string::npos) << j;
   // The bytes an older attograd wrote for this spec (before ArchitectureSpec existed): unchanged.
-  EXPECT_EQ(j,
-            R"({"vocab":11,"layers":2,"d_model":8,"heads":2,"d_ff":16,"dropout":0.0,"max_source_len":3,)"
-            R"("max_target_len":4,"aligned":false,"pad":0,"bos":1,"eos":2,"sep":3,"ignore_index":-100,"stream":false})");
+  EXPECT_EQ(
+      j, R"({"vocab":11,"layers":2,"d_model":8,"heads":2,"d_ff":16,"dropout":0.0,"max_source_len":3,)"
+         R"("max_target_len":4,"aligned":false,"pad":0,"bos":1,"eos":2,"sep":3,"ignore_index":-100,"stream":false})");
   EXPECT_EQ(ModelSpec::from_json(j), plain);
   // A recipe name alone is not a default spec: it is written (and read back).
   ArchitectureSpec named;
@@ -226,7 +233,7 @@ TEST(ArchitectureSpec, RopeAndNoPositionsHaveNoTable) {
   // returns that value; RoPE too: it rotates queries and keys, not the values); with learned positions it is not.
   NoGradGuard no_grad;
   auto spread = [](CausalLM& m) {
-    m.eval();  // no dropout
+    m.eval();                                                  // no dropout
     const Tensor out = m.forward(tokens_of({9, 9, 9}, 1, 3));  // (1, 3, V)
     double most = 0;
     for (int64_t l = 1; l < 3; ++l)
@@ -237,19 +244,32 @@ TEST(ArchitectureSpec, RopeAndNoPositionsHaveNoTable) {
   CausalLM learned(lm_options({.positions = "learned"}), gen);
   EXPECT_GT(spread(learned), 1e-3);
   // Positions rope with an attention that has no RoPE, and attention.rope with another position scheme: errors.
+  EXPECT_ATTO_ERROR(CausalLM(CausalLMOptions{.vocab = 11,
+                                             .d_model = 8,
+                                             .n_head = 2,
+                                             .d_ff = 16,
+                                             .max_len = 6,
+                                             .attention = {.kind = "linear"},
+                                             .architecture = {.positions = "rope"}}),
+                    "linear attention has no positions in it");
   EXPECT_ATTO_ERROR(
-      CausalLM(CausalLMOptions{.vocab = 11, .d_model = 8, .n_head = 2, .d_ff = 16, .max_len = 6,
-                               .attention = {.kind = "linear"}, .architecture = {.positions = "rope"}}),
-      "linear attention has no positions in it");
-  EXPECT_ATTO_ERROR(
-      CausalLM(CausalLMOptions{.vocab = 11, .d_model = 8, .n_head = 2, .d_ff = 16, .max_len = 6,
-                               .attention = {.kind = "alibi"}, .architecture = {.positions = "rope"}}),
+      CausalLM(CausalLMOptions{.vocab = 11,
+                               .d_model = 8,
+                               .n_head = 2,
+                               .d_ff = 16,
+                               .max_len = 6,
+                               .attention = {.kind = "alibi"},
+                               .architecture = {.positions = "rope"}}),
       "rope applies to softmax attention with a query/key per head (mha, gqa, mla, local, block-sparse, softcap), not "
       "alibi");
-  EXPECT_ATTO_ERROR(
-      CausalLM(CausalLMOptions{.vocab = 11, .d_model = 8, .n_head = 2, .d_ff = 16, .max_len = 6,
-                               .attention = {.rope = true}, .architecture = {.positions = "learned"}}),
-      "cannot be combined with positions 'learned'");
+  EXPECT_ATTO_ERROR(CausalLM(CausalLMOptions{.vocab = 11,
+                                             .d_model = 8,
+                                             .n_head = 2,
+                                             .d_ff = 16,
+                                             .max_len = 6,
+                                             .attention = {.rope = true},
+                                             .architecture = {.positions = "learned"}}),
+                    "cannot be combined with positions 'learned'");
 }
 
 TEST(ArchitectureSpec, SwigluAddsLinear3) {
@@ -345,7 +365,12 @@ TEST(ArchitectureSpec, RMSNormEverywhereWithWeightsOnly) {
 TEST(ArchitectureSpec, Gpt2InitStatistics) {
   Generator gen(7);
   const int64_t D = 256, F = 1024, V = 512, P = 64, layers = 2;
-  CausalLM lm({.vocab = V, .d_model = D, .n_head = 4, .d_ff = F, .n_layers = layers, .max_len = P,
+  CausalLM lm({.vocab = V,
+               .d_model = D,
+               .n_head = 4,
+               .d_ff = F,
+               .n_layers = layers,
+               .max_len = P,
                .architecture = {.positions = "learned", .init = "gpt2", .head = "untied"}},
               gen);
   auto expect_normal = [](const std::vector<Tensor>& ts, double sigma, const char* what) {
@@ -395,11 +420,14 @@ TEST(ArchitectureSpec, Seq2SeqAndEncoderRefuseTheOptionsNamingThem) {
   s.architecture.recipe = "mine";
   make_model("seq2seq", s);
   make_model("encoder", s);
-  const std::vector<std::pair<ArchitectureSpec, std::string>> cases = {
-      {{.positions = "learned"}, "positions=learned"}, {{.activation = "swiglu"}, "activation=swiglu"},
-      {{.norm = "rmsnorm"}, "norm=rmsnorm"},           {{.norm_eps = 1e-5}, "norm_eps=1e-05"},
-      {{.bias = false}, "bias=false"},                 {{.embed_scale = "none"}, "embed_scale=none"},
-      {{.init = "gpt2"}, "init=gpt2"},                 {{.head = "untied"}, "head=untied"}};
+  const std::vector<std::pair<ArchitectureSpec, std::string>> cases = {{{.positions = "learned"}, "positions=learned"},
+                                                                       {{.activation = "swiglu"}, "activation=swiglu"},
+                                                                       {{.norm = "rmsnorm"}, "norm=rmsnorm"},
+                                                                       {{.norm_eps = 1e-5}, "norm_eps=1e-05"},
+                                                                       {{.bias = false}, "bias=false"},
+                                                                       {{.embed_scale = "none"}, "embed_scale=none"},
+                                                                       {{.init = "gpt2"}, "init=gpt2"},
+                                                                       {{.head = "untied"}, "head=untied"}};
   for (const auto& [a, word] : cases) {
     s.architecture = a;
     EXPECT_ATTO_ERROR(make_model("seq2seq", s), "model kind \"seq2seq\" keeps the paper's recipe");

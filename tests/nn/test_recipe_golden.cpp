@@ -41,7 +41,11 @@ ArchitectureSpec nanogpt() {
 }
 
 ArchitectureSpec llama() {
-  return {.positions = "rope", .activation = "swiglu", .norm = "rmsnorm", .norm_eps = 1e-6, .bias = false,
+  return {.positions = "rope",
+          .activation = "swiglu",
+          .norm = "rmsnorm",
+          .norm_eps = 1e-6,
+          .bias = false,
           .embed_scale = "none"};
 }
 
@@ -107,13 +111,20 @@ TEST(RecipeGolden, GeluTanhBiasNoPositionsUntiedHeadMatchesPyTorch) {
 
 // The same models built through ModelSpec (what `attograd train` does) take the same parameters.
 TEST(RecipeGolden, ModelSpecBuildsTheSameParameters) {
-  for (const auto& [name, arch] : {std::pair{std::string("nanogpt"), nanogpt()}, {std::string("llama"), llama()},
+  for (const auto& [name, arch] : {std::pair{std::string("nanogpt"), nanogpt()},
+                                   {std::string("llama"), llama()},
                                    {std::string("gelu_tanh_untied"), gelu_tanh_untied()}}) {
     SCOPED_TRACE(name);
     Golden g = load_golden("nn/recipe_" + name + ".golden");
     const std::vector<int64_t> c = g.at("config").to_vector<int64_t>();
-    ModelSpec s{.vocab = c[0], .layers = c[4], .d_model = c[1], .heads = c[2], .d_ff = c[3], .max_source_len = 3,
-                .max_target_len = c[5] - 3, .architecture = arch};
+    ModelSpec s{.vocab = c[0],
+                .layers = c[4],
+                .d_model = c[1],
+                .heads = c[2],
+                .d_ff = c[3],
+                .max_source_len = 3,
+                .max_target_len = c[5] - 3,
+                .architecture = arch};
     Generator gen(6);
     std::shared_ptr<SequenceModel> m = CausalLM::build(s, gen);
     auto* lm = dynamic_cast<CausalLM*>(m.get());
