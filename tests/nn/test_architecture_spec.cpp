@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_testing.h"
 #include "nn/attention.h"
 #include "nn/encoder_tagger.h"
 #include "nn/layers.h"
@@ -436,4 +437,57 @@ TEST(ArchitectureSpec, Seq2SeqAndEncoderRefuseTheOptionsNamingThem) {
     EXPECT_ATTO_ERROR(make_model("encoder", s), "does not take the architecture option " + word);
     make_model("lm", s);  // the lm kind takes every option
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+// The key/value-cached decode (its own embedding, feed-forward and head kernels) gives the recomputation's tokens and
+// logits for every option, in float32 and float64.
+TEST(ArchitectureSpec, CachedDecodeEqualsRecomputedForEveryOption) {
+  const std::vector<ArchitectureSpec> archs = {
+      {.positions = "learned",
+       .activation = "gelu",
+       .norm_eps = 1e-5,
+       .bias = false,
+       .embed_scale = "none",
+       .init = "gpt2",
+       .head = "tied",
+       .recipe = "nanogpt"},
+      {.positions = "rope", .activation = "swiglu", .norm = "rmsnorm", .bias = false, .embed_scale = "none"},
+      {.positions = "none", .activation = "gelu-tanh", .head = "untied"},
+      {.positions = "learned", .activation = "swiglu", .norm = "rmsnorm", .head = "untied"},
+  };
+  for (const ArchitectureSpec& a : archs)
+    for (Dtype dt : {kFloat32, kFloat64}) {
+      SCOPED_TRACE(a.to_json() + " " + dtype_name(dt));
+      Generator gen(8);
+      CausalLM m({.vocab = 13,
+                  .d_model = 16,
+                  .n_head = 2,
+                  .d_ff = 24,
+                  .n_layers = 2,
+                  .dropout = 0.1,
+                  .max_len = 16,
+                  .dtype = dt,
+                  .architecture = a},
+                 gen);
+      m.eval();
+      const int64_t steps = 8;
+      const DecodeTrace cached = run_greedy(m, kDecodeSources, steps, true);
+      const DecodeTrace full = run_greedy(m, kDecodeSources, steps, false);
+      EXPECT_GT(cached.cached_steps, 0);
+      expect_same_decode(cached, full, dt);
+      // The recomputation's first step is forward()'s logits at the last position of each prompt, src SEP.
+      NoGradGuard no_grad;
+      for (size_t b = 0; b < kDecodeSources.size(); ++b) {
+        std::vector<int64_t> src = kDecodeSources[b];
+        src.push_back(m.spec().specials.sep);
+        const Tensor f = m.forward(tokens_of(src, 1, static_cast<int64_t>(src.size())));  // (1, L, V)
+        for (int64_t v = 0; v < 13; ++v)
+          EXPECT_NEAR(full.logits[0].at({static_cast<int64_t>(b), v}),
+                      f.at({0, static_cast<int64_t>(src.size()) - 1, v}), decode_tolerance(dt))
+              << b << " " << v;
+      }
+    }
 }
