@@ -8,14 +8,16 @@
 #include <string>
 #include <vector>
 
-#include "decode_testing.h"
 #include "nn/attention.h"
 #include "nn/encoder_tagger.h"
 #include "nn/layers.h"
 #include "nn/mla.h"
 #include "nn/models.h"
-#include "nn_golden.h"
 #include "testing.h"
+
+// After the nn headers, which they use.
+#include "decode_testing.h"
+#include "nn_golden.h"
 
 using namespace attograd;
 using namespace attograd::nn;
