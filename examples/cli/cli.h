@@ -82,6 +82,13 @@ CLI::Validator positive_real();
 void require_plain_numbers(CLI::App& app);
 /// The configuration's attention variant in words: "gqa (2 key/value heads), rope, checkpointed, entropy-reg 0.01".
 std::string describe_attention(const train::TrainConfig& cfg);
+/// The configuration's architecture recipe in words: the recipe's name and every option that differs from the
+/// default (nn::ArchitectureSpec::differences), e.g. "nanogpt recipe: positions=learned, activation=gelu, ...",
+/// "positions=learned" without a named recipe; empty for the default recipe.
+std::string describe_architecture(const train::TrainConfig& cfg);
+/// The optimizer-recipe settings that differ from TrainConfig's defaults (beta1 ... warmup_style), e.g. "betas (0.9,
+/// 0.95), weight decay 0.1 on matrices only, min-lr 0.0001, nanogpt warm-up"; empty when all are the defaults.
+std::string describe_optimizer_recipe(const train::TrainConfig& cfg);
 /// A CLI11 validator: the value must be a registered attention kind (nn::has_attention); the error lists them.
 CLI::Validator attention_kind();
 /// Peak resident memory of this process in MB (getrusage ru_maxrss).

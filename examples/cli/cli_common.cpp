@@ -175,6 +175,26 @@ std::string describe_attention(const train::TrainConfig& c) {
   return s;
 }
 
+std::string describe_architecture(const train::TrainConfig& c) {
+  std::string s;
+  for (const std::string& d : c.architecture_spec().differences()) s += (s.empty() ? "" : ", ") + d;
+  if (c.recipe.empty()) return s;
+  return c.recipe + " recipe" + (s.empty() ? std::string(" (every option at its default)") : ": " + s);
+}
+
+std::string describe_optimizer_recipe(const train::TrainConfig& c) {
+  const train::TrainConfig d;
+  std::string s;
+  auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
+  if (c.beta1 != d.beta1 || c.beta2 != d.beta2) add(strf("betas (%g, %g)", c.beta1, c.beta2));
+  if (c.adam_eps != d.adam_eps) add(strf("eps %g", c.adam_eps));
+  if (c.decay != d.decay) add(strf("weight decay %g on %s only", c.weight_decay, c.decay.c_str()));
+  if (c.min_lr != d.min_lr) add(strf("min-lr %g", c.min_lr));
+  if (c.decay_steps != d.decay_steps) add(strf("decay-steps %lld", static_cast<long long>(c.decay_steps)));
+  if (c.warmup_style != d.warmup_style) add(c.warmup_style + " warm-up");
+  return s;
+}
+
 double peak_rss_mb() {
   rusage ru{};
   if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;

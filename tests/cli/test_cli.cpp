@@ -538,7 +538,7 @@ TEST_F(Cli, EveryNumericFlagRefusesAnEmptyOrPartialNumber) {
   for (const char* want : {"train --clip", "train --dropout", "train --label-smoothing", "train --weight-decay",
                            "train --momentum", "train --entropy-reg", "gradcheck --dropout", "train --bucket-mb",
                            "train --val-fraction", "train --seed", "sample --temperature", "sample --top-p",
-                           "eval --eval-size", "bench --layers", "bench --seed", "gradcheck --eps"})
+                           "eval --eval-size", "train --norm-eps", "bench --layers", "bench --seed", "gradcheck --eps"})
     EXPECT_TRUE(seen.count(want)) << want << " is not listed as numeric";
   EXPECT_GE(options.size(), 60u);
   for (const NumericOption& o : options) {
