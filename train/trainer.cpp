@@ -282,13 +282,15 @@ void validate_architecture(const TrainConfig& c) {
   check(c.embed_scale, "embed_scale (--embed-scale)", {"sqrt", "none"});
   check(c.init, "init (--init)", {"default", "gpt2"});
   check(c.head, "head (--head)", {"default", "tied", "untied"});
-  ATTO_CHECK(std::isfinite(c.norm_eps) && c.norm_eps > 0, kConfig, "norm_eps (--norm-eps) must be finite and > 0, got ",
-             c.norm_eps);
+  ATTO_CHECK(std::isfinite(c.norm_eps) && c.norm_eps >= 0, kConfig,
+             "norm_eps (--norm-eps) must be finite and > 0 (or 0: the model's own), got ", c.norm_eps);
   ATTO_CHECK(!c.rope || one_of(c.positions, {"sinusoidal", "rope"}), kConfig,
              "rope (--rope) is --positions rope; it cannot be combined with positions (--positions) \"", c.positions,
              "\"");
-  // The seq2seq and encoder models keep their own recipe: the first option that differs, named by its flag.
-  if (one_of(c.model, {"seq2seq", "encoder"})) {
+  ATTO_CHECK(c.model != "encoder" || (c.positions != "rope" && !c.rope), kConfig,
+             "positions (--positions) rope: the encoder model's positions are sinusoidal, learned or none");
+  // The seq2seq model keeps its own recipe: the first option that differs, named by its flag.
+  if (c.model == "seq2seq") {
     const std::vector<std::string> d = c.architecture_spec().differences();
     if (!d.empty()) {
       const std::string name = d.front().substr(0, d.front().find('='));
@@ -296,9 +298,9 @@ void validate_architecture(const TrainConfig& c) {
       for (const ArchitectureField& f : kArchitectureFields)
         if (name == f.name) flag = f.flag;
       ATTO_CHECK(false, kConfig, name, " (", flag, ") = ", d.front().substr(name.size() + 1),
-                 c.recipe.empty() ? "" : " (from --recipe " + c.recipe + ")", " applies to the lm model; model ",
-                 c.model, " keeps ", c.model == "seq2seq" ? "the paper's recipe" : "PyTorch's encoder-layer recipe",
-                 " and takes no architecture option");
+                 c.recipe.empty() ? "" : " (from --recipe " + c.recipe + ")",
+                 " applies to the lm and encoder models; model seq2seq keeps the paper's recipe and takes no "
+                 "architecture option");
     }
   }
 }
@@ -388,13 +390,16 @@ void TrainConfig::apply_recipe(const std::string& name) {
   positions = a.positions, activation = a.activation, norm = a.norm, norm_eps = a.norm_eps, bias = a.bias;
   embed_scale = a.embed_scale, init = a.init, head = a.head, recipe = "";
   beta1 = d.beta1, beta2 = d.beta2, decay = d.decay, min_lr = d.min_lr, warmup_style = d.warmup_style;
+  weight_decay = d.weight_decay, adam_eps = d.adam_eps;
   if (name == "default") return;
   // nanoGPT's model.py (GPTConfig with bias=False, as its README's CPU run and shakespeare_char's config use;
   // nn.GELU(), LayerNorm(eps 1e-5), wte without a scale tied to lm_head, _init_weights) and train.py
-  // (configure_optimizers' two groups, betas (0.9, 0.95), min_lr = learning_rate / 10, get_lr's warm-up).
+  // (configure_optimizers' two groups, weight_decay 1e-1, betas (0.9, 0.95) and torch.optim.AdamW's eps 1e-8,
+  // min_lr = learning_rate / 10, get_lr's warm-up).
   positions = "learned", activation = "gelu", norm = "layernorm", norm_eps = 1e-5, bias = false;
   embed_scale = "none", init = "gpt2", head = "tied", recipe = "nanogpt";
   decay = "matrices", beta1 = 0.9, beta2 = 0.95, min_lr = lr / 10, warmup_style = "nanogpt";
+  weight_decay = 0.1, adam_eps = 1e-8;
 }
 
 nn::AttentionSpec TrainConfig::attention_spec() const {

@@ -96,7 +96,8 @@ const RecipeField kRecipeFields[] = {
     ATTOGRAD_RECIPE_FIELD("--init", init),               ATTOGRAD_RECIPE_FIELD("--head", head),
     ATTOGRAD_RECIPE_FIELD("--decay", decay),             ATTOGRAD_RECIPE_FIELD("--beta1", beta1),
     ATTOGRAD_RECIPE_FIELD("--beta2", beta2),             ATTOGRAD_RECIPE_FIELD("--min-lr", min_lr),
-    ATTOGRAD_RECIPE_FIELD("--warmup-style", warmup_style)};
+    ATTOGRAD_RECIPE_FIELD("--warmup-style", warmup_style), ATTOGRAD_RECIPE_FIELD("--weight-decay", weight_decay),
+    ATTOGRAD_RECIPE_FIELD("--adam-eps", adam_eps)};
 #undef ATTOGRAD_RECIPE_FIELD
 
 // --recipe NAME over cfg (the base configuration with the flags given already applied): every field the recipe sets
@@ -113,7 +114,7 @@ void apply_recipe_flag(const TrainArgs& a, const std::set<std::string>& file_key
     if (given) continue;
     const std::string key = f.key;
     if ((key == "min_lr" || key == "warmup_style") && cfg.schedule != "cosine") continue;
-    if ((key == "beta1" || key == "beta2") && cfg.optimizer == "sgd") continue;
+    if ((key == "beta1" || key == "beta2" || key == "adam_eps") && cfg.optimizer == "sgd") continue;
     if (key == "positions" && cfg.rope) continue;
     f.copy(cfg, recipe);
   }

@@ -223,16 +223,18 @@ TEST_F(CliRecipe, ARecipeModelGeneratesEvaluatesAndRoundTripsThroughSafetensors)
 TEST_F(CliRecipe, OptionsAModelDoesNotTakeAreOneLineErrors) {
   const std::string base = std::string("train ") + kTiny + " --out " + quote((scratch() / "bad").string());
   expect_one_line_error(attograd(base + " --model seq2seq --positions learned"),
-                        "positions (--positions) = learned applies to the lm model; model seq2seq", "seq2seq learned");
+                        "positions (--positions) = learned applies to the lm and encoder models; model seq2seq",
+                        "seq2seq learned");
   expect_one_line_error(attograd(base + " --model seq2seq --no-bias"), "bias (--no-bias) = false", "seq2seq no-bias");
-  expect_one_line_error(attograd(base + " --model encoder --norm-eps 1e-5"), "norm_eps (--norm-eps)", "encoder eps");
-  expect_one_line_error(attograd(base + " --model encoder --recipe nanogpt"), "(from --recipe nanogpt)",
-                        "encoder recipe");
+  expect_one_line_error(attograd(base + " --model seq2seq --recipe nanogpt"), "(from --recipe nanogpt)",
+                        "seq2seq recipe");
+  expect_one_line_error(attograd(base + " --model encoder --positions rope"), "positions (--positions) rope",
+                        "encoder rope");
   expect_one_line_error(attograd(base + " --positions learned --rope"), "rope (--rope) is --positions rope",
                         "rope and learned");
   expect_one_line_error(attograd(base + " --recipe gpt3"), "--recipe", "unknown recipe");
   expect_one_line_error(attograd(base + " --activation tanh"), "--activation", "unknown activation");
-  expect_one_line_error(attograd(base + " --norm-eps 0"), "norm_eps (--norm-eps) must be finite and > 0", "eps 0");
+  expect_one_line_error(attograd(base + " --norm-eps -1"), "--norm-eps", "eps -1");
   const std::string ck = (scratch() / "resume-me").string();
   ASSERT_EQ(attograd(std::string("train ") + kTiny + " --quiet --out " + quote(ck)).status, 0);
   expect_one_line_error(attograd("train --resume " + quote(ck + "/checkpoint.attograd") + " --recipe nanogpt --steps 30"),

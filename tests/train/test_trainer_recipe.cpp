@@ -101,14 +101,22 @@ TEST(TrainConfigRecipe, BadValuesAndOptionsTheModelDoesNotTakeNameTheFlag) {
   c.positions = "alibi";
   EXPECT_THROW_MSG(c.validate(), "positions (--positions) must be one of sinusoidal, learned, rope, none");
   c = tiny(), c.norm_eps = 0;
-  EXPECT_THROW_MSG(c.validate(), "norm_eps (--norm-eps) must be finite and > 0");
+  c.validate();  // 0, the default: the model's own eps
+  c.norm_eps = -1e-5;
+  EXPECT_THROW_MSG(c.validate(), "norm_eps (--norm-eps) must be finite and > 0 (or 0: the model's own)");
   c = tiny(), c.rope = true, c.positions = "learned";
   EXPECT_THROW_MSG(c.validate(), "rope (--rope) is --positions rope");
   c = tiny(), c.model = "seq2seq", c.bias = false;
-  EXPECT_THROW_MSG(c.validate(), "bias (--no-bias) = false applies to the lm model; model seq2seq");
+  EXPECT_THROW_MSG(c.validate(), "bias (--no-bias) = false applies to the lm and encoder models; model seq2seq");
+  c = tiny(), c.model = "seq2seq", c.lr = 1e-3;
+  c.apply_recipe("nanogpt");
+  EXPECT_THROW_MSG(c.validate(), "positions (--positions) = learned (from --recipe nanogpt) applies to the lm and");
+  // The encoder takes the recipe, but not rotary positions.
   c = tiny(), c.model = "encoder", c.lr = 1e-3;
   c.apply_recipe("nanogpt");
-  EXPECT_THROW_MSG(c.validate(), "positions (--positions) = learned (from --recipe nanogpt) applies to the lm model");
+  c.validate();
+  c.positions = "rope";
+  EXPECT_THROW_MSG(c.validate(), "the encoder model's positions are sinusoidal, learned or none");
 }
 
 // The estimate counts weight matrices and embeddings (no biases or norms): what an option adds to them it adds
