@@ -221,6 +221,11 @@ train::RunMetadata bare_nanogpt_run(const io::NanoGPTConfig& c, const std::strin
   j["heads"] = spec.heads;
   j["d_ff"] = spec.d_ff;
   j["dropout"] = spec.dropout;
+  // The built-in task's fields mean nothing to a text run; the smallest ones keep the memory estimate made from
+  // them (check_config_against_tensors: 5 + num_symbols tokens, 2 max_len + 1 positions) a lower bound.
+  j["min_len"] = 1;
+  j["max_len"] = 1;
+  j["num_symbols"] = 2;
   // The recipe's fields (TrainConfig names them as ArchitectureSpec does).
   const nlohmann::json arch = nlohmann::json::parse(spec.architecture.to_json());  // held: items() is a view
   for (const auto& [key, value] : arch.items()) j[key] = value;

@@ -100,7 +100,7 @@ TEST_F(CliNanoGPT, ABareStateDictImportsInspectsGeneratesAndExportsBack) {
     const CliRun info = attograd("inspect " + quote(w));
     EXPECT_EQ(info.status, 0) << info.err;
     // Placeholder characters: nanoGPT's token 5 is U+F0005.
-    const CliRun g = attograd("generate -w " + quote(w) + " --input $'\\U000F0005\\U000F0007' -n 4");
+    const CliRun g = attograd("generate -w " + quote(w) + " --input " + quote("\U000F0005\U000F0007") + " -n 4");
     EXPECT_EQ(g.status, 0) << g.err;
     const std::string back = out(stem + ".back.safetensors");
     const CliRun e = attograd("export -w " + quote(w) + " --names nanogpt --to " + quote(back));
