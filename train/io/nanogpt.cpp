@@ -228,6 +228,9 @@ NanoGPTFile read_nanogpt(const std::string& path, const ReadOptions& options) {
   ATTO_CHECK(wte->second.dim() == 2 && wpe->second.dim() == 2, op, origin,
              ": transformer.wte.weight and transformer.wpe.weight must be 2-D, got ", wte->second.shape(), " and ",
              wpe->second.shape());
+  ATTO_CHECK(wte->second.numel() > 0 && wpe->second.numel() > 0, op, origin,
+             ": transformer.wte.weight and transformer.wpe.weight must not be empty, got ", wte->second.shape(),
+             " and ", wpe->second.shape());
   NanoGPTConfig inferred{.block_size = wpe->second.size(0), .vocab_size = wte->second.size(0),
                          .n_embd = wte->second.size(1), .bias = file.count("transformer.ln_f.bias") > 0};
   for (const auto& [name, _] : file)
@@ -239,6 +242,11 @@ NanoGPTFile read_nanogpt(const std::string& path, const ReadOptions& options) {
         continue;  // reported as unknown below
       inferred.n_layer = std::max<int64_t>(inferred.n_layer, std::stoll(rest.substr(0, dot)) + 1);
     }
+  // A block holds at least 5 tensors (ln_1, c_attn, c_proj, ln_2, c_fc, c_proj weights): a higher block index
+  // than the file has tensors for is a malformed name, reported before listing n_layer blocks' names.
+  ATTO_CHECK(inferred.n_layer <= static_cast<int64_t>(st.tensors.size()), op, origin, ": a tensor of block ",
+             inferred.n_layer - 1, " (transformer.h.", inferred.n_layer - 1, ".*) in a file of ", st.tensors.size(),
+             " tensors: blocks 0 to ", inferred.n_layer - 2, " cannot all be there");
   if (auto it = st.metadata.find(kNanoGPTConfigKey); it != st.metadata.end()) {
     out.config = NanoGPTConfig::from_json(it->second, origin);
     out.has_n_head = true;
@@ -288,12 +296,15 @@ NanoGPTFile read_nanogpt(const std::string& path, const ReadOptions& options) {
   }
   ATTO_CHECK(masks.empty() || static_cast<int64_t>(masks.size()) == c.n_layer, op, origin, ": ", masks.size(),
              " of ", c.n_layer, " blocks have the causal-mask buffer attn.bias (nanoGPT has it in every block or none)");
-  const Tensor want = causal_mask_buffer(c.block_size);
+  const Shape mask_shape = {1, 1, c.block_size, c.block_size};
   for (const std::string& name : masks) {
     const Tensor& t = file.at(name);
-    ATTO_CHECK(t.shape() == want.shape(), op, origin, ": '", name, "' has shape ", t.shape(), ", expected ",
-               want.shape(), " (the causal mask tril(ones(block_size, block_size)))");
-    const Tensor v = t.to(kFloat32);
+    ATTO_CHECK(t.shape() == mask_shape, op, origin, ": '", name, "' has shape ", t.shape(), ", expected ", mask_shape,
+               " (the causal mask tril(ones(block_size, block_size)))");
+  }
+  const Tensor want = masks.empty() ? Tensor() : causal_mask_buffer(c.block_size);  // as large as a mask of the file
+  for (const std::string& name : masks) {
+    const Tensor v = file.at(name).to(kFloat32);
     for (int64_t i = 0; i < v.numel(); ++i)
       ATTO_CHECK(v.flat(i) == want.flat(i), op, origin, ": '", name, "' is not the causal mask tril(ones) (element ",
                  i, " is ", v.flat(i), ")");

@@ -259,6 +259,15 @@ TEST(NanoGPTNames, RefusesAMalformedStateDictNamingTheTensors) {
   });
   expect("missing and unknown", {"missing transformer.h.1.mlp.c_fc.bias", "unknown transformer.h.0.attn.rotary.weight"});
 
+  rewrite(ref, path, [&](io::NamedTensors& t, auto&) {
+    for (auto& [n, x] : t)
+      if (n == "transformer.h.1.ln_1.weight") n = "transformer.h.900000.ln_1.weight";
+  });
+  expect("a block index beyond the file", {"a tensor of block 900000 (transformer.h.900000.*) in a file of 31 tensors"});
+
+  rewrite(ref, path, [&](io::NamedTensors& t, auto&) { find(t, "transformer.wpe.weight") = zeros({0, 8}); });
+  expect("empty wpe", {"must not be empty", "[0, 8]"});
+
   rewrite(ref, path, [&](io::NamedTensors& t, auto&) { erase(t, "lm_head.weight"); });
   expect("no lm_head", {"missing lm_head.weight"});
 
