@@ -22,7 +22,9 @@ namespace io = attograd::io;
 
 namespace {
 
-std::string reference(const std::string& stem) { return attograd::testing::data_path("train/" + stem + ".safetensors"); }
+std::string reference(const std::string& stem) {
+  return attograd::testing::data_path("train/" + stem + ".safetensors");
+}
 std::string out(const std::string& name) { return (scratch() / name).string(); }
 
 constexpr const char* kNoRecipe = "cannot describe the nanogpt recipe";
@@ -51,15 +53,17 @@ class CliNanoGPT : public ::testing::Test {
 
 TEST_F(CliNanoGPT, ExportRefusesAModelNanoGPTCannotExpressNamingTheOption) {
   const std::string dir = out("default");
-  const CliRun t = attograd("train --steps 2 --d-model 16 --heads 2 --d-ff 64 --layers 1 --batch 4 --eval-every 0 "
-                            "--eval-size 8 --out " + quote(dir));
+  const CliRun t = attograd(
+      "train --steps 2 --d-model 16 --heads 2 --d-ff 64 --layers 1 --batch 4 --eval-every 0 "
+      "--eval-size 8 --out " +
+      quote(dir));
   ASSERT_EQ(t.status, 0) << t.err;
   expect_one_line_error(
       attograd("export --weights " + quote(dir + "/model.attograd") + " --names nanogpt --to " + quote(out("x.st"))),
       "nanoGPT's GPT cannot express --positions sinusoidal (it needs learned)", "export of the textbook lm");
   EXPECT_FALSE(std::filesystem::exists(out("x.st")));
-  const CliRun bad = attograd("export --weights " + quote(dir + "/model.attograd") + " --names gpt2 --to " +
-                              quote(out("y.st")));
+  const CliRun bad =
+      attograd("export --weights " + quote(dir + "/model.attograd") + " --names gpt2 --to " + quote(out("y.st")));
   EXPECT_EQ(bad.status, 2) << bad.err;
 }
 
@@ -113,7 +117,8 @@ TEST_F(CliNanoGPT, ARecipeRunExportsAndImportsBackExactly) {
   const std::string dir = out("recipe");
   const CliRun t = attograd("train --recipe nanogpt --text " + quote(attograd::testing::data_path("train/poems.txt")) +
                             " --context 16 --steps 3 --d-model 16 --heads 2 --d-ff 64 --layers 2 --batch 4 "
-                            "--eval-every 0 --eval-size 8 --out " + quote(dir));
+                            "--eval-every 0 --eval-size 8 --out " +
+                            quote(dir));
   if (t.status != 0 && t.err.find("recipe") != std::string::npos)
     GTEST_SKIP() << "this build has no `train --recipe`: " << t.err;
   ASSERT_EQ(t.status, 0) << t.err;

@@ -48,11 +48,18 @@ std::vector<Mapped> mapping(const NanoGPTConfig& c) {
   const int64_t D = c.n_embd, F = 4 * c.n_embd;
   std::vector<Mapped> out = {{"embed.weight", "transformer.wte.weight", {c.vocab_size, D}},
                              {"pos_embed.weight", "transformer.wpe.weight", {c.block_size, D}}};
-  const std::unordered_map<std::string, Shape> shapes = {
-      {"ln_1.weight", {D}},         {"ln_1.bias", {D}},         {"attn.c_attn.weight", {3 * D, D}},
-      {"attn.c_attn.bias", {3 * D}}, {"attn.c_proj.weight", {D, D}}, {"attn.c_proj.bias", {D}},
-      {"ln_2.weight", {D}},         {"ln_2.bias", {D}},         {"mlp.c_fc.weight", {F, D}},
-      {"mlp.c_fc.bias", {F}},       {"mlp.c_proj.weight", {D, F}}, {"mlp.c_proj.bias", {D}}};
+  const std::unordered_map<std::string, Shape> shapes = {{"ln_1.weight", {D}},
+                                                         {"ln_1.bias", {D}},
+                                                         {"attn.c_attn.weight", {3 * D, D}},
+                                                         {"attn.c_attn.bias", {3 * D}},
+                                                         {"attn.c_proj.weight", {D, D}},
+                                                         {"attn.c_proj.bias", {D}},
+                                                         {"ln_2.weight", {D}},
+                                                         {"ln_2.bias", {D}},
+                                                         {"mlp.c_fc.weight", {F, D}},
+                                                         {"mlp.c_fc.bias", {F}},
+                                                         {"mlp.c_proj.weight", {D, F}},
+                                                         {"mlp.c_proj.bias", {D}}};
   for (int64_t i = 0; i < c.n_layer; ++i)
     for (const BlockName& b : kBlockNames)
       if (!b.bias || c.bias) out.push_back({block(i) + b.ours, h(i) + b.theirs, shapes.at(b.theirs)});
@@ -78,8 +85,9 @@ std::string join(const std::vector<std::string>& names, size_t most = 12) {
 }  // namespace
 
 std::string NanoGPTConfig::to_json() const {
-  nlohmann::ordered_json j = {{"block_size", block_size}, {"vocab_size", vocab_size}, {"n_layer", n_layer}, {"n_head", n_head},
-            {"n_embd", n_embd},         {"dropout", dropout},       {"bias", bias}};
+  nlohmann::ordered_json j = {
+      {"block_size", block_size}, {"vocab_size", vocab_size}, {"n_layer", n_layer}, {"n_head", n_head},
+      {"n_embd", n_embd},         {"dropout", dropout},       {"bias", bias}};
   return j.dump();
 }
 
@@ -90,7 +98,7 @@ NanoGPTConfig NanoGPTConfig::from_json(const std::string& text, const std::strin
   NanoGPTConfig c;
   std::set<std::string> seen;
   for (const auto& [key, v] : j.items()) {
-    int64_t* field = key == "block_size" ? &c.block_size
+    int64_t* field = key == "block_size"   ? &c.block_size
                      : key == "vocab_size" ? &c.vocab_size
                      : key == "n_layer"    ? &c.n_layer
                      : key == "n_head"     ? &c.n_head
@@ -125,8 +133,7 @@ void check_nanogpt(const std::string& kind, const nn::ModelSpec& spec) {
   const nn::AttentionSpec& at = spec.attention;
   if (at.kind != "mha") refuse("--attention", at.kind, "mha");
   if (at.rope) refuse("--rope", "", "learned positions");
-  if (at.window != 0 || at.block != 0 || !at.options.empty())
-    refuse("attention options", at.to_json(), "plain mha");
+  if (at.window != 0 || at.block != 0 || !at.options.empty()) refuse("attention options", at.to_json(), "plain mha");
   const nn::ArchitectureSpec& a = spec.architecture;
   if (a.positions != "learned") refuse("--positions", a.positions, "learned");
   if (a.activation != "gelu") refuse("--activation", a.activation, "gelu");
@@ -134,15 +141,18 @@ void check_nanogpt(const std::string& kind, const nn::ModelSpec& spec) {
   if (a.norm_eps != 1e-5) refuse("--norm-eps", str_cat(a.norm_eps), "1e-5");
   if (a.embed_scale != "none") refuse("--embed-scale", a.embed_scale, "none");
   if (a.head == "untied") refuse("--head", a.head, "tied");
-  if (spec.d_ff != 4 * spec.d_model)
-    refuse("--d-ff", str_cat(spec.d_ff), str_cat("4 d_model = ", 4 * spec.d_model));
+  if (spec.d_ff != 4 * spec.d_model) refuse("--d-ff", str_cat(spec.d_ff), str_cat("4 d_model = ", 4 * spec.d_model));
 }
 
 NanoGPTConfig nanogpt_config(const nn::SequenceModel& model) {
   const nn::ModelSpec& s = model.spec();
   check_nanogpt(model.kind(), s);
-  NanoGPTConfig c{.vocab_size = s.vocab, .n_layer = s.layers, .n_head = s.heads, .n_embd = s.d_model,
-                  .dropout = s.dropout, .bias = s.architecture.bias};
+  NanoGPTConfig c{.vocab_size = s.vocab,
+                  .n_layer = s.layers,
+                  .n_head = s.heads,
+                  .n_embd = s.d_model,
+                  .dropout = s.dropout,
+                  .bias = s.architecture.bias};
   for (const auto& [name, p] : model.named_parameters())
     if (name == "pos_embed.weight") c.block_size = p.size(0);
   ATTO_CHECK(c.block_size > 0, "nanogpt", "the model has no pos_embed.weight (learned positions)");
@@ -166,8 +176,15 @@ nn::ModelSpec nanogpt_model_spec(const NanoGPTConfig& c) {
   s.max_source_len = c.block_size;
   s.max_target_len = 1;
   s.stream = true;
-  s.architecture = {.positions = "learned", .activation = "gelu", .norm = "layernorm", .norm_eps = 1e-5,
-                    .bias = c.bias, .embed_scale = "none", .init = "gpt2", .head = "tied", .recipe = "nanogpt"};
+  s.architecture = {.positions = "learned",
+                    .activation = "gelu",
+                    .norm = "layernorm",
+                    .norm_eps = 1e-5,
+                    .bias = c.bias,
+                    .embed_scale = "none",
+                    .init = "gpt2",
+                    .head = "tied",
+                    .recipe = "nanogpt"};
   return s;
 }
 
@@ -231,8 +248,10 @@ NanoGPTFile read_nanogpt(const std::string& path, const ReadOptions& options) {
   ATTO_CHECK(wte->second.numel() > 0 && wpe->second.numel() > 0, op, origin,
              ": transformer.wte.weight and transformer.wpe.weight must not be empty, got ", wte->second.shape(),
              " and ", wpe->second.shape());
-  NanoGPTConfig inferred{.block_size = wpe->second.size(0), .vocab_size = wte->second.size(0),
-                         .n_embd = wte->second.size(1), .bias = file.count("transformer.ln_f.bias") > 0};
+  NanoGPTConfig inferred{.block_size = wpe->second.size(0),
+                         .vocab_size = wte->second.size(0),
+                         .n_embd = wte->second.size(1),
+                         .bias = file.count("transformer.ln_f.bias") > 0};
   for (const auto& [name, _] : file)
     if (name.starts_with("transformer.h.")) {
       const std::string rest = name.substr(14);
@@ -294,8 +313,8 @@ NanoGPTFile read_nanogpt(const std::string& path, const ReadOptions& options) {
                  ": lm_head.weight differs from transformer.wte.weight (element ", i, ": ", b.flat(i), " vs ",
                  a.flat(i), "); nanoGPT ties them, an untied head is not nanoGPT's");
   }
-  ATTO_CHECK(masks.empty() || static_cast<int64_t>(masks.size()) == c.n_layer, op, origin, ": ", masks.size(),
-             " of ", c.n_layer, " blocks have the causal-mask buffer attn.bias (nanoGPT has it in every block or none)");
+  ATTO_CHECK(masks.empty() || static_cast<int64_t>(masks.size()) == c.n_layer, op, origin, ": ", masks.size(), " of ",
+             c.n_layer, " blocks have the causal-mask buffer attn.bias (nanoGPT has it in every block or none)");
   const Shape mask_shape = {1, 1, c.block_size, c.block_size};
   for (const std::string& name : masks) {
     const Tensor& t = file.at(name);
@@ -306,8 +325,8 @@ NanoGPTFile read_nanogpt(const std::string& path, const ReadOptions& options) {
   for (const std::string& name : masks) {
     const Tensor v = file.at(name).to(kFloat32);
     for (int64_t i = 0; i < v.numel(); ++i)
-      ATTO_CHECK(v.flat(i) == want.flat(i), op, origin, ": '", name, "' is not the causal mask tril(ones) (element ",
-                 i, " is ", v.flat(i), ")");
+      ATTO_CHECK(v.flat(i) == want.flat(i), op, origin, ": '", name, "' is not the causal mask tril(ones) (element ", i,
+                 " is ", v.flat(i), ")");
   }
   return out;
 }

@@ -127,15 +127,19 @@ std::string import_error(const std::string& path) {
 TEST(NanoGPTNames, ImportsAReferenceGPTWithBiasesAndItsConfig) {
   check_reference("nanogpt_bias", true);
   const io::NanoGPTFile f = io::read_nanogpt(data_path("train/nanogpt_bias.safetensors"));
-  EXPECT_EQ(f.config, (io::NanoGPTConfig{.block_size = 8, .vocab_size = 11, .n_layer = 2, .n_head = 2, .n_embd = 8,
-                                         .dropout = 0.0, .bias = true}));
+  EXPECT_EQ(
+      f.config,
+      (io::NanoGPTConfig{
+          .block_size = 8, .vocab_size = 11, .n_layer = 2, .n_head = 2, .n_embd = 8, .dropout = 0.0, .bias = true}));
 }
 
 TEST(NanoGPTNames, ImportsABareStateDictWithoutBiasesInferringTheConfig) {
   check_reference("nanogpt_nobias", false);
   const io::NanoGPTFile f = io::read_nanogpt(data_path("train/nanogpt_nobias.safetensors"));
-  EXPECT_EQ(f.config, (io::NanoGPTConfig{.block_size = 8, .vocab_size = 11, .n_layer = 2, .n_head = 0, .n_embd = 12,
-                                         .dropout = 0.0, .bias = false}));
+  EXPECT_EQ(
+      f.config,
+      (io::NanoGPTConfig{
+          .block_size = 8, .vocab_size = 11, .n_layer = 2, .n_head = 0, .n_embd = 12, .dropout = 0.0, .bias = false}));
 }
 
 TEST(NanoGPTNames, ExportWritesExactlyTheReferenceNamesAndShapes) {
@@ -198,8 +202,8 @@ TEST(NanoGPTNames, ExportThenImportIsAnExactRoundTrip) {
 }
 
 TEST(NanoGPTNames, RefusesWhatNanoGPTCannotExpressNamingTheOption) {
-  const nn::ModelSpec ok = io::nanogpt_model_spec({.block_size = 8, .vocab_size = 11, .n_layer = 1, .n_head = 2,
-                                                   .n_embd = 8});
+  const nn::ModelSpec ok =
+      io::nanogpt_model_spec({.block_size = 8, .vocab_size = 11, .n_layer = 1, .n_head = 2, .n_embd = 8});
   EXPECT_NO_THROW(io::check_nanogpt("lm", ok));
   nn::ModelSpec nobias = ok;
   nobias.architecture.bias = false;
@@ -207,8 +211,8 @@ TEST(NanoGPTNames, RefusesWhatNanoGPTCannotExpressNamingTheOption) {
   nn::ModelSpec tied_by_default = ok;
   tied_by_default.architecture.head = "default";  // the lm's default head is the tied one
   EXPECT_NO_THROW(io::check_nanogpt("lm", tied_by_default));
-  auto refused = [&](const std::string& kind, const std::function<void(nn::ModelSpec&)>& edit, const std::string& option,
-                     const std::string& value) {
+  auto refused = [&](const std::string& kind, const std::function<void(nn::ModelSpec&)>& edit,
+                     const std::string& option, const std::string& value) {
     nn::ModelSpec s = ok;
     edit(s);
     try {
@@ -220,20 +224,33 @@ TEST(NanoGPTNames, RefusesWhatNanoGPTCannotExpressNamingTheOption) {
       EXPECT_EQ(what.find('\n'), std::string::npos) << what;
     }
   };
-  refused("seq2seq", [](nn::ModelSpec&) {}, "--model", "seq2seq");
-  refused("encoder", [](nn::ModelSpec&) {}, "--model", "encoder");
-  refused("lm", [](nn::ModelSpec& s) { s.attention.kind = "gqa"; }, "--attention", "gqa");
-  refused("lm", [](nn::ModelSpec& s) { s.architecture.positions = "sinusoidal"; }, "--positions", "sinusoidal");
-  refused("lm", [](nn::ModelSpec& s) { s.architecture.positions = "rope"; }, "--positions", "rope");
-  refused("lm", [](nn::ModelSpec& s) { s.architecture.activation = "gelu-tanh"; }, "--activation", "gelu-tanh");
-  refused("lm", [](nn::ModelSpec& s) { s.architecture.activation = "relu"; }, "--activation", "relu");
-  refused("lm", [](nn::ModelSpec& s) { s.architecture.norm = "rmsnorm"; }, "--norm", "rmsnorm");
-  refused("lm", [](nn::ModelSpec& s) { s.architecture.norm_eps = 1e-6; }, "--norm-eps", "1e-06");
-  refused("lm", [](nn::ModelSpec& s) { s.architecture.embed_scale = "sqrt"; }, "--embed-scale", "sqrt");
-  refused("lm", [](nn::ModelSpec& s) { s.architecture.head = "untied"; }, "--head", "untied");
-  refused("lm", [](nn::ModelSpec& s) { s.d_ff = 24; }, "--d-ff", "24");
+  refused(
+      "seq2seq", [](nn::ModelSpec&) {}, "--model", "seq2seq");
+  refused(
+      "encoder", [](nn::ModelSpec&) {}, "--model", "encoder");
+  refused(
+      "lm", [](nn::ModelSpec& s) { s.attention.kind = "gqa"; }, "--attention", "gqa");
+  refused(
+      "lm", [](nn::ModelSpec& s) { s.architecture.positions = "sinusoidal"; }, "--positions", "sinusoidal");
+  refused(
+      "lm", [](nn::ModelSpec& s) { s.architecture.positions = "rope"; }, "--positions", "rope");
+  refused(
+      "lm", [](nn::ModelSpec& s) { s.architecture.activation = "gelu-tanh"; }, "--activation", "gelu-tanh");
+  refused(
+      "lm", [](nn::ModelSpec& s) { s.architecture.activation = "relu"; }, "--activation", "relu");
+  refused(
+      "lm", [](nn::ModelSpec& s) { s.architecture.norm = "rmsnorm"; }, "--norm", "rmsnorm");
+  refused(
+      "lm", [](nn::ModelSpec& s) { s.architecture.norm_eps = 1e-6; }, "--norm-eps", "1e-06");
+  refused(
+      "lm", [](nn::ModelSpec& s) { s.architecture.embed_scale = "sqrt"; }, "--embed-scale", "sqrt");
+  refused(
+      "lm", [](nn::ModelSpec& s) { s.architecture.head = "untied"; }, "--head", "untied");
+  refused(
+      "lm", [](nn::ModelSpec& s) { s.d_ff = 24; }, "--d-ff", "24");
   // The default textbook lm: its positions are the first thing nanoGPT lacks.
-  refused("lm", [](nn::ModelSpec& s) { s.architecture = {}; }, "--positions", "sinusoidal");
+  refused(
+      "lm", [](nn::ModelSpec& s) { s.architecture = {}; }, "--positions", "sinusoidal");
 }
 
 TEST(NanoGPTNames, RefusesAMalformedStateDictNamingTheTensors) {
@@ -257,13 +274,15 @@ TEST(NanoGPTNames, RefusesAMalformedStateDictNamingTheTensors) {
     erase(t, "transformer.h.1.mlp.c_fc.bias");
     t.emplace_back("transformer.h.0.attn.rotary.weight", zeros({2}));
   });
-  expect("missing and unknown", {"missing transformer.h.1.mlp.c_fc.bias", "unknown transformer.h.0.attn.rotary.weight"});
+  expect("missing and unknown",
+         {"missing transformer.h.1.mlp.c_fc.bias", "unknown transformer.h.0.attn.rotary.weight"});
 
   rewrite(ref, path, [&](io::NamedTensors& t, auto&) {
     for (auto& [n, x] : t)
       if (n == "transformer.h.1.ln_1.weight") n = "transformer.h.900000.ln_1.weight";
   });
-  expect("a block index beyond the file", {"a tensor of block 900000 (transformer.h.900000.*) in a file of 31 tensors"});
+  expect("a block index beyond the file",
+         {"a tensor of block 900000 (transformer.h.900000.*) in a file of 31 tensors"});
 
   rewrite(ref, path, [&](io::NamedTensors& t, auto&) { find(t, "transformer.wpe.weight") = zeros({0, 8}); });
   expect("empty wpe", {"must not be empty", "[0, 8]"});
