@@ -142,6 +142,18 @@ TEST_F(CliNanoGPT, ARecipeRunExportsAndImportsBackExactly) {
     EXPECT_TRUE(last_line_json(e1.out).contains("val_loss")) << e1.out;
     EXPECT_EQ(last_line_json(e1.out)["val_loss"], last_line_json(e2.out)["val_loss"]) << e1.out << e2.out;
   }
+  // A state dict without attograd's metadata (as nanoGPT saves it) takes the run's vocabulary from --config, the
+  // run's weights file: the same evaluation.
+  io::SafeTensors bare = io::read_safetensors(st);
+  bare.metadata = {{"nanogpt_config", bare.metadata.at("nanogpt_config")}};
+  io::write_safetensors(out("bare.safetensors"), bare.tensors, bare.metadata);
+  const std::string with_vocab = out("with_vocab.attograd");
+  const CliRun i = attograd("import --names nanogpt --from " + quote(out("bare.safetensors")) + " --config " +
+                            quote(w) + " --to " + quote(with_vocab));
+  ASSERT_EQ(i.status, 0) << i.err;
+  const CliRun e1 = attograd("eval --json -w " + quote(w)), e2 = attograd("eval --json -w " + quote(with_vocab));
+  ASSERT_EQ(e2.status, 0) << e2.err;
+  EXPECT_EQ(last_line_json(e1.out)["val_loss"], last_line_json(e2.out)["val_loss"]) << e1.out << e2.out;
 }
 
 }  // namespace
