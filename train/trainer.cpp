@@ -431,9 +431,10 @@ MemoryEstimate TrainConfig::estimate_memory(int64_t vocab_size, int64_t length) 
   const double attention_weights = facts.weights;
   const double keys_per_row = facts.kept_per_row;
   e.parameters = n_layers * (attention_weights + 2 * d * ff) + vocab * d;
-  // The architecture's own weights (the lm model; the others refuse the options): a learned position table of the
-  // model's `length` positions, SwiGLU's third matrix, an untied head (with its bias when biases are on).
-  if (positions == "learned") e.parameters += len * d;
+  // The architecture's own weights (the lm and encoder models; seq2seq refuses the options): a learned position
+  // table of the model's positions, SwiGLU's third matrix, an untied head (with its bias when biases are on).
+  // The encoder's table has max_source_len + 1 rows, about half of `length` (source and target).
+  if (positions == "learned") e.parameters += (model == "encoder" ? std::floor((len + 1) / 2) : len) * d;
   if (activation == "swiglu") e.parameters += n_layers * d * ff;
   if (head == "untied") e.parameters += vocab * d + (bias ? vocab : 0);
   const double copies = optimizer != "sgd" ? 4 : momentum > 0 ? 3 : 2;  // weights, gradients, optimizer state

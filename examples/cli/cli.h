@@ -60,8 +60,11 @@ Command add_predict(CLI::App& app);
 std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed = std::nullopt,
                                            bool read_data = false);
 /// Before building anything: the configuration is valid and its model (estimate_memory's lower bound of the
-/// parameters) fits in the values the file holds; Error naming the file otherwise.
-void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path);
+/// parameters) fits in the values the file holds; Error naming the file otherwise. `data` is the run's data settings
+/// (RunMetadata::data): a data run's bound is taken with its own token space (and one position), not the config's
+/// built-in task sizes.
+void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path,
+                                  const std::string& data = "");
 /// The TrainConfig stored as a file's metadata (Error naming the file when there is none).
 train::TrainConfig config_from_metadata(const std::string& metadata, const std::string& path);
 /// Largest configuration (JSON) file read: 1 MiB.

@@ -211,13 +211,19 @@ train::TrainConfig config_from_metadata(const std::string& metadata, const std::
   return train::parse_run_metadata(metadata, "'" + path + "'").config;
 }
 
-void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path) {
+void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path,
+                                  const std::string& data) {
   cfg.validate();
   // A checkpoint also holds optimizer state: only its "model." tensors count.
   double held = 0;
   for (const io::TensorInfo& t : info.tensors)
     if (info.kind != "checkpoint" || t.name.rfind("model.", 0) == 0) held += static_cast<double>(shape_numel(t.shape));
-  const double needed = cfg.estimate_memory().parameters;
+  // A data run's model has the data's vocabulary and at least one position (a learned table has its context's
+  // rows); the built-in task's sizes (5 + num_symbols tokens, 2 max_len + 1 positions) describe a task run only.
+  const double needed =
+      data.empty() ? cfg.estimate_memory().parameters
+                   : cfg.estimate_memory(train::run_dataset({.config = cfg, .data = data}, false)->vocab_size(), 1)
+                         .parameters;
   ATTO_CHECK(needed <= held, "load", "'", path, "': its configuration describes a ", cfg.model, " model of at least ",
              static_cast<int64_t>(needed), " parameters, but the file holds only ", static_cast<int64_t>(held),
              " values (", info.tensors.size(), " tensors): the metadata does not match the tensors");
@@ -230,7 +236,7 @@ std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optiona
              strf("%016llx", static_cast<unsigned long long>(info.computed_checksum)), ")");
   train::RunMetadata run = train::parse_run_metadata(info.metadata, "'" + path + "'");
   if (seed) run.config.seed = *seed;
-  check_config_against_tensors(run.config, info, path);
+  check_config_against_tensors(run.config, info, path, run.data);
   // A built-in task is drawn from its config; a data file is re-read only when its examples are needed.
   const bool read = read_data || info.kind == "checkpoint";
   auto trainer = std::make_unique<train::Trainer>(run.config, train::run_dataset(run, read));

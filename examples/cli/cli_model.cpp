@@ -221,11 +221,6 @@ train::RunMetadata bare_nanogpt_run(const io::NanoGPTConfig& c, const std::strin
   j["heads"] = spec.heads;
   j["d_ff"] = spec.d_ff;
   j["dropout"] = spec.dropout;
-  // The built-in task's fields mean nothing to a text run; the smallest ones keep the memory estimate made from
-  // them (check_config_against_tensors: 5 + num_symbols tokens, 2 max_len + 1 positions) a lower bound.
-  j["min_len"] = 1;
-  j["max_len"] = 1;
-  j["num_symbols"] = 2;
   // The recipe's fields (TrainConfig names them as ArchitectureSpec does).
   const nlohmann::json arch = nlohmann::json::parse(spec.architecture.to_json());  // held: items() is a view
   for (const auto& [key, value] : arch.items()) j[key] = value;
@@ -279,7 +274,7 @@ int run_import(const ImportArgs& a) {
   train::RunMetadata run = train::parse_run_metadata(info.metadata, "'" + a.from + "'");
   if (!a.config.empty()) run = {train::TrainConfig::from_json(read_text(a.config, "import")), {}};
   const train::TrainConfig& cfg = run.config;
-  check_config_against_tensors(cfg, info, a.from);
+  check_config_against_tensors(cfg, info, a.from, run.data);
   train::Trainer t(cfg, train::run_dataset(run, false));
   io::import_safetensors(t.model(), a.from);
   io::save(t.model(), a.to, t.metadata());

@@ -215,7 +215,9 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     const int64_t cosine_end = std::min(cfg.decay_end(), cfg.steps);
     if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cosine_end) cfg.warmup = cosine_end / 10;
     cfg.validate();
-    if (resume_info) check_config_against_tensors(cfg, *resume_info, a.resume);  // before building the model
+    if (resume_info)  // before building the model
+      check_config_against_tensors(cfg, *resume_info, a.resume,
+                                   train::parse_run_metadata(resume_info->metadata, "'" + a.resume + "'").data);
     file_data = file_dataset(a, resume_info, cfg);
     run_name = file_data ? fs::path(file_data->name()).stem().string() : cfg.task;
 

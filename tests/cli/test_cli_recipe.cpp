@@ -199,7 +199,7 @@ TEST_F(CliRecipe, NanogptStartsAtLnVAndTheDefaultRecipeAboveIt) {
                                 "embed_scale=none, init=gpt2, head=tied");
   const std::string listing = attograd("inspect " + quote(ng + "/model.attograd")).out;
   EXPECT_NE(listing.find("architecture nanogpt recipe: positions=learned"), std::string::npos) << listing;
-  EXPECT_NE(listing.find("betas (0.9, 0.95), weight decay 0 on matrices only"), std::string::npos) << listing;
+  EXPECT_NE(listing.find("betas (0.9, 0.95), eps 1e-08, weight decay 0.1 on matrices only"), std::string::npos) << listing;
 }
 
 TEST_F(CliRecipe, ARecipeModelGeneratesEvaluatesAndRoundTripsThroughSafetensors) {
@@ -239,6 +239,44 @@ TEST_F(CliRecipe, OptionsAModelDoesNotTakeAreOneLineErrors) {
   ASSERT_EQ(attograd(std::string("train ") + kTiny + " --quiet --out " + quote(ck)).status, 0);
   expect_one_line_error(attograd("train --resume " + quote(ck + "/checkpoint.attograd") + " --recipe nanogpt --steps 30"),
                         "--recipe sets up a new run", "recipe on resume");
+}
+
+TEST_F(CliRecipe, ATinyVocabularyRunWithoutBiasesLoadsBack) {
+  // The load check bounds a file's parameters from below by its configuration: a data run is bounded with the
+  // data's own vocabulary (5 characters here) and context, not the built-in task's 5 + num_symbols tokens and
+  // 2 max_len + 1 learned positions, which refused this correct file.
+  const std::string text = (scratch() / "five.txt").string();
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 200; ++i) f << "abcde";
+  }
+  const std::string out = (scratch() / "five-run").string();
+  ASSERT_EQ(attograd("train --text " + quote(text) + " --recipe nanogpt --context 8 --steps 5 --d-model 16 --heads 2 "
+                     "--layers 1 --d-ff 64 --quiet --out " + quote(out)).status,
+            0);
+  const CliRun e = attograd("eval -w " + quote(out + "/model.attograd") + " --json");
+  ASSERT_EQ(e.status, 0) << e.err;
+  const CliRun r = attograd("train --resume " + quote(out + "/checkpoint.attograd") + " --steps 7 --quiet");
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+TEST_F(CliRecipe, TheEncoderModelTakesTheRecipe) {
+  const std::string out = (scratch() / "encoder-nanogpt").string();
+  const CliRun r = attograd(std::string("train --model encoder --recipe nanogpt --json ") + kTiny + " --out " +
+                            quote(out));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const TrainConfig c = saved(out);
+  EXPECT_EQ(c.positions, "learned");
+  EXPECT_EQ(c.recipe, "nanogpt");
+  const attograd::io::FileInfo info = attograd::io::inspect(out + "/model.attograd");
+  bool learned = false, biases = false;
+  for (const auto& t : info.tensors) {
+    learned |= t.name == "pos_embed.weight";
+    biases |= t.name.size() >= 4 && t.name.compare(t.name.size() - 4, 4, "bias") == 0;
+  }
+  EXPECT_TRUE(learned);
+  EXPECT_FALSE(biases);
+  EXPECT_EQ(attograd("eval -w " + quote(out + "/model.attograd")).status, 0);
 }
 
 }  // namespace

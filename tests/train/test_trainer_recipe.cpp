@@ -86,7 +86,8 @@ TEST(TrainConfigRecipe, NanogptSetsEveryOptionOfModelPyAndTrainPy) {
   EXPECT_EQ(c.warmup_style, "nanogpt");
   EXPECT_EQ(c.recipe, "nanogpt");
   EXPECT_EQ(c.lr, 1e-3);  // run settings stay the user's
-  EXPECT_EQ(c.weight_decay, 0.0);
+  EXPECT_EQ(c.weight_decay, 0.1);  // train.py's weight_decay = 1e-1
+  EXPECT_EQ(c.adam_eps, 1e-8);     // torch.optim.AdamW's default eps
   c.validate();
   // "default" puts every recipe field back.
   c.apply_recipe("default");

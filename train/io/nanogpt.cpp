@@ -131,9 +131,9 @@ void check_nanogpt(const std::string& kind, const nn::ModelSpec& spec) {
   };
   if (kind != "lm") refuse("--model", kind, "lm, a decoder-only model");
   const nn::AttentionSpec& at = spec.attention;
-  if (at.kind != "mha") refuse("--attention", at.kind, "mha");
   if (at.rope) refuse("--rope", "", "learned positions");
-  if (at.window != 0 || at.block != 0 || !at.options.empty()) refuse("attention options", at.to_json(), "plain mha");
+  // Plain multi-head attention: the default spec (checkpointing changes no weight).
+  if (at != nn::AttentionSpec{.checkpoint = at.checkpoint}) refuse("--attention", at.kind + at.to_json(), "plain mha");
   const nn::ArchitectureSpec& a = spec.architecture;
   if (a.positions != "learned") refuse("--positions", a.positions, "learned");
   if (a.activation != "gelu") refuse("--activation", a.activation, "gelu");
