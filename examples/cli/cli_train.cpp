@@ -645,18 +645,18 @@ Command add_train(CLI::App& app) {
   flag_field(sub, a, "--rope", &TrainConfig::rope,
              "rotary position embeddings instead of the sinusoidal table (mha, gqa, local, block-sparse; mla: only its decoupled RoPE)");
   field(sub, a, "--positions", &TrainConfig::positions,
-        "lm: sinusoidal (the fixed table), learned (GPT-2's position embedding), rope (as --rope) or none")
+        "lm, encoder: sinusoidal (the fixed table), learned (GPT-2's position embedding), rope (lm; as --rope) or none")
       ->check(CLI::IsMember({"sinusoidal", "learned", "rope", "none"}));
   field(sub, a, "--activation", &TrainConfig::activation,
-        "lm: the feed-forward activation: relu, gelu (exact, erf), gelu-tanh (GPT-2's) or swiglu (gated, LLaMA's: "
+        "lm, encoder: the feed-forward activation: relu, gelu (exact, erf), gelu-tanh (GPT-2's) or swiglu (gated, LLaMA's: "
         "three D x d-ff matrices)")
       ->check(CLI::IsMember({"relu", "gelu", "gelu-tanh", "swiglu"}));
-  field(sub, a, "--norm", &TrainConfig::norm, "lm: every norm: layernorm or rmsnorm")
+  field(sub, a, "--norm", &TrainConfig::norm, "lm, encoder: every norm: layernorm or rmsnorm")
       ->check(CLI::IsMember({"layernorm", "rmsnorm"}));
-  field(sub, a, "--norm-eps", &TrainConfig::norm_eps, "lm: every norm's eps (nanoGPT and PyTorch: 1e-5)");
+  field(sub, a, "--norm-eps", &TrainConfig::norm_eps, "lm, encoder: every norm's eps (default 0: the model's own, lm 1e-6, encoder 1e-5; nanoGPT: 1e-5)");
   {
     CLI::Option* opt = sub->add_flag("--no-bias", a->no_bias,
-                                     "lm: no bias in any Linear or LayerNorm (nanoGPT's bias=False)");
+                                     "lm, encoder: no bias in any Linear or LayerNorm (nanoGPT's bias=False)");
     a->by_flag["--no-bias"] = opt;
     a->overrides.push_back([opt](TrainConfig& c) {
       if (opt->count() > 0) c.bias = false;
@@ -670,13 +670,13 @@ Command add_train(CLI::App& app) {
         "projections N(0, 0.02/sqrt(2 layers)), zero biases)")
       ->check(CLI::IsMember({"default", "gpt2"}));
   field(sub, a, "--head", &TrainConfig::head,
-        "lm: output head: default (tied to the token embedding), tied, or untied (its own Linear)")
+        "lm, encoder: output head: default (lm: tied to the token embedding; encoder: its own Linear), tied, or untied")
       ->check(CLI::IsMember({"default", "tied", "untied"}));
   a->recipe_opt = sub->add_option("--recipe", a->recipe,
                                   "default, or nanogpt: nanoGPT's model.py and train.py at once (--positions learned "
                                   "--activation gelu --no-bias --norm-eps 1e-5 --embed-scale none --init gpt2 --head "
-                                  "tied --decay matrices --beta1 0.9 --beta2 0.95 --min-lr lr/10 --warmup-style "
-                                  "nanogpt); flags given explicitly override it")
+                                  "tied --decay matrices --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --adam-eps 1e-8 "
+                                  "--min-lr lr/10 --warmup-style nanogpt); flags given explicitly override it")
                       ->check(CLI::IsMember({"default", "nanogpt"}));
   a->by_flag["--recipe"] = a->recipe_opt;
   flag_field(sub, a, "--checkpoint-activations", &TrainConfig::checkpoint_activations,
@@ -737,7 +737,7 @@ Command add_train(CLI::App& app) {
       "  attograd train --config runs/reverse-lm/config.json --seed 2 --json\n"
       "  attograd train --resume runs/reverse-lm/checkpoint.attograd --steps 4000\n"
       "  attograd train --text poem.txt --context 64 --steps 500     # then: attograd sample -w runs/poem-lm/...\n"
-      "  attograd train --text poem.txt --recipe nanogpt --lr 1e-3 --weight-decay 0.1   (docs/TRAINING.md)\n"
+      "  attograd train --text poem.txt --recipe nanogpt --lr 1e-3   (docs/TRAINING.md)\n"
       "  attograd train --pairs pairs.tsv --tokenize word --model seq2seq\n"
       "  mpirun -np 4 attograd train --batch 64 --out runs/dp   (data-parallel, docs/DISTRIBUTED.md)");
   return {sub, [a] { return run_distributed(*a); }};
