@@ -7,12 +7,19 @@
 #include <limits>
 
 #include "autograd/checkpoint.h"
+#include "autograd/matmul.h"
 #include "autograd/shape.h"
 #include "nn/attention.h"
 #include "nn/model_helpers.h"
 #include "nn/init.h"
 
 namespace attograd::nn {
+
+namespace {
+
+constexpr double kEncoderNormEps = 1e-5;  // the default recipe's: PyTorch's LayerNorm and TransformerEncoderLayer
+
+}  // namespace
 
 EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : options(o) {
   const char* me = "EncoderTagger";
@@ -34,8 +41,10 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
                                          .max_len = o.max_len}, &mo, &supported),
              me, "model kind \"encoder\" does not support attention ", at.kind, " (supported: ", supported,
              "; use the lm model)");
-  ATTO_CHECK(!at.rope, me, "model kind \"encoder\" does not support attention.rope (--rope): it keeps its sinusoidal "
-             "position table");
+  const ArchitectureSpec& arch = o.architecture;
+  arch.validate();
+  ATTO_CHECK(!at.rope && arch.positions != "rope", me, "model kind \"encoder\" does not support attention.rope "
+             "(--rope) or positions 'rope': its positions are sinusoidal, learned or none");
   // Its layers take a MultiheadAttention kind's key/value heads, window and block only: a kind made of a score or
   // mask function (alibi, softcap, a user's) would be silently dropped, so it is refused.
   ATTO_CHECK(!mo.mask_mod && !mo.score_mod, me, "model kind \"encoder\" does not support attention ", at.kind,
@@ -50,13 +59,24 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
            .max_target_len = o.max_len - 1,
            .aligned = true,
            .specials = {.pad = o.pad_idx, .sep = o.sep_idx},
-           .attention = o.attention};
+           .attention = o.attention,
+           .architecture = o.architecture};
   embed = register_module("embed", std::make_shared<Embedding>(o.vocab, o.d_model, -1, gen));
+  const double embed_std = 1.0 / std::sqrt(static_cast<double>(o.d_model));
   {
     NoGradGuard no_grad;
-    init::normal_(embed->weight, 0.0, 1.0 / std::sqrt(static_cast<double>(o.d_model)), gen);
+    init::normal_(embed->weight, 0.0, embed_std, gen);
   }
-  pos = register_module("pos", std::make_shared<PositionalEncoding>(o.d_model, o.max_len, o.dropout, gen));
+  if (arch.positions == "sinusoidal") {
+    pos = register_module("pos", std::make_shared<PositionalEncoding>(o.d_model, o.max_len, o.dropout, gen));
+  } else {
+    if (arch.positions == "learned") {
+      pos_embed = register_module("pos_embed", std::make_shared<Embedding>(o.max_len, o.d_model, -1, gen));
+      NoGradGuard no_grad;
+      init::normal_(pos_embed->weight, 0.0, embed_std, gen);
+    }
+    dropout = register_module("dropout", std::make_shared<Dropout>(o.dropout));
+  }
   layers = register_module("layers", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < o.n_layers; ++i)
     layers->push_back(std::make_shared<TransformerEncoderLayer>(
@@ -64,13 +84,26 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
                                        .nhead = o.n_head,
                                        .dim_feedforward = o.d_ff,
                                        .dropout = o.dropout,
+                                       .activation = arch.activation,
+                                       .layer_norm_eps = arch.eps_or(kEncoderNormEps),
+                                       .bias = arch.bias,
+                                       .norm = arch.norm,
                                        .norm_first = true,
                                        .num_kv_heads = mo.num_kv_heads,
                                        .window = mo.window,
                                        .block_size = mo.block_size},
         gen));
-  norm = register_module("norm", std::make_shared<LayerNorm>(o.d_model));
-  head = register_module("head", std::make_shared<Linear>(o.d_model, o.vocab, true, gen));
+  norm = register_module("norm", detail::make_norm(arch, o.d_model, kEncoderNormEps));
+  if (arch.head != "tied") head = register_module("head", std::make_shared<Linear>(o.d_model, o.vocab, arch.bias, gen));
+  if (arch.init == "gpt2") {
+    std::vector<Tensor> residual;
+    for (const auto& m : *layers) {
+      const auto& layer = static_cast<TransformerEncoderLayer&>(*m);
+      residual.push_back(layer.self_attn->out_proj->weight);
+      residual.push_back(layer.linear2->weight);
+    }
+    detail::gpt2_init(*this, residual, o.n_layers, gen);
+  }
   if (o.dtype != kFloat32) to(o.dtype);
 }
 
@@ -78,7 +111,6 @@ std::shared_ptr<SequenceModel> EncoderTagger::build(const ModelSpec& s, Generato
   ATTO_CHECK(s.aligned, "EncoderTagger",
              "the encoder-only model needs targets aligned with their sources (the same length); this data's "
              "targets are not: use the lm or seq2seq model");
-  detail::refuse_architecture(s.architecture, "encoder", "PyTorch's pre-LN TransformerEncoderLayer recipe");
   auto m = std::make_shared<EncoderTagger>(EncoderTaggerOptions{.vocab = s.vocab,
                                                                 .d_model = s.d_model,
                                                                 .n_head = s.heads,
@@ -88,7 +120,8 @@ std::shared_ptr<SequenceModel> EncoderTagger::build(const ModelSpec& s, Generato
                                                                 .max_len = s.max_source_len + 1,
                                                                 .pad_idx = s.specials.pad,
                                                                 .sep_idx = s.specials.sep,
-                                                                .attention = s.attention},
+                                                                .attention = s.attention,
+                                                                .architecture = s.architecture},
                                            gen);
   m->spec_ = s;
   return m;
@@ -98,8 +131,14 @@ Tensor EncoderTagger::forward(const Tensor& tokens) {
   const char* me = "EncoderTagger";
   detail::check_tokens(tokens, options.vocab, options.max_len, me, "tokens", "max_len");
   const Tensor kpm = options.pad_idx >= 0 ? detail::key_padding_mask(tokens, options.pad_idx) : Tensor();  // (B, L)
-  Tensor x = embed->forward(tokens) * std::sqrt(static_cast<double>(options.d_model));  // (B, L, D)
-  x = pos->forward(x);
+  Tensor x = embed->forward(tokens);  // (B, L, D)
+  if (options.architecture.embed_scale == "sqrt") x = x * std::sqrt(static_cast<double>(options.d_model));
+  if (pos) {
+    x = pos->forward(x);  // + the sinusoidal table, dropout
+  } else {
+    if (pos_embed) x = x + narrow(pos_embed->weight, 0, 0, tokens.size(1));  // + (L, D)
+    x = dropout->forward(x);
+  }
   const auto n = static_cast<int64_t>(layers->size());
   for (int64_t i = 0; i < n; ++i) {
     std::shared_ptr<TransformerEncoderLayer> layer = layers->at<TransformerEncoderLayer>(i);
@@ -115,7 +154,7 @@ Tensor EncoderTagger::forward(const Tensor& tokens) {
       x = layer->forward(x, {.src_key_padding_mask = kpm});
     }
   }
-  return head->forward(norm->forward(x));  // (B, L, V)
+  return head ? head->forward(norm->forward(x)) : linear(norm->forward(x), embed->weight);  // (B, L, V)
 }
 
 void EncoderTagger::store_attention(bool on) {
@@ -228,7 +267,8 @@ std::string EncoderTagger::extra_repr() const {
   return str_cat("vocab=", o.vocab, ", d_model=", o.d_model, ", n_head=", o.n_head, ", d_ff=", o.d_ff,
              ", n_layers=", o.n_layers, ", dropout=", o.dropout, ", max_len=", o.max_len, ", pad_idx=", o.pad_idx,
              ", sep_idx=", o.sep_idx, o.attention == AttentionSpec{} ? std::string() : ", attention=" + o.attention.kind,
-             o.attention.checkpoint ? ", checkpoint=True" : "");
+             o.attention.checkpoint ? ", checkpoint=True" : "",
+             o.architecture == ArchitectureSpec{} ? "" : ", " + detail::architecture_words(o.architecture));
 }
 
 }  // namespace attograd::nn

@@ -7,6 +7,8 @@
 //   x      = layers(x)    (PyTorch's TransformerEncoderLayer, pre-LN (norm_first), bidirectional: every position
 //                          sees every other one; padding keys blocked)
 //   logits = head(norm(x))                             (B, L, vocab), position i predicts target token i
+// That is the default recipe; options.architecture changes it as for the decoder-only model (learned or no positions,
+// GELU / GELU-tanh / SwiGLU, RMSNorm and eps, no biases, no embedding scale, GPT-2's init, a tied head; not RoPE).
 // The target of src is tgt EOS, so |tgt| must equal |src| (make_batch names an example that breaks this).
 // Decoding is one forward: begin_decode runs the encoder once and decode_step reads position |decoded| of each row.
 
@@ -39,6 +41,10 @@ struct EncoderTaggerOptions {
   /// non-causal: a window sees keys |i - j| <= window) and checkpoint (every layer but the last); an Error naming
   /// the option for mla, linear and rope.
   AttentionSpec attention = {};
+  /// The recipe (ArchitectureSpec, nn/sequence_model.h): positions sinusoidal, learned or none (rope: Error), the
+  /// layers' activation, norm and eps (default 1e-5, PyTorch's), biases, the embedding scale, init and the head
+  /// (default: its own Linear).
+  ArchitectureSpec architecture = {};
 };
 
 /// Encoder-only model with a per-position head (see the file comment). Parameters: embed.weight (vocab, D)
@@ -78,10 +84,13 @@ class EncoderTagger : public SequenceModel {
 
   const EncoderTaggerOptions options;   ///< the options it was built with
   std::shared_ptr<Embedding> embed;     ///< "embed" (vocab, D)
-  std::shared_ptr<PositionalEncoding> pos;  ///< "pos": sinusoidal table (max_len rows) + embedding dropout
+  std::shared_ptr<PositionalEncoding> pos;  ///< "pos": sinusoidal table (max_len rows) + embedding dropout; null
+                                            ///< unless positions are sinusoidal
+  std::shared_ptr<Embedding> pos_embed; ///< "pos_embed" (max_len, D) with learned positions, else null
+  std::shared_ptr<Dropout> dropout;     ///< "dropout" on the embedded input when there is no "pos", else null
   std::shared_ptr<ModuleList> layers;   ///< "layers": n_layers TransformerEncoderLayer (norm_first)
-  std::shared_ptr<LayerNorm> norm;      ///< final LayerNorm
-  std::shared_ptr<Linear> head;         ///< "head": D -> vocab, per position
+  std::shared_ptr<Module> norm;         ///< final norm: LayerNorm (eps 1e-5) or the recipe's
+  std::shared_ptr<Linear> head;         ///< "head": D -> vocab, per position; null with a tied head (embed.weight)
 
  protected:
   /// "vocab=.., d_model=.., ...".

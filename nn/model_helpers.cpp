@@ -38,15 +38,18 @@ Tensor row_tensor(const std::vector<int64_t>& tokens) {
   return from_vector(tokens, {1, static_cast<int64_t>(tokens.size())});  // (1, L)
 }
 
-std::shared_ptr<Module> make_norm(const ArchitectureSpec& a, int64_t d) {
-  if (a.norm == "rmsnorm") return std::make_shared<RMSNorm>(d, a.norm_eps);
-  return std::make_shared<LayerNorm>(d, LayerNormOptions{.eps = a.norm_eps, .bias = a.bias});
+std::shared_ptr<Module> make_norm(const ArchitectureSpec& a, int64_t d, double default_eps) {
+  const double eps = a.eps_or(default_eps);
+  if (a.norm == "rmsnorm") return std::make_shared<RMSNorm>(d, eps);
+  return std::make_shared<LayerNorm>(d, LayerNormOptions{.eps = eps, .bias = a.bias});
 }
 
 void gpt2_init(Module& model, const std::vector<Tensor>& residual, int64_t layers, Generator& gen) {
   NoGradGuard no_grad;
   const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(layers, 1)));
-  for (auto& [name, p] : model.named_parameters()) {
+  for (auto& named : model.named_parameters()) {
+    const std::string& name = named.first;
+    Tensor& p = named.second;
     const bool is_residual = std::any_of(residual.begin(), residual.end(), [&](const Tensor& r) { return r.is_same(p); });
     if (is_residual)
       init::normal_(p, 0.0, std_residual, gen);

@@ -25,9 +25,9 @@ Tensor key_padding_mask(const Tensor& tokens, int64_t pad_idx);
 /// One row of tokens as a (1, L) Int64 tensor.
 Tensor row_tensor(const std::vector<int64_t>& tokens);
 
-/// The norm an architecture asks for over the last d features: LayerNorm(d, norm_eps, bias = architecture.bias) or
-/// RMSNorm(d, norm_eps).
-std::shared_ptr<Module> make_norm(const ArchitectureSpec& architecture, int64_t d);
+/// The norm an architecture asks for over the last d features: LayerNorm(d, eps, bias = architecture.bias) or
+/// RMSNorm(d, eps), eps = architecture.eps_or(default_eps).
+std::shared_ptr<Module> make_norm(const ArchitectureSpec& architecture, int64_t d, double default_eps);
 
 /// GPT-2's initialisation (nanoGPT's _init_weights and its c_proj rule) over model.named_parameters(), drawn in that
 /// order from `gen`: a tensor in `residual` ~ N(0, 0.02 / sqrt(2 layers)); every other parameter of two or more

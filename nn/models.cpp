@@ -104,6 +104,8 @@ Tensor feed_forward(PositionwiseFeedForward& ff, const Tensor& x) {
 
 namespace {
 
+constexpr double kLmNormEps = 1e-6;  // the default recipe's (the seed's) LayerNorm eps
+
 // The attention spec a CausalLM's blocks are built with: positions "rope" turns on the attention's RoPE.
 AttentionSpec lm_attention(const CausalLMOptions& o) {
   AttentionSpec a = o.attention;
@@ -116,14 +118,14 @@ AttentionSpec lm_attention(const CausalLMOptions& o) {
 CausalLMBlock::CausalLMBlock(const CausalLMOptions& o, Generator& gen) {
   const double p = o.dropout;
   const ArchitectureSpec& arch = o.architecture;
-  norm1 = register_module("norm1", detail::make_norm(arch, o.d_model));
+  norm1 = register_module("norm1", detail::make_norm(arch, o.d_model, kLmNormEps));
   self_attn = register_module(
       "self_attn", make_attention(lm_attention(o),
                                   {.d_model = o.d_model, .heads = o.n_head, .dropout = p, .max_len = o.max_len,
                                    .bias = arch.bias},
                                   gen));
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
-  norm2 = register_module("norm2", detail::make_norm(arch, o.d_model));
+  norm2 = register_module("norm2", detail::make_norm(arch, o.d_model, kLmNormEps));
   ff = register_module("ff", std::make_shared<PositionwiseFeedForward>(
                                  o.d_model, o.d_ff,
                                  FeedForwardOptions{.dropout = p, .activation = arch.activation, .bias = arch.bias},
@@ -208,7 +210,7 @@ CausalLM::CausalLM(const CausalLMOptions& o, Generator& gen) : options(o) {
   dropout = register_module("dropout", std::make_shared<Dropout>(o.dropout));
   blocks = register_module("blocks", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < o.n_layers; ++i) blocks->push_back(std::make_shared<CausalLMBlock>(o, gen));
-  norm = register_module("norm", detail::make_norm(arch, o.d_model));
+  norm = register_module("norm", detail::make_norm(arch, o.d_model, kLmNormEps));
   if (arch.head == "untied")  // nanoGPT's lm_head (no bias there); with a bias when the recipe keeps biases
     head = register_module("head", std::make_shared<Linear>(o.d_model, o.vocab, arch.bias, gen));
   if (arch.init == "gpt2") {

@@ -216,8 +216,8 @@ void ArchitectureSpec::validate() const {
   check_one_of("embed_scale", embed_scale, {"sqrt", "none"});
   check_one_of("init", init, {"default", "gpt2"});
   check_one_of("head", head, {"default", "tied", "untied"});
-  ATTO_CHECK(std::isfinite(norm_eps) && norm_eps > 0.0, "ArchitectureSpec", "norm_eps must be finite and positive, got ",
-             norm_eps);
+  ATTO_CHECK(std::isfinite(norm_eps) && norm_eps >= 0.0, "ArchitectureSpec",
+             "norm_eps must be finite and positive (or 0: the model kind's own), got ", norm_eps);
 }
 
 std::vector<std::string> ArchitectureSpec::differences() const {

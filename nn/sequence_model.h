@@ -91,7 +91,8 @@ struct ArchitectureSpec {
   /// block holds 3 D F weights where the others hold 2 D F; LLaMA passes 2/3 of 4 D).
   std::string activation = "relu";
   std::string norm = "layernorm";    ///< every norm: "layernorm" or "rmsnorm" (no mean, no bias)
-  double norm_eps = 1e-6;            ///< every norm's eps (PyTorch's and nanoGPT's LayerNorm use 1e-5)
+  /// Every norm's eps; 0 (the default): the kind's own (lm 1e-6, the seed's; encoder 1e-5, PyTorch's, as nanoGPT's)
+  double norm_eps = 0.0;
   bool bias = true;                  ///< biases in every Linear (attention projections, feed-forward) and LayerNorm
   std::string embed_scale = "sqrt";  ///< token embeddings times sqrt(d_model) ("sqrt", the paper's) or not ("none")
   /// Initial weights: "default" (each module's own, docs/TRAINING.md has the table) or "gpt2" (every weight matrix
@@ -101,10 +102,12 @@ struct ArchitectureSpec {
   /// with bias), "tied" (logits = h embed.weight^T) or "untied" (a Linear "head" (vocab, D), with a bias when bias).
   std::string head = "default";
   std::string recipe = "";           ///< the named recipe these options came from ("nanogpt"), for summaries
+  /// norm_eps, or `kind_default` when it is 0.
+  double eps_or(double kind_default) const { return norm_eps > 0.0 ? norm_eps : kind_default; }
   /// The spec as a JSON object (every field).
   std::string to_json() const;
   /// Error naming the field and its value for an unknown positions, activation, norm, embed_scale, init or head, or
-  /// an eps that is not finite and positive.
+  /// a norm_eps that is negative or not finite.
   void validate() const;
   /// The options that differ from the defaults, as "name=value" (recipe excluded), in declaration order.
   std::vector<std::string> differences() const;

@@ -1,6 +1,7 @@
 #include "nn/transformer.h"
 
 #include "autograd/activation.h"
+#include "nn/mla.h"
 
 namespace attograd::nn {
 
@@ -12,8 +13,10 @@ void check_options(const TransformerLayerOptions& o, const char* me) {
              ", dim_feedforward=", o.dim_feedforward);
   ATTO_CHECK(o.d_model % o.nhead == 0, me, "d_model must be divisible by nhead, got d_model=", o.d_model,
              ", nhead=", o.nhead);
-  ATTO_CHECK(o.activation == "relu" || o.activation == "gelu", me, "activation must be 'relu' or 'gelu', got '",
-             o.activation, "'");
+  ATTO_CHECK(o.activation == "relu" || o.activation == "gelu" || o.activation == "gelu-tanh" || o.activation == "swiglu",
+             me, "activation must be 'relu', 'gelu', 'gelu-tanh' or 'swiglu', got '", o.activation, "'");
+  ATTO_CHECK(o.norm == "layernorm" || o.norm == "rmsnorm", me, "norm must be 'layernorm' or 'rmsnorm', got '", o.norm,
+             "'");
   ATTO_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, me, "dropout must be in [0, 1), got ", o.dropout);
   ATTO_CHECK(o.layer_norm_eps > 0.0, me, "layer_norm_eps must be positive, got ", o.layer_norm_eps);
 }
@@ -25,11 +28,30 @@ void check_input(const Tensor& x, int64_t d_model, const char* me, const char* w
              " of shape (B, L, d_model=", d_model, "), got shape ", x.shape());
 }
 
-Tensor activate(const Tensor& h, const std::string& activation) { return activation == "gelu" ? gelu(h) : relu(h); }
+// The feed-forward block's hidden activation of x (B, L, D) -> (B, L, F): act(linear1 x), or silu(linear1 x) *
+// linear3 x for swiglu.
+Tensor hidden(const Tensor& x, Linear& linear1, Linear* linear3, const std::string& activation) {
+  Tensor h = linear1.forward(x);
+  if (activation == "swiglu") return h * sigmoid(h) * linear3->forward(x);
+  if (activation == "relu") return relu(h);
+  return gelu(h, activation == "gelu-tanh" ? "tanh" : "none");
+}
+
+// A layer's norm over d features: LayerNorm (with a bias when o.bias) or RMSNorm, eps layer_norm_eps.
+std::shared_ptr<Module> layer_norm_module(const TransformerLayerOptions& o, int64_t d) {
+  if (o.norm == "rmsnorm") return std::make_shared<RMSNorm>(d, o.layer_norm_eps);
+  return std::make_shared<LayerNorm>(d, LayerNormOptions{.eps = o.layer_norm_eps, .bias = o.bias});
+}
+
+// linear3 of swiglu, drawn after linear1 (null otherwise).
+std::shared_ptr<Linear> gate_linear(const TransformerLayerOptions& o, Generator& gen) {
+  return o.activation == "swiglu" ? std::make_shared<Linear>(o.d_model, o.dim_feedforward, o.bias, gen) : nullptr;
+}
 
 std::string layer_repr(const TransformerLayerOptions& o) {
   return str_cat("d_model=", o.d_model, ", nhead=", o.nhead, ", dim_feedforward=", o.dim_feedforward,
-             ", norm_first=", o.norm_first ? "True" : "False", ", activation=", o.activation);
+             ", norm_first=", o.norm_first ? "True" : "False", ", activation=", o.activation,
+             o.bias ? "" : ", bias=False", o.norm == "layernorm" ? "" : ", norm=" + o.norm);
 }
 
 }  // namespace
@@ -41,22 +63,24 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOp
     : options(opts) {
   check_options(options, "TransformerEncoderLayer");
   const int64_t D = options.d_model, F = options.dim_feedforward;
-  const double p = options.dropout, eps = options.layer_norm_eps;
+  const double p = options.dropout;
   self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(
                                                MultiheadAttentionOptions{.embed_dim = D,
                                                                          .num_heads = options.nhead,
                                                                          .dropout = p,
+                                                                         .bias = options.bias,
                                                                          .num_kv_heads = options.num_kv_heads,
                                                                          .window = options.window,
                                                                          .block_size = options.block_size,
                                                                          .block_local = 1,
                                                                          .block_global = options.block_size > 0 ? 1 : 0},
                                                gen));
-  linear1 = register_module("linear1", std::make_shared<Linear>(D, F, true, gen));
+  linear1 = register_module("linear1", std::make_shared<Linear>(D, F, options.bias, gen));
+  if (auto l3 = gate_linear(options, gen)) linear3 = register_module("linear3", l3);
   dropout = register_module("dropout", std::make_shared<Dropout>(p));
-  linear2 = register_module("linear2", std::make_shared<Linear>(F, D, true, gen));
-  norm1 = register_module("norm1", std::make_shared<LayerNorm>(D, eps));
-  norm2 = register_module("norm2", std::make_shared<LayerNorm>(D, eps));
+  linear2 = register_module("linear2", std::make_shared<Linear>(F, D, options.bias, gen));
+  norm1 = register_module("norm1", layer_norm_module(options, D));
+  norm2 = register_module("norm2", layer_norm_module(options, D));
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(p));
   to(options.dtype);  // drawn in float32, then converted (see nn/layers.h)
@@ -78,7 +102,7 @@ Tensor TransformerEncoderLayer::sa_block(const Tensor& x, const EncoderForwardOp
 
 // The feed-forward block without its residual: dropout2(linear2(dropout(activation(linear1(x))))).
 Tensor TransformerEncoderLayer::ff_block(const Tensor& x) {
-  Tensor h = activate(linear1->forward(x), options.activation);  // (B, L, F)
+  Tensor h = hidden(x, *linear1, linear3.get(), options.activation);  // (B, L, F)
   return dropout2->forward(linear2->forward(dropout->forward(h)));
 }
 
@@ -109,16 +133,17 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerDecoderLayerOp
     : options(opts) {
   check_options(options, "TransformerDecoderLayer");
   const int64_t D = options.d_model, F = options.dim_feedforward;
-  const double p = options.dropout, eps = options.layer_norm_eps;
-  const MultiheadAttentionOptions mha{.embed_dim = D, .num_heads = options.nhead, .dropout = p};
+  const double p = options.dropout;
+  const MultiheadAttentionOptions mha{.embed_dim = D, .num_heads = options.nhead, .dropout = p, .bias = options.bias};
   self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(mha, gen));
   multihead_attn = register_module("multihead_attn", std::make_shared<MultiheadAttention>(mha, gen));
-  linear1 = register_module("linear1", std::make_shared<Linear>(D, F, true, gen));
+  linear1 = register_module("linear1", std::make_shared<Linear>(D, F, options.bias, gen));
+  if (auto l3 = gate_linear(options, gen)) linear3 = register_module("linear3", l3);
   dropout = register_module("dropout", std::make_shared<Dropout>(p));
-  linear2 = register_module("linear2", std::make_shared<Linear>(F, D, true, gen));
-  norm1 = register_module("norm1", std::make_shared<LayerNorm>(D, eps));
-  norm2 = register_module("norm2", std::make_shared<LayerNorm>(D, eps));
-  norm3 = register_module("norm3", std::make_shared<LayerNorm>(D, eps));
+  linear2 = register_module("linear2", std::make_shared<Linear>(F, D, options.bias, gen));
+  norm1 = register_module("norm1", layer_norm_module(options, D));
+  norm2 = register_module("norm2", layer_norm_module(options, D));
+  norm3 = register_module("norm3", layer_norm_module(options, D));
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(p));
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(p));
   dropout3 = register_module("dropout3", std::make_shared<Dropout>(p));
@@ -127,7 +152,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerDecoderLayerOp
 
 // The feed-forward block without its residual: dropout3(linear2(dropout(activation(linear1(x))))).
 Tensor TransformerDecoderLayer::ff_block(const Tensor& x) {
-  Tensor h = activate(linear1->forward(x), options.activation);  // (B, T, F)
+  Tensor h = hidden(x, *linear1, linear3.get(), options.activation);  // (B, T, F)
   return dropout3->forward(linear2->forward(dropout->forward(h)));
 }
 
@@ -191,7 +216,7 @@ TransformerEncoder::TransformerEncoder(const TransformerEncoderLayerOptions& lay
   layers = register_module("layers", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < n; ++i) layers->push_back(std::make_shared<TransformerEncoderLayer>(layer_options, gen));
   if (final_norm)
-    norm = register_module("norm", std::make_shared<LayerNorm>(layer_options.d_model, layer_options.layer_norm_eps));
+    norm = register_module("norm", layer_norm_module(layer_options, layer_options.d_model));
   to(layer_options.dtype);  // the final norm (the layers are already in it)
 }
 
@@ -221,7 +246,7 @@ TransformerDecoder::TransformerDecoder(const TransformerDecoderLayerOptions& lay
   layers = register_module("layers", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < n; ++i) layers->push_back(std::make_shared<TransformerDecoderLayer>(layer_options, gen));
   if (final_norm)
-    norm = register_module("norm", std::make_shared<LayerNorm>(layer_options.d_model, layer_options.layer_norm_eps));
+    norm = register_module("norm", layer_norm_module(layer_options, layer_options.d_model));
   to(layer_options.dtype);  // the final norm (the layers are already in it)
 }
 

@@ -40,8 +40,12 @@ struct TransformerLayerOptions {
   int64_t nhead = 0;                ///< attention heads; must divide d_model
   int64_t dim_feedforward = 2048;   ///< hidden size of the feed-forward block
   double dropout = 0.1;             ///< every dropout of the layer, attention probabilities included
-  std::string activation = "relu";  ///< "relu" or "gelu" (exact)
+  /// "relu", "gelu" (exact) or, beyond PyTorch's, "gelu-tanh" (the tanh approximation) and "swiglu" (LLaMA's gate:
+  /// linear2(dropout(silu(linear1 x) * linear3 x)), a third Linear "linear3" (d_model -> dim_feedforward))
+  std::string activation = "relu";
   double layer_norm_eps = 1e-5;     ///< eps of every LayerNorm
+  bool bias = true;                 ///< biases in every Linear, MultiheadAttention and LayerNorm (PyTorch 2.1's bias)
+  std::string norm = "layernorm";   ///< every norm: "layernorm" or, beyond PyTorch's, "rmsnorm" (eps layer_norm_eps)
   bool norm_first = false;          ///< pre-LN (true) or post-LN (false, PyTorch's default)
   Dtype dtype = kFloat32;           ///< parameter dtype (initialised in float32, then converted: see nn/layers.h)
   // Attention variants of the self-attention (MultiheadAttentionOptions'; not PyTorch's, all off by default).
@@ -96,8 +100,9 @@ class TransformerEncoderLayer : public Module {
   std::shared_ptr<Linear> linear1;                ///< d_model -> dim_feedforward
   std::shared_ptr<Dropout> dropout;               ///< inside the feed-forward block
   std::shared_ptr<Linear> linear2;                ///< dim_feedforward -> d_model
-  std::shared_ptr<LayerNorm> norm1;               ///< around the self-attention block
-  std::shared_ptr<LayerNorm> norm2;               ///< around the feed-forward block
+  std::shared_ptr<Linear> linear3;                ///< d_model -> dim_feedforward, swiglu's gated half; else null
+  std::shared_ptr<Module> norm1;                  ///< around the self-attention block (LayerNorm, or RMSNorm)
+  std::shared_ptr<Module> norm2;                  ///< around the feed-forward block (LayerNorm, or RMSNorm)
   std::shared_ptr<Dropout> dropout1;              ///< on the self-attention output
   std::shared_ptr<Dropout> dropout2;              ///< on the feed-forward output
 
@@ -138,9 +143,10 @@ class TransformerDecoderLayer : public Module {
   std::shared_ptr<Linear> linear1;                     ///< d_model -> dim_feedforward
   std::shared_ptr<Dropout> dropout;                    ///< inside the feed-forward block
   std::shared_ptr<Linear> linear2;                     ///< dim_feedforward -> d_model
-  std::shared_ptr<LayerNorm> norm1;                    ///< around the self-attention block
-  std::shared_ptr<LayerNorm> norm2;                    ///< around the cross-attention block
-  std::shared_ptr<LayerNorm> norm3;                    ///< around the feed-forward block
+  std::shared_ptr<Linear> linear3;                     ///< d_model -> dim_feedforward, swiglu's gated half; else null
+  std::shared_ptr<Module> norm1;                       ///< around the self-attention block (LayerNorm, or RMSNorm)
+  std::shared_ptr<Module> norm2;                       ///< around the cross-attention block (LayerNorm, or RMSNorm)
+  std::shared_ptr<Module> norm3;                       ///< around the feed-forward block (LayerNorm, or RMSNorm)
   std::shared_ptr<Dropout> dropout1;                   ///< on the self-attention output
   std::shared_ptr<Dropout> dropout2;                   ///< on the cross-attention output
   std::shared_ptr<Dropout> dropout3;                   ///< on the feed-forward output
@@ -180,7 +186,7 @@ class TransformerEncoder : public Module {
   std::vector<Tensor> attention_weights() const;
 
   std::shared_ptr<ModuleList> layers;  ///< "layers"
-  std::shared_ptr<LayerNorm> norm;     ///< "norm", or null
+  std::shared_ptr<Module> norm;        ///< "norm" (the layers' norm kind), or null
 };
 
 /// torch.nn.TransformerDecoder: num_layers decoder layers ("layers.0", ...) and an optional final LayerNorm
@@ -207,7 +213,7 @@ class TransformerDecoder : public Module {
   std::vector<Tensor> cross_attention_weights() const;
 
   std::shared_ptr<ModuleList> layers;  ///< "layers"
-  std::shared_ptr<LayerNorm> norm;     ///< "norm", or null
+  std::shared_ptr<Module> norm;        ///< "norm" (the layers' norm kind), or null
 };
 
 }  // namespace attograd::nn

@@ -83,6 +83,15 @@ void for_each_field(C& c, F&& f) {
   f("checkpoint_activations", c.checkpoint_activations);
   f("entropy_reg", c.entropy_reg);
   f("log_entropy", c.log_entropy);
+  f("positions", c.positions);
+  f("activation", c.activation);
+  f("norm", c.norm);
+  f("norm_eps", c.norm_eps);
+  f("bias", c.bias);
+  f("embed_scale", c.embed_scale);
+  f("init", c.init);
+  f("head", c.head);
+  f("recipe", c.recipe);
 }
 
 // The fields written only when they differ from the default (so that older configurations read and hash as before).
@@ -91,7 +100,10 @@ constexpr const char* kOptionalFields[] = {"grad_accum", "attention", "kv_heads"
                                            "entropy_reg", "log_entropy",
                                            // the optimizer's recipe
                                            "beta1", "beta2", "adam_eps", "decay", "min_lr", "decay_steps",
-                                           "warmup_style"};
+                                           "warmup_style",
+                                           // the architecture's recipe
+                                           "positions", "activation", "norm", "norm_eps", "bias", "embed_scale",
+                                           "init", "head", "recipe"};
 
 // A JSON value for an error message: its text, cut to 60 characters (the input is the user's, of any size).
 std::string excerpt(const json& v) {
@@ -248,6 +260,51 @@ void validate_optimizer_recipe(const TrainConfig& c) {
   }
 }
 
+// The architecture fields (positions ... head), with the flag of each: every error names both.
+struct ArchitectureField {
+  const char* name;
+  const char* flag;
+};
+constexpr ArchitectureField kArchitectureFields[] = {
+    {"positions", "--positions"},     {"activation", "--activation"}, {"norm", "--norm"},
+    {"norm_eps", "--norm-eps"},       {"bias", "--no-bias"},          {"embed_scale", "--embed-scale"},
+    {"init", "--init"},               {"head", "--head"}};
+
+void validate_architecture(const TrainConfig& c) {
+  auto check = [](const std::string& v, const char* what, std::initializer_list<const char*> options) {
+    std::string list;
+    for (const char* o : options) list += (list.empty() ? "" : ", ") + std::string(o);
+    ATTO_CHECK(one_of(v, options), kConfig, what, " must be one of ", list, ", got \"", excerpt(v), "\"");
+  };
+  check(c.positions, "positions (--positions)", {"sinusoidal", "learned", "rope", "none"});
+  check(c.activation, "activation (--activation)", {"relu", "gelu", "gelu-tanh", "swiglu"});
+  check(c.norm, "norm (--norm)", {"layernorm", "rmsnorm"});
+  check(c.embed_scale, "embed_scale (--embed-scale)", {"sqrt", "none"});
+  check(c.init, "init (--init)", {"default", "gpt2"});
+  check(c.head, "head (--head)", {"default", "tied", "untied"});
+  ATTO_CHECK(std::isfinite(c.norm_eps) && c.norm_eps >= 0, kConfig,
+             "norm_eps (--norm-eps) must be finite and > 0 (or 0: the model's own), got ", c.norm_eps);
+  ATTO_CHECK(!c.rope || one_of(c.positions, {"sinusoidal", "rope"}), kConfig,
+             "rope (--rope) is --positions rope; it cannot be combined with positions (--positions) \"", c.positions,
+             "\"");
+  ATTO_CHECK(c.model != "encoder" || (c.positions != "rope" && !c.rope), kConfig,
+             "positions (--positions) rope: the encoder model's positions are sinusoidal, learned or none");
+  // The seq2seq model keeps its own recipe: the first option that differs, named by its flag.
+  if (c.model == "seq2seq") {
+    const std::vector<std::string> d = c.architecture_spec().differences();
+    if (!d.empty()) {
+      const std::string name = d.front().substr(0, d.front().find('='));
+      const char* flag = "";
+      for (const ArchitectureField& f : kArchitectureFields)
+        if (name == f.name) flag = f.flag;
+      ATTO_CHECK(false, kConfig, name, " (", flag, ") = ", d.front().substr(name.size() + 1),
+                 c.recipe.empty() ? "" : " (from --recipe " + c.recipe + ")",
+                 " applies to the lm and encoder models; model seq2seq keeps the paper's recipe and takes no "
+                 "architecture option");
+    }
+  }
+}
+
 }  // namespace
 
 void TrainConfig::validate() const {
@@ -310,6 +367,39 @@ void TrainConfig::validate() const {
   // Which model kinds support which variant is the model's to say (an Error when the Trainer builds it).
   attention_spec().validate(heads);
   ATTO_CHECK(std::isfinite(entropy_reg), kConfig, "entropy_reg must be finite, got ", entropy_reg);
+  validate_architecture(*this);
+}
+
+nn::ArchitectureSpec TrainConfig::architecture_spec() const {
+  return {.positions = positions,
+          .activation = activation,
+          .norm = norm,
+          .norm_eps = norm_eps,
+          .bias = bias,
+          .embed_scale = embed_scale,
+          .init = init,
+          .head = head,
+          .recipe = recipe};
+}
+
+void TrainConfig::apply_recipe(const std::string& name) {
+  ATTO_CHECK(one_of(name, {"default", "nanogpt"}), kConfig, "recipe (--recipe) must be default or nanogpt, got \"",
+             excerpt(name), "\"");
+  const TrainConfig d;
+  const nn::ArchitectureSpec a;
+  positions = a.positions, activation = a.activation, norm = a.norm, norm_eps = a.norm_eps, bias = a.bias;
+  embed_scale = a.embed_scale, init = a.init, head = a.head, recipe = "";
+  beta1 = d.beta1, beta2 = d.beta2, decay = d.decay, min_lr = d.min_lr, warmup_style = d.warmup_style;
+  weight_decay = d.weight_decay, adam_eps = d.adam_eps;
+  if (name == "default") return;
+  // nanoGPT's model.py (GPTConfig with bias=False, as its README's CPU run and shakespeare_char's config use;
+  // nn.GELU(), LayerNorm(eps 1e-5), wte without a scale tied to lm_head, _init_weights) and train.py
+  // (configure_optimizers' two groups, weight_decay 1e-1, betas (0.9, 0.95) and torch.optim.AdamW's eps 1e-8,
+  // min_lr = learning_rate / 10, get_lr's warm-up).
+  positions = "learned", activation = "gelu", norm = "layernorm", norm_eps = 1e-5, bias = false;
+  embed_scale = "none", init = "gpt2", head = "tied", recipe = "nanogpt";
+  decay = "matrices", beta1 = 0.9, beta2 = 0.95, min_lr = lr / 10, warmup_style = "nanogpt";
+  weight_decay = 0.1, adam_eps = 1e-8;
 }
 
 nn::AttentionSpec TrainConfig::attention_spec() const {
@@ -341,6 +431,12 @@ MemoryEstimate TrainConfig::estimate_memory(int64_t vocab_size, int64_t length) 
   const double attention_weights = facts.weights;
   const double keys_per_row = facts.kept_per_row;
   e.parameters = n_layers * (attention_weights + 2 * d * ff) + vocab * d;
+  // The architecture's own weights (the lm and encoder models; seq2seq refuses the options): a learned position
+  // table of the model's positions, SwiGLU's third matrix, an untied head (with its bias when biases are on).
+  // The encoder's table has max_source_len + 1 rows, about half of `length` (source and target).
+  if (positions == "learned") e.parameters += (model == "encoder" ? std::floor((len + 1) / 2) : len) * d;
+  if (activation == "swiglu") e.parameters += n_layers * d * ff;
+  if (head == "untied") e.parameters += vocab * d + (bias ? vocab : 0);
   const double copies = optimizer != "sgd" ? 4 : momentum > 0 ? 3 : 2;  // weights, gradients, optimizer state
   e.model_bytes = e.parameters * 4 * copies;
   // Saved per token and block: the feed-forward hidden layer, a few d_model-wide values, the attention rows; the
@@ -398,7 +494,7 @@ void TrainConfig::check_fits_in_memory(int64_t vocab, int64_t length) const {
 
 nn::ModelSpec TrainConfig::model_sizes() const {
   return {.layers = layers, .d_model = d_model, .heads = heads, .d_ff = d_ff, .dropout = dropout,
-          .attention = attention_spec()};
+          .attention = attention_spec(), .architecture = architecture_spec()};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -909,6 +1005,11 @@ void Trainer::load_checkpoint(const std::string& path) {
   same("block", config_.block, saved.block);
   same("attention_options", config_.attention_options, saved.attention_options);
   same("rope", config_.rope, saved.rope);
+  same("positions", config_.positions, saved.positions);
+  same("activation", config_.activation, saved.activation);
+  same("norm", config_.norm, saved.norm);
+  same("bias", config_.bias, saved.bias);
+  same("head", config_.head, saved.head);
 
   // Read everything before changing anything.
   std::vector<std::string> entropy_columns;
@@ -996,6 +1097,7 @@ uint64_t micro_batch_seed(uint64_t base, int64_t step, int64_t j) {
 // attograd train's flag for a TrainConfig field: --d-model for d_model (--symbols for num_symbols).
 std::string config_flag(const std::string& field) {
   if (field == "num_symbols") return "--symbols";
+  if (field == "bias") return "--no-bias";
   std::string flag = "--" + field;
   std::replace(flag.begin(), flag.end(), '_', '-');
   return flag;

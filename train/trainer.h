@@ -117,9 +117,21 @@ struct TrainConfig {
   double entropy_reg = 0.0;         ///< lambda of the attention-entropy regulariser added to the training loss
                                     ///< (-lambda * mean row entropy; > 0 discourages over-concentrated heads)
   bool log_entropy = false;         ///< log the per-layer, per-head attention entropies without regularising
+  // The model's recipe (nn::ArchitectureSpec, docs/TRAINING.md "The recipe"; the lm and encoder models take every
+  // option (the encoder: positions other than rope), seq2seq none); each in JSON only when not its default, so that the textbook model's files stay
+  // byte-identical.
+  std::string positions = "sinusoidal";  ///< "sinusoidal", "learned" (GPT-2's wpe), "rope" (as rope) or "none"
+  std::string activation = "relu";  ///< feed-forward: "relu", "gelu" (erf), "gelu-tanh" or "swiglu" (3 D d_ff weights)
+  std::string norm = "layernorm";   ///< every norm: "layernorm" or "rmsnorm"
+  double norm_eps = 0.0;            ///< every norm's eps; 0: the model's own (lm 1e-6, encoder 1e-5; nanoGPT's 1e-5)
+  bool bias = true;                 ///< biases in every Linear and LayerNorm (false: --no-bias, nanoGPT's bias=False)
+  std::string embed_scale = "sqrt"; ///< token embedding times sqrt(d_model) ("sqrt") or not ("none")
+  std::string init = "default";     ///< initial weights: "default" (each module's own) or "gpt2"
+  std::string head = "default";     ///< output head: "default" (the kind's own), "tied" or "untied"
+  std::string recipe = "";          ///< the named recipe the options came from ("nanogpt"; --recipe), for summaries
 
-  /// The configuration as a JSON object (every field, in declaration order; grad_accum and the attention fields
-  /// only when not their defaults), indented
+  /// The configuration as a JSON object (every field, in declaration order; grad_accum, the attention, optimizer
+  /// recipe and architecture fields only when not their defaults), indented
   /// by `indent` (-1: one line).
   std::string to_json(int indent = 2) const;
   /// Parses to_json()'s output; missing fields keep their defaults. Error naming the field on an unknown field
@@ -143,12 +155,20 @@ struct TrainConfig {
   void check_fits_in_memory(int64_t vocab, int64_t length) const;
   /// The attention fields as a spec (checkpoint_activations as AttentionSpec::checkpoint).
   nn::AttentionSpec attention_spec() const;
+  /// The architecture fields (positions ... recipe) as a spec.
+  nn::ArchitectureSpec architecture_spec() const;
+  /// Sets every field of a named recipe: "default" (the defaults of the architecture and optimizer-recipe fields
+  /// and recipe "") or "nanogpt" (nanoGPT's model.py and train.py: learned positions, gelu, no bias, norm_eps 1e-5,
+  /// embed_scale none, init gpt2, head tied, decay matrices, weight_decay 0.1, betas (0.9, 0.95), adam_eps 1e-8,
+  /// min_lr = lr / 10, warmup_style
+  /// nanogpt, recipe "nanogpt"). Reads lr as it is (set it first). Error naming --recipe for another name.
+  void apply_recipe(const std::string& name);
   /// Whether the Trainer tracks attention entropies (entropy_reg != 0 or log_entropy).
   bool tracks_entropy() const { return entropy_reg != 0 || log_entropy; }
   /// The step at which the cosine schedule reaches min_lr: decay_steps, or steps when it is 0.
   int64_t decay_end() const { return decay_steps > 0 ? decay_steps : steps; }
-  /// The model-size fields as a spec (layers, d_model, heads, d_ff, dropout, attention_spec()); the token space
-  /// comes from data.
+  /// The model-size fields as a spec (layers, d_model, heads, d_ff, dropout, attention_spec(),
+  /// architecture_spec()); the token space comes from data.
   nn::ModelSpec model_sizes() const;
   /// Field-wise equality.
   bool operator==(const TrainConfig&) const = default;

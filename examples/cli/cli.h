@@ -60,8 +60,11 @@ Command add_predict(CLI::App& app);
 std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed = std::nullopt,
                                            bool read_data = false);
 /// Before building anything: the configuration is valid and its model (estimate_memory's lower bound of the
-/// parameters) fits in the values the file holds; Error naming the file otherwise.
-void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path);
+/// parameters) fits in the values the file holds; Error naming the file otherwise. `data` is the run's data settings
+/// (RunMetadata::data): a data run's bound is taken with its own token space (and one position), not the config's
+/// built-in task sizes.
+void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path,
+                                  const std::string& data = "");
 /// The TrainConfig stored as a file's metadata (Error naming the file when there is none).
 train::TrainConfig config_from_metadata(const std::string& metadata, const std::string& path);
 /// Largest configuration (JSON) file read: 1 MiB.
@@ -82,6 +85,13 @@ CLI::Validator positive_real();
 void require_plain_numbers(CLI::App& app);
 /// The configuration's attention variant in words: "gqa (2 key/value heads), rope, checkpointed, entropy-reg 0.01".
 std::string describe_attention(const train::TrainConfig& cfg);
+/// The configuration's architecture recipe in words: the recipe's name and every option that differs from the
+/// default (nn::ArchitectureSpec::differences), e.g. "nanogpt recipe: positions=learned, activation=gelu, ...",
+/// "positions=learned" without a named recipe; empty for the default recipe.
+std::string describe_architecture(const train::TrainConfig& cfg);
+/// The optimizer-recipe settings that differ from TrainConfig's defaults (beta1 ... warmup_style), e.g. "betas (0.9,
+/// 0.95), weight decay 0.1 on matrices only, min-lr 0.0001, nanogpt warm-up"; empty when all are the defaults.
+std::string describe_optimizer_recipe(const train::TrainConfig& cfg);
 /// A CLI11 validator: the value must be a registered attention kind (nn::has_attention); the error lists them.
 CLI::Validator attention_kind();
 /// Peak resident memory of this process in MB (getrusage ru_maxrss).

@@ -175,6 +175,26 @@ std::string describe_attention(const train::TrainConfig& c) {
   return s;
 }
 
+std::string describe_architecture(const train::TrainConfig& c) {
+  std::string s;
+  for (const std::string& d : c.architecture_spec().differences()) s += (s.empty() ? "" : ", ") + d;
+  if (c.recipe.empty()) return s;
+  return c.recipe + " recipe" + (s.empty() ? std::string(" (every option at its default)") : ": " + s);
+}
+
+std::string describe_optimizer_recipe(const train::TrainConfig& c) {
+  const train::TrainConfig d;
+  std::string s;
+  auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
+  if (c.beta1 != d.beta1 || c.beta2 != d.beta2) add(strf("betas (%g, %g)", c.beta1, c.beta2));
+  if (c.adam_eps != d.adam_eps) add(strf("eps %g", c.adam_eps));
+  if (c.decay != d.decay) add(strf("weight decay %g on %s only", c.weight_decay, c.decay.c_str()));
+  if (c.min_lr != d.min_lr) add(strf("min-lr %g", c.min_lr));
+  if (c.decay_steps != d.decay_steps) add(strf("decay-steps %lld", static_cast<long long>(c.decay_steps)));
+  if (c.warmup_style != d.warmup_style) add(c.warmup_style + " warm-up");
+  return s;
+}
+
 double peak_rss_mb() {
   rusage ru{};
   if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
@@ -191,13 +211,19 @@ train::TrainConfig config_from_metadata(const std::string& metadata, const std::
   return train::parse_run_metadata(metadata, "'" + path + "'").config;
 }
 
-void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path) {
+void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileInfo& info, const std::string& path,
+                                  const std::string& data) {
   cfg.validate();
   // A checkpoint also holds optimizer state: only its "model." tensors count.
   double held = 0;
   for (const io::TensorInfo& t : info.tensors)
     if (info.kind != "checkpoint" || t.name.rfind("model.", 0) == 0) held += static_cast<double>(shape_numel(t.shape));
-  const double needed = cfg.estimate_memory().parameters;
+  // A data run's model has the data's vocabulary and at least one position (a learned table has its context's
+  // rows); the built-in task's sizes (5 + num_symbols tokens, 2 max_len + 1 positions) describe a task run only.
+  const double needed =
+      data.empty() ? cfg.estimate_memory().parameters
+                   : cfg.estimate_memory(train::run_dataset({.config = cfg, .data = data}, false)->vocab_size(), 1)
+                         .parameters;
   ATTO_CHECK(needed <= held, "load", "'", path, "': its configuration describes a ", cfg.model, " model of at least ",
              static_cast<int64_t>(needed), " parameters, but the file holds only ", static_cast<int64_t>(held),
              " values (", info.tensors.size(), " tensors): the metadata does not match the tensors");
@@ -210,7 +236,7 @@ std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optiona
              strf("%016llx", static_cast<unsigned long long>(info.computed_checksum)), ")");
   train::RunMetadata run = train::parse_run_metadata(info.metadata, "'" + path + "'");
   if (seed) run.config.seed = *seed;
-  check_config_against_tensors(run.config, info, path);
+  check_config_against_tensors(run.config, info, path, run.data);
   // A built-in task is drawn from its config; a data file is re-read only when its examples are needed.
   const bool read = read_data || info.kind == "checkpoint";
   auto trainer = std::make_unique<train::Trainer>(run.config, train::run_dataset(run, read));

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -12,8 +13,10 @@
 #include "autograd/parallel.h"
 #include "nn/module.h"
 #include "train/data/pairs.h"
+#include "train/data/text.h"
 #include "train/decode.h"
 #include "train/tools/report.h"
+#include "train/io/nanogpt.h"
 #include "train/io/safetensors.h"
 #include "train/io/serialize.h"
 
@@ -150,12 +153,22 @@ int run_generate(const GenerateArgs& a) {
 
 struct ExportArgs {
   std::string weights, to;
+  std::string names = "attograd";
+  bool no_mask_buffer = false;
 };
 
 int run_export(const ExportArgs& a) {
   std::unique_ptr<train::Trainer> t = load_model(a.weights);
   std::map<std::string, std::string> meta = {{"attograd_config", t->config().to_json(-1)}, {"format", "pt"}};
   if (!t->dataset().describe().empty()) meta["attograd_data"] = t->dataset().describe();
+  if (a.names == "nanogpt") {
+    io::export_nanogpt(t->model(), a.to, meta, {.mask_buffer = !a.no_mask_buffer});
+    const io::NamedTensors sd = io::nanogpt_state_dict(t->model(), {.mask_buffer = !a.no_mask_buffer});
+    std::printf("wrote %zu tensors (%s parameters) from %s to %s under nanoGPT's names (GPTConfig %s)\n", sd.size(),
+                thousands(t->model().num_parameters()).c_str(), a.weights.c_str(), a.to.c_str(),
+                io::nanogpt_config(t->model()).to_json().c_str());
+    return kExitOk;
+  }
   io::export_safetensors(t->model(), a.to, meta);
   const io::NamedTensors sd = io::state_dict(t->model());
   std::printf("wrote %zu tensors (%s parameters) from %s to %s\n", sd.size(),
@@ -165,16 +178,103 @@ int run_export(const ExportArgs& a) {
 
 struct ImportArgs {
   std::string from, config, to;
+  std::string names = "attograd";
+  int64_t heads = 0;
+  CLI::Option* heads_opt = nullptr;
 };
+
+// The first bytes of a native attograd file (weights or checkpoint).
+bool is_attograd_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, 8);
+  return in.gcount() == 8 && std::string(magic, 8) == std::string(io::kMagic, 8);
+}
+
+// nanoGPT's token id i >= 4 as a character: U+F0000 + i (Supplementary Private Use Area-A), so that a model from a
+// bare state dict has a vocabulary of one-character tokens (ids 0-3 are attograd's reserved <pad> <bos> <eos> <sep>).
+constexpr char32_t kNanoGPTTokenBase = 0xF0000;
+
+// The run a bare nanoGPT state dict becomes: a text stream of block_size characters, the nanogpt recipe, and a
+// vocabulary of placeholder characters (nanoGPT keeps its own in meta.pkl, outside the state dict). The data file is
+// the state dict itself: `eval` and training need a real text and say so.
+train::RunMetadata bare_nanogpt_run(const io::NanoGPTConfig& c, const std::string& from) {
+  ATTO_CHECK(c.block_size <= data::kMaxContext, "import", "'", from, "' holds a GPT with block_size ", c.block_size,
+             ", above attograd's longest text context ", data::kMaxContext);
+  ATTO_CHECK(c.vocab_size > data::Vocabulary::kReserved && c.vocab_size <= data::kMaxVocabulary, "import", "'", from,
+             "' holds a GPT with vocab_size ", c.vocab_size, "; attograd's text vocabularies hold ",
+             data::Vocabulary::kReserved + 1, " to ", data::kMaxVocabulary, " tokens");
+  data::DataSpec d;
+  d.format = "text";
+  d.path = from;
+  d.context = c.block_size;
+  for (int64_t i = data::Vocabulary::kReserved; i < c.vocab_size; ++i)
+    d.vocabulary.push_back(data::encode_utf8(kNanoGPTTokenBase + static_cast<char32_t>(i)));
+  d.max_source_len = c.block_size;
+  d.max_target_len = 1;
+  const nn::ModelSpec spec = io::nanogpt_model_spec(c);
+  nlohmann::json j = nlohmann::json::parse(train::TrainConfig{}.to_json(-1));
+  j["task"] = "text";
+  j["model"] = "lm";
+  j["layers"] = spec.layers;
+  j["d_model"] = spec.d_model;
+  j["heads"] = spec.heads;
+  j["d_ff"] = spec.d_ff;
+  j["dropout"] = spec.dropout;
+  // The recipe's fields (TrainConfig names them as ArchitectureSpec does).
+  const nlohmann::json arch = nlohmann::json::parse(spec.architecture.to_json());  // held: items() is a view
+  for (const auto& [key, value] : arch.items()) j[key] = value;
+  train::TrainConfig cfg;
+  try {
+    cfg = train::TrainConfig::from_json(j.dump());
+  } catch (const Error& e) {
+    throw Error("import", str_cat("this build's training configuration cannot describe the nanogpt recipe (",
+                                  e.what(), "); pass --config"));
+  }
+  return {cfg, d.to_json()};
+}
+
+int run_import_nanogpt(const ImportArgs& a) {
+  const std::string origin = "'" + a.from + "'";
+  io::NanoGPTFile f = io::read_nanogpt(a.from);
+  if (a.heads_opt->count() > 0) {
+    ATTO_CHECK(!f.has_n_head || f.config.n_head == a.heads, "import", origin, " holds a GPT with n_head ",
+               f.config.n_head, " (its metadata), not --heads ", a.heads);
+    f.config.n_head = a.heads;
+    f.has_n_head = true;
+  }
+  train::RunMetadata run;
+  if (!a.config.empty() && is_attograd_file(a.config)) {  // a run's weights or checkpoint: its config and data
+    run = train::parse_run_metadata(io::inspect(a.config).metadata, "'" + a.config + "'");
+  } else if (!a.config.empty()) {
+    run = {train::TrainConfig::from_json(read_text(a.config, "import")), {}};
+  } else if (f.metadata.count("attograd_config")) {  // written by `attograd export --names nanogpt`
+    run = train::parse_run_metadata(nlohmann::json(f.metadata).dump(), origin);
+  } else {
+    ATTO_CHECK(f.has_n_head, "import", origin,
+               " has no GPTConfig in its metadata and no shape holds n_head: pass --heads (or --config)");
+    run = bare_nanogpt_run(f.config, a.from);
+  }
+  run.config.validate();
+  train::Trainer t(run.config, train::run_dataset(run, false));
+  io::load_nanogpt(t.model(), f, origin);
+  io::save(t.model(), a.to, t.metadata());
+  std::printf("imported %s (nanoGPT names, GPTConfig %s; %s parameters, %s %s) into %s\n", a.from.c_str(),
+              f.config.to_json().c_str(), thousands(t.model().num_parameters()).c_str(), run.config.task.c_str(),
+              run.config.model.c_str(), a.to.c_str());
+  return kExitOk;
+}
 
 int run_import(const ImportArgs& a) {
   const io::FileInfo info = io::inspect(a.from);
   ATTO_CHECK(info.kind == "safetensors", "import", "'", a.from, "' is an attograd ", info.kind,
              " file, not a safetensors file (it needs no import)");
+  if (a.names == "nanogpt") return run_import_nanogpt(a);
+  ATTO_CHECK(a.heads_opt->count() == 0, "import", "--heads is for --names nanogpt (a GPT's n_head)");
   train::RunMetadata run = train::parse_run_metadata(info.metadata, "'" + a.from + "'");
   if (!a.config.empty()) run = {train::TrainConfig::from_json(read_text(a.config, "import")), {}};
   const train::TrainConfig& cfg = run.config;
-  check_config_against_tensors(cfg, info, a.from);
+  check_config_against_tensors(cfg, info, a.from, run.data);
   train::Trainer t(cfg, train::run_dataset(run, false));
   io::import_safetensors(t.model(), a.from);
   io::save(t.model(), a.to, t.metadata());
@@ -254,12 +354,28 @@ Command add_export(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   sub->add_option("--to", a->to, "output .safetensors file")->required();
+  CLI::Option* names =
+      sub->add_option("--names", a->names,
+                      "tensor names: \"attograd\" (the model's state_dict names) or \"nanogpt\" (nanoGPT's GPT: "
+                      "transformer.wte.weight, transformer.h.0.attn.c_attn.weight, ..., lm_head.weight; a model of "
+                      "the nanogpt recipe)")
+          ->check(CLI::IsMember({"attograd", "nanogpt"}))
+          ->capture_default_str();
+  sub->add_flag("--no-mask-buffer", a->no_mask_buffer,
+                "with --names nanogpt: leave out the causal-mask buffers transformer.h.{i}.attn.bias (nanoGPT under "
+                "PyTorch >= 2.0 has none; under 1.x it has them and its strict load needs them)")
+      ->needs(names);
   sub->footer(
       "Tensor names are the model's state_dict names (PyTorch's for the standard layers); the training\n"
-      "configuration goes into the safetensors __metadata__ as \"attograd_config\".\n\n"
-      "Example:\n"
+      "configuration goes into the safetensors __metadata__ as \"attograd_config\".\n"
+      "--names nanogpt writes nanoGPT's names (docs/ARCHITECTURE.md, \"nanoGPT names\") and its GPTConfig as\n"
+      "\"nanogpt_config\", so that GPT(GPTConfig(**config)).load_state_dict(sd) loads the file strictly; a model\n"
+      "nanoGPT cannot express (not lm, not mha, positions not learned, not gelu, not layernorm with eps 1e-5, a\n"
+      "scaled embedding, an untied head, d_ff not 4 d_model) is refused naming the option.\n\n"
+      "Examples:\n"
       "  attograd export --weights runs/reverse-lm/model.attograd --to model.safetensors\n"
-      "  python3 -c \"from safetensors.torch import load_file; print(load_file('model.safetensors').keys())\"");
+      "  python3 -c \"from safetensors.torch import load_file; print(load_file('model.safetensors').keys())\"\n"
+      "  attograd export --weights runs/nanogpt/model.attograd --names nanogpt --to gpt.safetensors");
   return {sub, [a] { return run_export(*a); }};
 }
 
@@ -269,13 +385,30 @@ Command add_import(CLI::App& app) {
   sub->add_option("--from", a->from, "input .safetensors file")->required()->check(CLI::ExistingFile);
   sub->add_option("--config", a->config,
                   "training configuration JSON (config.json of a run); default: the file's \"attograd_config\" "
-                  "metadata")
+                  "metadata. With --names nanogpt also a run's weights file or checkpoint (its configuration and "
+                  "its data: a text model's vocabulary)")
       ->check(CLI::ExistingFile);
   sub->add_option("--to", a->to, "output weights file (.attograd)")->required();
+  sub->add_option("--names", a->names,
+                  "tensor names of the file: \"attograd\" or \"nanogpt\" (nanoGPT's GPT state dict)")
+      ->check(CLI::IsMember({"attograd", "nanogpt"}))
+      ->capture_default_str();
+  a->heads_opt = sub->add_option("--heads", a->heads,
+                                 "with --names nanogpt: the GPT's n_head when the file's metadata has no GPTConfig "
+                                 "(no shape holds it)")
+                     ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->footer(
-      "Every tensor of the model must be present with the right shape (float32 or float64).\n\n"
-      "Example:\n"
-      "  attograd import --from model.safetensors --config runs/reverse-lm/config.json --to imported.attograd");
+      "Every tensor of the model must be present with the right shape (float32 or float64).\n"
+      "--names nanogpt reads nanoGPT's names (docs/ARCHITECTURE.md, \"nanoGPT names\"): the GPTConfig from the\n"
+      "\"nanogpt_config\" metadata or the shapes (n_head from --heads); every name and shape is checked, lm_head\n"
+      "must equal wte, the attn.bias mask buffers may be there or not. The configuration: --config, else the file's\n"
+      "\"attograd_config\" (what `export --names nanogpt` writes), else a bare state dict becomes a text model of\n"
+      "the nanogpt recipe whose vocabulary is placeholder characters (nanoGPT's id i is U+F0000 + i; inspect,\n"
+      "export and generate work, eval and train need --config with the real text).\n\n"
+      "Examples:\n"
+      "  attograd import --from model.safetensors --config runs/reverse-lm/config.json --to imported.attograd\n"
+      "  attograd import --names nanogpt --from gpt.safetensors --to gpt.attograd\n"
+      "  attograd import --names nanogpt --from ckpt.safetensors --heads 6 --to gpt.attograd");
   return {sub, [a] { return run_import(*a); }};
 }
 

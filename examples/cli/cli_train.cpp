@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +36,10 @@ struct TrainArgs {
   TrainConfig flags;  // bound to the flags; only the ones given override the base config
   std::vector<std::function<void(TrainConfig&)>> overrides;
   CLI::Option* warmup = nullptr;
+  std::map<std::string, CLI::Option*> by_flag;  // every TrainConfig flag, for --recipe: was it given?
+  std::string recipe;                           // --recipe
+  CLI::Option* recipe_opt = nullptr;
+  bool no_bias = false;                         // --no-bias (TrainConfig::bias = false)
   std::string out, resume, config_file;
   std::string text, pairs, tokenize = "char";  // a data file instead of a built-in task
   int64_t context = 64;
@@ -53,6 +59,7 @@ template <class T>
 CLI::Option* field(CLI::App* sub, const std::shared_ptr<TrainArgs>& a, const std::string& name, T TrainConfig::*member,
                    const std::string& help) {
   CLI::Option* opt = sub->add_option(name, a->flags.*member, help)->capture_default_str();
+  a->by_flag[name] = opt;
   TrainArgs* args = a.get();  // a raw pointer: the lambda lives inside *a
   a->overrides.push_back([opt, member, args](TrainConfig& c) {
     if (opt->count() > 0) c.*member = args->flags.*member;
@@ -64,6 +71,7 @@ CLI::Option* field(CLI::App* sub, const std::shared_ptr<TrainArgs>& a, const std
 CLI::Option* flag_field(CLI::App* sub, const std::shared_ptr<TrainArgs>& a, const std::string& name,
                         bool TrainConfig::*member, const std::string& help) {
   CLI::Option* opt = sub->add_flag(name, a->flags.*member, help);
+  a->by_flag[name] = opt;
   TrainArgs* args = a.get();
   a->overrides.push_back([opt, member, args](TrainConfig& c) {
     if (opt->count() > 0) c.*member = args->flags.*member;
@@ -73,19 +81,44 @@ CLI::Option* flag_field(CLI::App* sub, const std::shared_ptr<TrainArgs>& a, cons
 
 std::string percent(double f) { return strf("%.2f%%", 100 * f); }
 
-// The optimizer settings that differ from TrainConfig's defaults (beta1 ... warmup_style), e.g. "betas (0.9, 0.95),
-// decay on matrices, min-lr 0.0001, decay-steps 2000, nanogpt warm-up"; empty when all are the defaults.
-std::string describe_optimizer_recipe(const TrainConfig& c) {
-  const TrainConfig d;
-  std::string s;
-  auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
-  if (c.beta1 != d.beta1 || c.beta2 != d.beta2) add(strf("betas (%g, %g)", c.beta1, c.beta2));
-  if (c.adam_eps != d.adam_eps) add(strf("eps %g", c.adam_eps));
-  if (c.decay != d.decay) add(strf("weight decay %g on %s only", c.weight_decay, c.decay.c_str()));
-  if (c.min_lr != d.min_lr) add(strf("min-lr %g", c.min_lr));
-  if (c.decay_steps != d.decay_steps) add(strf("decay-steps %lld", static_cast<long long>(c.decay_steps)));
-  if (c.warmup_style != d.warmup_style) add(c.warmup_style + " warm-up");
-  return s;
+// The fields a recipe sets (TrainConfig::apply_recipe), each with its flag and JSON key.
+struct RecipeField {
+  const char* flag;
+  const char* key;
+  void (*copy)(TrainConfig& to, const TrainConfig& from);
+};
+#define ATTOGRAD_RECIPE_FIELD(flag, member) \
+  RecipeField { flag, #member, [](TrainConfig& to, const TrainConfig& from) { to.member = from.member; } }
+const RecipeField kRecipeFields[] = {
+    ATTOGRAD_RECIPE_FIELD("--positions", positions),     ATTOGRAD_RECIPE_FIELD("--activation", activation),
+    ATTOGRAD_RECIPE_FIELD("--norm", norm),               ATTOGRAD_RECIPE_FIELD("--norm-eps", norm_eps),
+    ATTOGRAD_RECIPE_FIELD("--no-bias", bias),            ATTOGRAD_RECIPE_FIELD("--embed-scale", embed_scale),
+    ATTOGRAD_RECIPE_FIELD("--init", init),               ATTOGRAD_RECIPE_FIELD("--head", head),
+    ATTOGRAD_RECIPE_FIELD("--decay", decay),             ATTOGRAD_RECIPE_FIELD("--beta1", beta1),
+    ATTOGRAD_RECIPE_FIELD("--beta2", beta2),             ATTOGRAD_RECIPE_FIELD("--min-lr", min_lr),
+    ATTOGRAD_RECIPE_FIELD("--warmup-style", warmup_style), ATTOGRAD_RECIPE_FIELD("--weight-decay", weight_decay),
+    ATTOGRAD_RECIPE_FIELD("--adam-eps", adam_eps)};
+#undef ATTOGRAD_RECIPE_FIELD
+
+// --recipe NAME over cfg (the base configuration with the flags given already applied): every field the recipe sets
+// that was not given explicitly, as a flag or as a key of the --config file (`file_keys`), takes the recipe's value.
+// min_lr = lr / 10 reads the final lr. The recipe's cosine settings (min-lr, warm-up style) are left out when the
+// schedule is not the cosine, its betas when the optimizer is sgd, and its positions when --rope is on: those are
+// what the user chose instead.
+void apply_recipe_flag(const TrainArgs& a, const std::set<std::string>& file_keys, TrainConfig& cfg) {
+  TrainConfig recipe = cfg;
+  recipe.apply_recipe(a.recipe);
+  for (const RecipeField& f : kRecipeFields) {
+    const auto opt = a.by_flag.find(f.flag);
+    const bool given = (opt != a.by_flag.end() && opt->second->count() > 0) || file_keys.count(f.key) > 0;
+    if (given) continue;
+    const std::string key = f.key;
+    if ((key == "min_lr" || key == "warmup_style") && cfg.schedule != "cosine") continue;
+    if ((key == "beta1" || key == "beta2" || key == "adam_eps") && cfg.optimizer == "sgd") continue;
+    if (key == "positions" && cfg.rope) continue;
+    f.copy(cfg, recipe);
+  }
+  cfg.recipe = recipe.recipe;
 }
 
 // A held-out example for the attention picture: the first of a middling length (short enough to read); for a text
@@ -154,11 +187,14 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   try {
     // Base configuration: the --config file, else the checkpoint's when resuming, else the defaults.
     bool warmup_set = a.warmup->count() > 0;
+    std::set<std::string> file_keys;  // the fields the --config file sets: as explicit as flags
     if (!a.config_file.empty()) {
       const std::string text = read_text(a.config_file, "train");
       cfg = TrainConfig::from_json(text);
       const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-      warmup_set = warmup_set || (j.is_object() && j.contains("warmup"));
+      if (j.is_object())
+        for (const auto& item : j.items()) file_keys.insert(item.key());
+      warmup_set = warmup_set || file_keys.count("warmup") > 0;
     }
     std::optional<io::FileInfo> resume_info;
     if (a.config_file.empty() && !a.resume.empty()) {
@@ -170,11 +206,18 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
       warmup_set = true;
     }
     for (auto& apply : a.overrides) apply(cfg);
+    if (a.recipe_opt->count() > 0) {
+      ATTO_CHECK(a.resume.empty(), "train",
+                 "--recipe sets up a new run; --resume continues with the checkpoint's own recipe (leave out --recipe)");
+      apply_recipe_flag(a, file_keys, cfg);
+    }
     // A short run without an explicit warm-up: scale the default warm-up down to a tenth of the cosine's length.
     const int64_t cosine_end = std::min(cfg.decay_end(), cfg.steps);
     if (!warmup_set && cfg.schedule == "cosine" && cfg.warmup > cosine_end) cfg.warmup = cosine_end / 10;
     cfg.validate();
-    if (resume_info) check_config_against_tensors(cfg, *resume_info, a.resume);  // before building the model
+    if (resume_info)  // before building the model
+      check_config_against_tensors(cfg, *resume_info, a.resume,
+                                   train::parse_run_metadata(resume_info->metadata, "'" + a.resume + "'").data);
     file_data = file_dataset(a, resume_info, cfg);
     run_name = file_data ? fs::path(file_data->name()).stem().string() : cfg.task;
 
@@ -242,6 +285,8 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
               out.string().c_str());
   if (const std::string recipe = describe_optimizer_recipe(cfg); !recipe.empty())
     std::printf("  optimizer: %s\n", recipe.c_str());
+  if (const std::string arch = describe_architecture(cfg); !arch.empty())
+    std::printf("  architecture: %s\n", arch.c_str());
   if (cfg.attention_spec() != nn::AttentionSpec{} || cfg.tracks_entropy())
     std::printf("  attention: %s\n", describe_attention(cfg).c_str());
   if (distributed || cfg.grad_accum > 1)
@@ -382,6 +427,17 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
       j["attention_spec"] = nlohmann::ordered_json::parse(
           nn::ModelSpec{.attention = cfg.attention_spec()}.to_json())["attention"];
     }
+    if (const nn::ArchitectureSpec arch = cfg.architecture_spec(); arch != nn::ArchitectureSpec{}) {
+      // The recipe's name ("default" when options were set one by one) and every option that differs, as values.
+      j["recipe"] = cfg.recipe.empty() ? "default" : cfg.recipe;
+      const nlohmann::ordered_json mine = nlohmann::ordered_json::parse(arch.to_json()),
+                                   base = nlohmann::ordered_json::parse(nn::ArchitectureSpec{}.to_json());
+      j["architecture"] = nlohmann::ordered_json::object();
+      for (const auto& item : mine.items())
+        if (item.key() != "recipe" && item.value() != base[item.key()]) j["architecture"][item.key()] = item.value();
+      const std::string optim = describe_optimizer_recipe(cfg);
+      if (!optim.empty()) j["optimizer_recipe"] = optim;
+    }
     if (cfg.tracks_entropy()) {
       j["entropy_reg"] = cfg.entropy_reg;
       j["entropy"] = trainer.history().empty() ? 0.0 : trainer.history().back().entropy;
@@ -425,6 +481,8 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   std::printf("  model         %s, %s parameters\n", cfg.model.c_str(), thousands(params).c_str());
   if (const std::string recipe = describe_optimizer_recipe(cfg); !recipe.empty())
     std::printf("  optimizer     %s %s\n", cfg.optimizer.c_str(), recipe.c_str());
+  if (const std::string arch = describe_architecture(cfg); !arch.empty())
+    std::printf("  architecture  %s\n", arch.c_str());
   if (cfg.attention_spec() != nn::AttentionSpec{} || cfg.tracks_entropy())
     std::printf("  attention     %s\n", describe_attention(cfg).c_str());
   if (cfg.tracks_entropy() && !trainer.history().empty())
@@ -586,6 +644,41 @@ Command add_train(CLI::App& app) {
       ->check(integer_in(1, train::kMaxModelSize));
   flag_field(sub, a, "--rope", &TrainConfig::rope,
              "rotary position embeddings instead of the sinusoidal table (mha, gqa, local, block-sparse; mla: only its decoupled RoPE)");
+  field(sub, a, "--positions", &TrainConfig::positions,
+        "lm: sinusoidal (the fixed table), learned (GPT-2's position embedding), rope (as --rope) or none")
+      ->check(CLI::IsMember({"sinusoidal", "learned", "rope", "none"}));
+  field(sub, a, "--activation", &TrainConfig::activation,
+        "lm: the feed-forward activation: relu, gelu (exact, erf), gelu-tanh (GPT-2's) or swiglu (gated, LLaMA's: "
+        "three D x d-ff matrices)")
+      ->check(CLI::IsMember({"relu", "gelu", "gelu-tanh", "swiglu"}));
+  field(sub, a, "--norm", &TrainConfig::norm, "lm: every norm: layernorm or rmsnorm")
+      ->check(CLI::IsMember({"layernorm", "rmsnorm"}));
+  field(sub, a, "--norm-eps", &TrainConfig::norm_eps, "lm: every norm's eps (nanoGPT and PyTorch: 1e-5)");
+  {
+    CLI::Option* opt = sub->add_flag("--no-bias", a->no_bias,
+                                     "lm: no bias in any Linear or LayerNorm (nanoGPT's bias=False)");
+    a->by_flag["--no-bias"] = opt;
+    a->overrides.push_back([opt](TrainConfig& c) {
+      if (opt->count() > 0) c.bias = false;
+    });
+  }
+  field(sub, a, "--embed-scale", &TrainConfig::embed_scale,
+        "lm: token embeddings times sqrt(d-model) (sqrt, the paper's) or not (none, GPT-2's)")
+      ->check(CLI::IsMember({"sqrt", "none"}));
+  field(sub, a, "--init", &TrainConfig::init,
+        "lm: initial weights: default (each module's own, docs/TRAINING.md) or gpt2 (N(0, 0.02), residual "
+        "projections N(0, 0.02/sqrt(2 layers)), zero biases)")
+      ->check(CLI::IsMember({"default", "gpt2"}));
+  field(sub, a, "--head", &TrainConfig::head,
+        "lm: output head: default (tied to the token embedding), tied, or untied (its own Linear)")
+      ->check(CLI::IsMember({"default", "tied", "untied"}));
+  a->recipe_opt = sub->add_option("--recipe", a->recipe,
+                                  "default, or nanogpt: nanoGPT's model.py and train.py at once (--positions learned "
+                                  "--activation gelu --no-bias --norm-eps 1e-5 --embed-scale none --init gpt2 --head "
+                                  "tied --decay matrices --beta1 0.9 --beta2 0.95 --min-lr lr/10 --warmup-style "
+                                  "nanogpt); flags given explicitly override it")
+                      ->check(CLI::IsMember({"default", "nanogpt"}));
+  a->by_flag["--recipe"] = a->recipe_opt;
   flag_field(sub, a, "--checkpoint-activations", &TrainConfig::checkpoint_activations,
              "gradient checkpointing: every block but the last recomputes its activations in the backward");
   field(sub, a, "--entropy-reg", &TrainConfig::entropy_reg,
@@ -618,7 +711,7 @@ Command add_train(CLI::App& app) {
   a->tokenize_opt = sub->add_option("--tokenize", a->tokenize, "--pairs: tokens are characters (char) or words (word)")
                         ->check(CLI::IsMember({"char", "word"}));
   a->context_opt = sub->add_option("--context", a->context, "--text: characters the model sees (window length)")
-                       ->check(integer_in(1, data::kMaxContext));
+                       ->check(integer_in(1, data::kMaxTextContext));
   a->val_fraction_opt =
       sub->add_option("--val-fraction", a->val_fraction,
                       "--text, --pairs: share held out for evaluation (the end of a text; a fixed draw of lines)")
@@ -644,6 +737,7 @@ Command add_train(CLI::App& app) {
       "  attograd train --config runs/reverse-lm/config.json --seed 2 --json\n"
       "  attograd train --resume runs/reverse-lm/checkpoint.attograd --steps 4000\n"
       "  attograd train --text poem.txt --context 64 --steps 500     # then: attograd sample -w runs/poem-lm/...\n"
+      "  attograd train --text poem.txt --recipe nanogpt --lr 1e-3 --weight-decay 0.1   (docs/TRAINING.md)\n"
       "  attograd train --pairs pairs.tsv --tokenize word --model seq2seq\n"
       "  mpirun -np 4 attograd train --batch 64 --out runs/dp   (data-parallel, docs/DISTRIBUTED.md)");
   return {sub, [a] { return run_distributed(*a); }};

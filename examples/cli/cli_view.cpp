@@ -82,9 +82,11 @@ int run_view(const ViewArgs& a) {
     tokens = std::max<int64_t>(tokens, std::ssize(r.queries));
   }
   if (!page.rows.empty() && tokens < std::ssize(src) + std::ssize(out))
-    std::fprintf(stderr, "note: the input has %lld tokens, the model's context %lld: the page shows the last %lld\n",
+    std::fprintf(stderr,
+                 "note: the input has %lld tokens: the page shows the last %lld (the model sees at most its context, "
+                 "and a page shows at most %lld)\n",
                  static_cast<long long>(std::ssize(src) + std::ssize(out)), static_cast<long long>(tokens),
-                 static_cast<long long>(tokens));
+                 static_cast<long long>(report::kExplorerMaxTokens));
   std::printf("wrote %s: %zu attention layers, %lld heads, %lld tokens (%s bytes)\n", a.out.c_str(), page.rows.size(),
               static_cast<long long>(heads), static_cast<long long>(tokens), thousands(std::ssize(html)).c_str());
   return kExitOk;

@@ -304,3 +304,36 @@ TEST(Browser, ExplorerWorksInHeadlessChromium) {
 }
 
 }  // namespace
+
+TEST(CliTrain, LongContextTextModelTrainsEvaluatesSamplesAndViewsItsLastTokens) {
+  // Issue 25: a text model's context goes beyond the task limit of 256 (up to 65,536; the memory estimate says what
+  // fits). A page holds layers x heads x L^2 weights, so report.html and view show the last 512 tokens of a longer
+  // input and say so (a 4,096-character report was 716 MB before).
+  if (!kCli) GTEST_SKIP() << "the attograd tool is not built";
+  const std::string dir = (scratch() / "long-context").string();
+  const CliRun r = attograd("train --text " + quote(text_path()) + " --context 700 --steps 2 --d-model 16 --heads 2 "
+                            "--layers 1 --d-ff 32 --batch 2 --eval-size 2 --samples 1 --out " + quote(dir));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string report = slurp(dir + "/report.html");
+  EXPECT_NE(report.find("The input has 700 tokens; this page shows the attention over its last 512"), std::string::npos);
+  EXPECT_LT(report.size(), 20u << 20);
+  const std::string w = quote(dir + "/model.attograd");
+  const CliRun e = attograd("eval -w " + w + " --json");
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_GT(last_line_json(e.out)["n"].get<int64_t>(), 0);
+  const CliRun s = attograd("sample -w " + w + " --tokens 30 --prompt " + quote(std::string(720, 'a')));
+  ASSERT_EQ(s.status, 0) << s.err;
+  std::string prompt;
+  for (int i = 0; i < 30; ++i) prompt += "the cat sat on the mat. ";
+  const CliRun v = attograd("view -w " + w + " --prompt " + quote(prompt) + " --out " +
+                            quote((scratch() / "long-context.html").string()));
+  ASSERT_EQ(v.status, 0) << v.err;
+  EXPECT_NE(v.err.find("the page shows the last 512"), std::string::npos) << v.err;
+  // Beyond the limit: one line naming the flag.
+  expect_one_line_error(attograd("train --text " + quote(text_path()) + " --context 65537 --out " + quote(dir)),
+                        "--context", "--context 65537");
+  // A context that does not fit in memory: the estimate says how much it needs.
+  expect_one_line_error(attograd("train --text " + quote(text_path()) + " --context 4000 --batch 100000 --out " +
+                                 quote(dir)),
+                        "GB of memory", "--context 4000 --batch 100000");
+}

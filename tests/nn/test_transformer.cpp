@@ -117,7 +117,7 @@ TEST(TransformerEncoderLayer, ParameterNamesAndCountArePyTorchs) {
   // 4 D^2 + 4 D (attention) + 2 D F + F + D (feed-forward) + 4 D (two LayerNorms).
   EXPECT_EQ(layer.num_parameters(), 4 * D * D + 4 * D + 2 * D * F + F + D + 4 * D);
   EXPECT_EQ(layer.linear1->weight.shape(), Shape({F, D}));
-  EXPECT_DOUBLE_EQ(layer.norm1->eps, 1e-5);
+  EXPECT_DOUBLE_EQ(std::dynamic_pointer_cast<LayerNorm>(layer.norm1)->eps, 1e-5);
   EXPECT_DOUBLE_EQ(layer.dropout->p(), 0.1);
   EXPECT_EQ(layer.options.dim_feedforward, F);
 
@@ -142,7 +142,7 @@ TEST(TransformerDecoderLayer, ParameterNamesAndCountArePyTorchs) {
   EXPECT_EQ(children, (std::vector<std::string>{"self_attn", "multihead_attn", "linear1", "dropout", "linear2", "norm1",
                                                 "norm2", "norm3", "dropout1", "dropout2", "dropout3"}));
   EXPECT_EQ(layer.num_parameters(), 2 * (4 * D * D + 4 * D) + 2 * D * F + F + D + 6 * D);
-  EXPECT_DOUBLE_EQ(layer.norm3->eps, 1e-6);
+  EXPECT_DOUBLE_EQ(std::dynamic_pointer_cast<LayerNorm>(layer.norm3)->eps, 1e-6);
 }
 
 TEST(TransformerStacks, ChildNamesAreLayersAndNorm) {

@@ -298,8 +298,8 @@ void DataSpec::validate() const {
              tokenize.substr(0, 60), "\"");
   ATTO_CHECK(format == "pairs" || tokenize == "char", kDataSpec,
              "a text file is modelled by character: tokenize must be \"char\", got \"", tokenize, "\"");
-  ATTO_CHECK(context >= 1 && context <= kMaxContext, kDataSpec, "context must be in [1, ", kMaxContext, "], got ",
-             context);
+  ATTO_CHECK(context >= 1 && context <= kMaxTextContext, kDataSpec, "context must be in [1, ", kMaxTextContext,
+             "], got ", context);
   ATTO_CHECK(val_fraction > 0 && val_fraction < 1, kDataSpec, "val_fraction must be in (0, 1), got ", val_fraction);
   ATTO_CHECK(max_vocab > Vocabulary::kReserved && max_vocab <= kMaxVocabulary, kDataSpec, "max_vocab must be in [",
              Vocabulary::kReserved + 1, ", ", kMaxVocabulary, "], got ", max_vocab);

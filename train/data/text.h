@@ -38,6 +38,9 @@ inline constexpr uint64_t kMaxDataFileBytes = uint64_t{64} << 20;
 inline constexpr int64_t kMaxVocabulary = 65536;
 /// Longest text context and longest pairs source or target, in tokens (train::kMaxSequenceLen).
 inline constexpr int64_t kMaxContext = 256;
+/// The longest window a text model may see (--context): far beyond kMaxContext, since a text model samples from its
+/// cache and never decodes a whole target greedily; what fits is the memory estimate's to say.
+inline constexpr int64_t kMaxTextContext = 65536;
 
 /// The code points of UTF-8 text. Error naming `origin` and the byte offset of an invalid sequence or a NUL byte.
 std::vector<char32_t> decode_utf8(std::string_view text, const std::string& origin);
@@ -95,7 +98,7 @@ struct DataSpec {
   std::string format = "text";             ///< "text" (TextDataset) or "pairs" (PairsDataset)
   std::string path = {};                   ///< the file
   std::string tokenize = "char";           ///< "char" or "word" (pairs; text is always char)
-  int64_t context = 64;                    ///< text: characters a model sees, in [1, kMaxContext]
+  int64_t context = 64;                    ///< text: characters a model sees, in [1, kMaxTextContext]
   double val_fraction = 0.1;               ///< held-out share, in (0, 1)
   uint64_t max_bytes = kMaxDataFileBytes;  ///< largest file read
   int64_t max_vocab = kMaxVocabulary;      ///< largest vocabulary (reserved ids included)

@@ -256,8 +256,19 @@ std::string explorer_html(const ExplorerPage& page) {
   return s;
 }
 
-ExplorerPage explorer_page(nn::SequenceModel& model, const std::vector<int64_t>& src,
-                           const std::vector<int64_t>& output, const TokenLabel& label) {
+ExplorerPage explorer_page(nn::SequenceModel& model, const std::vector<int64_t>& src_in,
+                           const std::vector<int64_t>& output_in, const TokenLabel& label) {
+  std::vector<int64_t> src = src_in, output = output_in;
+  std::string cut;
+  if (model.spec().stream && std::ssize(src) + std::ssize(output) > kExplorerMaxTokens) {
+    // A text model reads its input as one stream: show the last kExplorerMaxTokens tokens of prompt + output.
+    src.insert(src.end(), output.begin(), output.end());
+    output.clear();
+    cut = "The input has " + std::to_string(src.size()) + " tokens; this page shows the attention over its last " +
+          std::to_string(kExplorerMaxTokens) + " (all of them would make a page of layers x heads x " +
+          std::to_string(src.size()) + "\u00b2 weights).";
+    src.erase(src.begin(), src.end() - kExplorerMaxTokens);
+  }
   auto text = [&](const std::vector<int64_t>& tokens) {
     std::string s;
     for (int64_t t : tokens) s += label(t);
@@ -277,6 +288,7 @@ ExplorerPage explorer_page(nn::SequenceModel& model, const std::vector<int64_t>&
     page.row_notes.push_back(m.note);
   }
   if (page.rows.empty()) page.note = "This model keeps no attention weights to show.";
+  else if (!cut.empty()) page.note = cut;
   return page;
 }
 

@@ -51,9 +51,14 @@ struct ExplorerPage {
 /// The page (see the file comment). Error if a row's weights or labels do not match (as attention_svg).
 std::string explorer_html(const ExplorerPage& page);
 
+/// The most tokens a page shows: a page holds layers x heads x L^2 weights (at L = 4,096 and 8 heads, hundreds of
+/// MB), so a longer text input is shown through its last kExplorerMaxTokens tokens (the page note says so).
+inline constexpr int64_t kExplorerMaxTokens = 512;
+
 /// The rows and row notes of a page for a model run once on `src` and its `output` (the model's attention_maps, as
 /// attention_figure), tokens labelled by `label`; a page note when the model has no attention maps. Title and
-/// subtitle say what the input was.
+/// subtitle say what the input was. A text (stream) model's input longer than kExplorerMaxTokens (src and output
+/// together) is cut to its last kExplorerMaxTokens tokens, as the model's own window slides.
 ExplorerPage explorer_page(nn::SequenceModel& model, const std::vector<int64_t>& src,
                            const std::vector<int64_t>& output, const TokenLabel& label);
 

@@ -246,11 +246,21 @@ Tensor key_padding(const CheckConfig& c) {
 // A registry entry checking CausalLM built with one attention variant (every parameter; padding and causal as the
 // plain CausalLM entry). RoPE needs an even head size: the width is heads * (d_model / heads rounded down to even,
 // at least 2). `adapt` (optional) fits the spec to the configuration (e.g. ranks from its d_model).
+// The recipe options that differ from the defaults, as " positions=learned norm=rmsnorm"; empty when none.
+std::string recipe_words(const nn::ArchitectureSpec& arch) {
+  std::string s;
+  for (const std::string& d : arch.differences()) s += " " + d;
+  return s;
+}
+
+// `arch` (optional) is the recipe (ArchitectureSpec): positions, activation, norm, bias, scale, init, head.
 Check causal_lm_variant_check(const std::string& name, uint64_t salt, nn::AttentionSpec spec,
-                              std::function<nn::AttentionSpec(const CheckConfig&)> adapt = {}) {
-  return {name, "module", [name, salt, spec, adapt](const CheckConfig& c, const GradcheckOptions& o) {
+                              std::function<nn::AttentionSpec(const CheckConfig&)> adapt = {},
+                              nn::ArchitectureSpec arch = {}) {
+  return {name, "module", [name, salt, spec, adapt, arch](const CheckConfig& c, const GradcheckOptions& o) {
             Generator gen(c.seed * 1000003 + salt), drop(0);
-            const int64_t D = spec.rope ? std::max<int64_t>(2, c.d_model / c.heads / 2 * 2) * c.heads : c.d_model;
+            const bool rope = spec.rope || arch.positions == "rope";
+            const int64_t D = rope ? std::max<int64_t>(2, c.d_model / c.heads / 2 * 2) * c.heads : c.d_model;
             nn::AttentionSpec a = adapt ? adapt(c) : spec;
             if (a.kv_heads >= c.heads) a = {.rope = a.rope};  // no grouping below 2 heads
             const int64_t layers = a.checkpoint ? std::max<int64_t>(2, c.layers) : c.layers;
@@ -262,7 +272,8 @@ Check causal_lm_variant_check(const std::string& name, uint64_t salt, nn::Attent
                             .dropout = c.dropout,
                             .max_len = c.len,
                             .pad_idx = 0,
-                            .attention = a},
+                            .attention = a,
+                            .architecture = arch},
                            gen);
             m.set_generator(drop);
             std::vector<int64_t> v = random_tokens(c.batch, c.len, 1, 7, gen);
@@ -283,7 +294,8 @@ Check causal_lm_variant_check(const std::string& name, uint64_t salt, nn::Attent
                                       size("window", a.window), size("block", a.block), size("kv_rank", a.kv_rank),
                                       size("q_rank", a.q_rank), size("rope_dim", a.rope_dim),
                                       a.options.empty() ? "" : " options=" + a.options, a.rope ? " rope" : "",
-                                      a.checkpoint ? " checkpoint" : ""),
+                                      a.checkpoint ? " checkpoint" : "",
+                                      recipe_words(arch)),
                               m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
           }};
 }
@@ -299,6 +311,12 @@ namespace {
 void causal_lm_variant(std::vector<Check>& r, const char* name, uint64_t salt, nn::AttentionSpec spec,
                        std::function<nn::AttentionSpec(const CheckConfig&)> adapt = {}) {
   r.push_back(causal_lm_variant_check(name, salt, std::move(spec), std::move(adapt)));
+}
+
+// CausalLM built with the recipe `arch` (ArchitectureSpec, docs/TRAINING.md "The recipe") and the default attention:
+// every parameter, the learned position table and the untied head included.
+void causal_lm_recipe(std::vector<Check>& r, const char* name, uint64_t salt, nn::ArchitectureSpec arch) {
+  r.push_back(causal_lm_variant_check(name, salt, {}, {}, std::move(arch)));
 }
 
 std::vector<Check> build_registry() {
@@ -792,6 +810,21 @@ std::vector<Check> build_registry() {
                  return module_run("LayerNorm", str_cat("x ", sh(x.shape()), ", eps 1e-5"), m, {x},
                                    [&] { return m.forward(x); }, c, o, gen, nullptr);
                }});
+  // The recipe's norms (ArchitectureSpec::norm and bias): LayerNorm without bias (nanoGPT's), RMSNorm (LLaMA's).
+  r.push_back({"LayerNorm.no_bias", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 52);
+                 nn::LayerNorm m(c.d_model, {.eps = 1e-5, .bias = false});
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 return module_run("LayerNorm.no_bias", str_cat("x ", sh(x.shape()), ", eps 1e-5, no bias"), m, {x},
+                                   [&] { return m.forward(x); }, c, o, gen, nullptr);
+               }});
+  r.push_back({"RMSNorm", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 53);
+                 nn::RMSNorm m(c.d_model, 1e-6);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 return module_run("RMSNorm", str_cat("x ", sh(x.shape()), ", eps 1e-6"), m, {x},
+                                   [&] { return m.forward(x); }, c, o, gen, nullptr);
+               }});
   r.push_back({"Dropout", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 34), drop(0);
                  const double p = drop_p(c);
@@ -809,6 +842,28 @@ std::vector<Check> build_registry() {
                  Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
                  return module_run("PositionwiseFeedForward",
                                    str_cat(module_conf(c, false), " d_ff=", 2 * c.d_model, " relu"), m, {x},
+                                   [&] { return m.forward(x); }, c, o, gen, &drop);
+               }});
+  // The recipe's feed-forward activations (ArchitectureSpec::activation): GPT-2's tanh GELU; LLaMA's SwiGLU
+  // (linear2(silu(linear1 x) * linear3 x), linear3's weight and bias included), here without biases as in LLaMA.
+  r.push_back({"PositionwiseFeedForward.gelu_tanh", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 54), drop(0);
+                 nn::PositionwiseFeedForward m(c.d_model, 2 * c.d_model,
+                                               {.dropout = c.dropout, .activation = "gelu-tanh"}, gen);
+                 m.set_generator(drop);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 return module_run("PositionwiseFeedForward.gelu_tanh",
+                                   str_cat(module_conf(c, false), " d_ff=", 2 * c.d_model, " gelu-tanh"), m, {x},
+                                   [&] { return m.forward(x); }, c, o, gen, &drop);
+               }});
+  r.push_back({"PositionwiseFeedForward.swiglu", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
+                 Generator gen(c.seed * 1000003 + 55), drop(0);
+                 nn::PositionwiseFeedForward m(c.d_model, 2 * c.d_model,
+                                               {.dropout = c.dropout, .activation = "swiglu", .bias = false}, gen);
+                 m.set_generator(drop);
+                 Tensor x = leaf({c.batch, c.len, c.d_model}, gen, c.dtype);
+                 return module_run("PositionwiseFeedForward.swiglu",
+                                   str_cat(module_conf(c, false), " d_ff=", 2 * c.d_model, " swiglu no-bias"), m, {x},
                                    [&] { return m.forward(x); }, c, o, gen, &drop);
                }});
   r.push_back({"MultiheadAttention", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
@@ -940,6 +995,24 @@ std::vector<Check> build_registry() {
   causal_lm_variant(r, "CausalLM.local", 48, {.kind = "local", .window = 2});
   causal_lm_variant(r, "CausalLM.block_sparse", 49, {.kind = "block-sparse", .block = 2});
   causal_lm_variant(r, "CausalLM.checkpoint", 50, {.checkpoint = true});
+  // CausalLM with each recipe option (ArchitectureSpec): every parameter, pos_embed.weight (the learned table's
+  // gradient from embed_with_positions) and head.weight / head.bias included. Options without biases use GELU, whose
+  // inputs need no keeping away from a kink.
+  causal_lm_recipe(r, "CausalLM.learned_positions", 56, {.positions = "learned"});
+  causal_lm_recipe(r, "CausalLM.rope_positions", 57, {.positions = "rope"});
+  causal_lm_recipe(r, "CausalLM.no_positions", 58, {.positions = "none"});
+  causal_lm_recipe(r, "CausalLM.gelu_tanh", 59, {.activation = "gelu-tanh"});
+  causal_lm_recipe(r, "CausalLM.swiglu", 60, {.activation = "swiglu"});
+  causal_lm_recipe(r, "CausalLM.rmsnorm", 61, {.norm = "rmsnorm"});
+  causal_lm_recipe(r, "CausalLM.no_bias", 62, {.activation = "gelu", .bias = false});
+  causal_lm_recipe(r, "CausalLM.embed_scale_none", 63, {.embed_scale = "none"});
+  causal_lm_recipe(r, "CausalLM.untied_head", 64, {.head = "untied"});
+  causal_lm_recipe(r, "CausalLM.nanogpt", 65,
+                   {.positions = "learned", .activation = "gelu", .norm_eps = 1e-5, .bias = false,
+                    .embed_scale = "none", .init = "gpt2", .head = "tied", .recipe = "nanogpt"});
+  causal_lm_recipe(r, "CausalLM.llama", 66,
+                   {.positions = "rope", .activation = "swiglu", .norm = "rmsnorm", .bias = false,
+                    .embed_scale = "none"});
   r.push_back({"EncoderTagger", "module", [](const CheckConfig& c, const GradcheckOptions& o) {
                  Generator gen(c.seed * 1000003 + 42), drop(0);
                  nn::EncoderTagger m({.vocab = 7,

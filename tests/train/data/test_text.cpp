@@ -99,7 +99,7 @@ TEST(DataSpec, JsonRoundTripAndValidation) {
   EXPECT_EQ(DataSpec::from_json(s.to_json()), s);
   EXPECT_NE(error_of([] { DataSpec::from_json(R"({"bogus": 1})"); }).find("unknown field \"bogus\""),
             std::string::npos);
-  EXPECT_NE(error_of([] { DataSpec{.context = 257}.validate(); }).find("context must be in [1, 256]"),
+  EXPECT_NE(error_of([] { DataSpec{.context = 65537}.validate(); }).find("context must be in [1, 65536]"),
             std::string::npos);
   EXPECT_NE(error_of([] { DataSpec{.val_fraction = 0}.validate(); }).find("val_fraction"), std::string::npos);
   EXPECT_NE(error_of([] { DataSpec{.tokenize = "word"}.validate(); }).find("modelled by character"), std::string::npos);
