@@ -53,6 +53,7 @@
 #include "train/optim/optimizers.h"
 #include "train/tools/progress.h"
 #include "train/tools/report.h"
+#include "train/io/nanogpt.h"
 #include "train/io/safetensors.h"
 #include "train/optim/schedule.h"
 #include "train/io/serialize.h"
