@@ -60,4 +60,5 @@
 #include "train/data/pairs.h"
 #include "train/data/tasks.h"
 #include "train/data/text.h"
+#include "train/data/tokens.h"
 #include "train/trainer.h"

@@ -1133,7 +1133,7 @@ std::vector<dist::Setting> Trainer::agreement_settings(const dist::Communicator&
     }
     if (spec) {
       // The file's bytes, wherever it is (its path is not compared), then the settings that cut it up.
-      s.push_back({.name = "--" + spec->format,
+      s.push_back({.name = spec->format == "tokens" ? std::string("--data") : "--" + spec->format,
                    .value = str_cat(spec->format, ", XXH64 ", hex64(spec->file_hash)),
                    .shown = str_cat("'", spec->path, "' (XXH64 ", hex64(spec->file_hash), ")")});
       s.push_back({.name = "--tokenize", .value = spec->tokenize});

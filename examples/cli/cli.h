@@ -52,6 +52,8 @@ Command add_import(CLI::App& app);
 Command add_view(CLI::App& app);
 /// `attograd predict` (cli_predict.cpp).
 Command add_predict(CLI::App& app);
+/// `attograd prepare` (cli_prepare.cpp).
+Command add_prepare(CLI::App& app);
 
 /// A Trainer holding the model saved in a weights file (config and data settings from its metadata) or a
 /// checkpoint. `seed` replaces the config's seed (which picks the held-out examples of a built-in task). A model

@@ -118,7 +118,7 @@ std::vector<std::pair<std::string, std::string>> run_summary(const std::string& 
     rows.emplace_back("vocabulary", strf("%s tokens", thousands(train::run_dataset(run, false)->vocab_size()).c_str()));
   } catch (const Error&) {
   }
-  if (spec && spec->format == "text") {
+  if (spec && (spec->format == "text" || spec->format == "tokens")) {
     rows.emplace_back("context", strf("%lld characters", static_cast<long long>(spec->context)));
   } else if (spec) {
     rows.emplace_back("lengths", strf("sources up to %lld tokens, targets up to %lld (%s tokens)",
@@ -129,7 +129,7 @@ std::vector<std::pair<std::string, std::string>> run_summary(const std::string& 
                                       static_cast<long long>(c.max_len), static_cast<long long>(c.num_symbols)));
   }
   if (spec)
-    rows.emplace_back("data", strf("%s file %s, xxh64 %s", spec->format.c_str(), spec->path.c_str(),
+    rows.emplace_back("data", strf("%s %s, xxh64 %s", spec->format == "tokens" ? "token directory" : (spec->format + " file").c_str(), spec->path.c_str(),
                                    hex(spec->file_hash).c_str()));
   else
     rows.emplace_back("data", strf("the built-in %s task", c.task.c_str()));
@@ -157,7 +157,7 @@ std::vector<std::pair<std::string, std::string>> run_summary(const std::string& 
   }
   if (const std::optional<train::StepMetrics> last = last_evaluation(csv)) {
     std::string v = strf("%.4f at step %lld", last->eval.loss, static_cast<long long>(last->step));
-    if (spec && spec->format == "text") v += strf(" (%.4f bits per character)", last->eval.loss / std::log(2.0));
+    if (spec && (spec->format == "text" || spec->format == "tokens")) v += strf(" (%.4f bits per character)", last->eval.loss / std::log(2.0));
     if (std::isfinite(last->train_loss)) v += strf(", train loss %.4f", last->train_loss);
     rows.emplace_back("val loss", v + " (from " + csv_origin + ")");
   } else {

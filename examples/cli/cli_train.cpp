@@ -16,6 +16,7 @@
 #include "nn/sequence_model.h"
 #include "train/data/pairs.h"
 #include "train/data/text.h"
+#include "train/data/tokens.h"
 #include "train/decode.h"
 #include "train/tools/progress.h"
 #include "train/tools/report.h"
@@ -42,6 +43,7 @@ struct TrainArgs {
   bool no_bias = false;                         // --no-bias (TrainConfig::bias = false)
   std::string out, resume, config_file;
   std::string text, pairs, tokenize = "char";  // a data file instead of a built-in task
+  std::string data_dir;                         // a directory written by attograd prepare
   int64_t context = 64;
   double val_fraction = 0.1;
   CLI::Option *context_opt = nullptr, *val_fraction_opt = nullptr, *tokenize_opt = nullptr;
@@ -141,30 +143,34 @@ std::vector<data::Example> some_heldout(const train::Trainer& t, int64_t n) {
   return n > 0 ? t.heldout_examples(n) : std::vector<data::Example>{};
 }
 
-// The data file named by --text or --pairs (null without either), or the checkpoint's when resuming.
+// The data named by --text, --pairs or --data (null without any), or the checkpoint's when resuming.
 std::shared_ptr<data::Dataset> file_dataset(const TrainArgs& a, const std::optional<io::FileInfo>& resume_info,
                                             TrainConfig& cfg) {
-  const bool text = !a.text.empty(), pairs = !a.pairs.empty();
-  ATTO_CHECK(!(text && pairs), "train", "--text and --pairs exclude each other");
-  ATTO_CHECK(text || a.context_opt->count() == 0, "train", "--context is for --text");
+  const bool text = !a.text.empty(), pairs = !a.pairs.empty(), tokens = !a.data_dir.empty();
+  ATTO_CHECK(int{text} + int{pairs} + int{tokens} <= 1, "train", "--text, --pairs and --data exclude each other");
+  ATTO_CHECK(text || tokens || a.context_opt->count() == 0, "train", "--context is for --text and --data");
   ATTO_CHECK(pairs || a.tokenize_opt->count() == 0, "train", "--tokenize is for --pairs");
-  ATTO_CHECK(text || pairs || a.val_fraction_opt->count() == 0, "train", "--val-fraction is for --text and --pairs");
+  ATTO_CHECK(text || pairs || a.val_fraction_opt->count() == 0, "train",
+             tokens ? "--val-fraction is for --text and --pairs (--data holds out what `attograd prepare "
+                      "--val-fraction` split off)"
+                    : "--val-fraction is for --text and --pairs");
   if (resume_info) {
-    ATTO_CHECK(!text && !pairs, "train",
-               "--resume continues on the checkpoint's own data (saved in it); leave out --text and --pairs");
+    ATTO_CHECK(!text && !pairs && !tokens, "train",
+               "--resume continues on the checkpoint's own data (saved in it); leave out --text, --pairs and --data");
     const train::RunMetadata run = train::parse_run_metadata(resume_info->metadata, "'" + a.resume + "'");
     return run.data.empty() ? nullptr : train::run_dataset(run);
   }
-  if (!text && !pairs) return nullptr;
-  ATTO_CHECK(!text || cfg.model == "lm", "train", "--text trains the decoder-only model (--model lm); --model ",
-             cfg.model, " cannot model a text stream");
-  data::DataSpec spec{.format = text ? "text" : "pairs",
+  if (!text && !pairs && !tokens) return nullptr;
+  ATTO_CHECK(!(text || tokens) || cfg.model == "lm", "train", text ? "--text" : "--data",
+             " trains the decoder-only model (--model lm); --model ", cfg.model, " cannot model a text stream");
+  const std::string& path = text ? a.text : pairs ? a.pairs : a.data_dir;
+  data::DataSpec spec{.format = text ? "text" : pairs ? "pairs" : "tokens",
                       // absolute: eval and --resume find it from any directory
-                      .path = fs::absolute(text ? a.text : a.pairs).lexically_normal().string(),
-                      .tokenize = text ? "char" : a.tokenize,
+                      .path = fs::absolute(path).lexically_normal().string(),
+                      .tokenize = pairs ? a.tokenize : "char",
                       .context = a.context,
                       .val_fraction = a.val_fraction};
-  cfg.task = spec.format;  // a label: the data comes from the file
+  cfg.task = pairs ? "pairs" : "text";  // a label: the data comes from the file (a token directory is text too)
   return data::open_data(spec);
 }
 
@@ -251,6 +257,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   train::Trainer& trainer = *trainer_ptr;
   const auto* text_data = dynamic_cast<const data::TextDataset*>(file_data.get());
   const auto* pairs_data = dynamic_cast<const data::PairsDataset*>(file_data.get());
+  const auto* token_data = dynamic_cast<const data::TokenFileDataset*>(file_data.get());
   const int64_t first_step = trainer.step_count();
   const int64_t params = trainer.model().num_parameters();
   const bool stream = trainer.model().spec().stream;
@@ -261,6 +268,13 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
                      thousands(text_data->train_size()).c_str(), thousands(text_data->val_size()).c_str(),
                      static_cast<long long>(text_data->vocab_size()),
                      static_cast<long long>(text_data->spec().context));
+  else if (token_data)
+    data_line = strf("token directory %s (%s tokens: %s training, %s held-out; vocabulary %lld, context %lld)",
+                     token_data->spec().path.c_str(),
+                     thousands(token_data->train_size() + token_data->val_size()).c_str(),
+                     thousands(token_data->train_size()).c_str(), thousands(token_data->val_size()).c_str(),
+                     static_cast<long long>(token_data->vocab_size()),
+                     static_cast<long long>(token_data->spec().context));
   else if (pairs_data)
     data_line = strf("pairs file %s (%s lines: %s training, %s held-out; %s tokens, vocabulary %lld, sources up to "
                      "%lld, targets up to %lld)",
@@ -452,7 +466,11 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
       j["val_loss"] = final_eval->loss;
       j["val_bpc"] = final_eval->loss / std::log(2.0);
     }
-    if (file_data) j["data"] = text_data ? text_data->spec().path : pairs_data ? pairs_data->spec().path : "";
+    if (file_data)
+      j["data"] = text_data    ? text_data->spec().path
+                  : pairs_data ? pairs_data->spec().path
+                  : token_data ? token_data->spec().path
+                               : "";
     j["eval_size"] = final_eval->n;
     j["seed"] = cfg.seed;
     j["wall_seconds"] = wall;
@@ -708,9 +726,13 @@ Command add_train(CLI::App& app) {
       ->check(CLI::ExistingFile);
   sub->add_option("--pairs", a->pairs, "train on a file of source<TAB>target lines (instead of --task)")
       ->check(CLI::ExistingFile);
+  sub->add_option("--data", a->data_dir,
+                  "train the decoder-only model on a directory written by `attograd prepare` (token files read from "
+                  "disk: a corpus of any size)")
+      ->check(CLI::ExistingDirectory);
   a->tokenize_opt = sub->add_option("--tokenize", a->tokenize, "--pairs: tokens are characters (char) or words (word)")
                         ->check(CLI::IsMember({"char", "word"}));
-  a->context_opt = sub->add_option("--context", a->context, "--text: characters the model sees (window length)")
+  a->context_opt = sub->add_option("--context", a->context, "--text, --data: tokens the model sees (window length)")
                        ->check(integer_in(1, data::kMaxTextContext));
   a->val_fraction_opt =
       sub->add_option("--val-fraction", a->val_fraction,

@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
       "  attograd inspect runs/reverse-lm/model.attograd");
   const std::vector<Command> commands = {add_train(app),     add_eval(app),   add_generate(app), add_sample(app),
                                          add_gradcheck(app), add_inspect(app), add_export(app),  add_import(app),
-                                         add_bench(app),     add_view(app),   add_predict(app)};
+                                         add_bench(app),     add_view(app),   add_predict(app),
+                                         add_prepare(app)};
   require_plain_numbers(app);  // every numeric flag, whoever declared it: '' or '1x' is an error, never 0
 
   std::string who = "attograd";

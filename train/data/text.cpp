@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "train/data/pairs.h"
+#include "train/data/tokens.h"
 #include "train/io/serialize.h"
 
 namespace attograd::data {
@@ -292,8 +293,8 @@ DataSpec DataSpec::from_json(const std::string& text) {
 }
 
 void DataSpec::validate() const {
-  ATTO_CHECK(format == "text" || format == "pairs", kDataSpec, "format must be \"text\" or \"pairs\", got \"",
-             format.substr(0, 60), "\"");
+  ATTO_CHECK(format == "text" || format == "pairs" || format == "tokens", kDataSpec,
+             "format must be \"text\", \"pairs\" or \"tokens\", got \"", format.substr(0, 60), "\"");
   ATTO_CHECK(tokenize == "char" || tokenize == "word", kDataSpec, "tokenize must be \"char\" or \"word\", got \"",
              tokenize.substr(0, 60), "\"");
   ATTO_CHECK(format == "pairs" || tokenize == "char", kDataSpec,
@@ -317,6 +318,7 @@ std::string read_data_file(const std::string& path, uint64_t max_bytes) {
 std::shared_ptr<Dataset> open_data(const DataSpec& spec, bool read_file) {
   spec.validate();
   if (spec.format == "text") return std::make_shared<TextDataset>(spec, read_file);
+  if (spec.format == "tokens") return std::make_shared<TokenFileDataset>(spec, read_file);
   return std::make_shared<PairsDataset>(spec, read_file);
 }
 
@@ -324,6 +326,11 @@ namespace detail {
 
 // The file's text for a spec: read, hashed and checked against a saved hash; CRLF line ends become LF.
 std::string read_spec_file(DataSpec& spec) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(spec.path, ec);
+  ATTO_CHECK(spec.format != "text" || ec || size <= spec.max_bytes, "data", "'", spec.path, "' is ", size, " bytes, more than the ",
+             spec.max_bytes, " bytes read into memory; for a larger corpus run `attograd prepare --text ",
+             spec.path, " --out DIR` and train with --data DIR (docs/DATA.md)");
   std::string text = read_data_file(spec.path, spec.max_bytes);
   const uint64_t hash = io::detail::xxh64(text.data(), text.size());
   ATTO_CHECK(spec.file_hash == 0 || spec.file_hash == hash, "data", "'", spec.path,

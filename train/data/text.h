@@ -95,7 +95,8 @@ class Vocabulary {
 
 /// A data file's settings, and what a model trained on it needs to be rebuilt (saved beside its weights).
 struct DataSpec {
-  std::string format = "text";             ///< "text" (TextDataset) or "pairs" (PairsDataset)
+  std::string format = "text";             ///< "text" (TextDataset), "pairs" (PairsDataset) or "tokens" (a directory
+                                           ///< of token files: TokenFileDataset, train/data/tokens.h)
   std::string path = {};                   ///< the file
   std::string tokenize = "char";           ///< "char" or "word" (pairs; text is always char)
   int64_t context = 64;                    ///< text: characters a model sees, in [1, kMaxTextContext]
