@@ -19,6 +19,8 @@
 #include "cli_testing.h"
 #include "testing.h"
 #include "train/data/text.h"
+#include "train/data/tokens.h"
+#include "train/io/serialize.h"
 #include "train/trainer.h"
 
 namespace {
@@ -303,13 +305,75 @@ TEST_F(CliData, BadDataIsOneLineExitTwo) {
   const std::string huge = (scratch() / "huge.txt").string();
   { std::ofstream(huge) << "x"; }
   fs::resize_file(huge, (uint64_t{64} << 20) + 1);
-  expect_one_line_error(train("--text", huge), "more than the cap of 67108864 bytes", "huge file");
+  expect_one_line_error(train("--text", huge),
+                        "more than the 67108864 bytes read into memory; for a larger corpus run `attograd prepare",
+                        "huge file");
   // A FIFO is refused, not waited on.
   const std::string fifo = (scratch() / "fifo.txt").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   expect_one_line_error(train("--text", fifo), "not a regular file", "FIFO");
   // CRLF line ends are accepted.
   EXPECT_EQ(train("--pairs", write("crlf.tsv", "ab\tba\r\ncd\tdc\r\nef\tfe\r\n")).status, 0);
+}
+
+TEST_F(CliData, APreparedDirectoryTrainsTheSameWeightsAsItsTextFile) {
+  const std::string dir = (scratch() / "poems-tokens").string();
+  const CliRun p = attograd("prepare --json --text " + quote(poems()) + " --out " + quote(dir));
+  ASSERT_EQ(p.status, 0) << p.err;
+  const json pj = last_line_json(p.out);
+  EXPECT_EQ(pj["vocab_size"], attograd::data::TextDataset({.format = "text", .path = poems()}).vocab_size());
+  const std::string out = (scratch() / "tokens-run").string();
+  const CliRun r = attograd("train --data " + quote(dir) + " --context 16 " + kSmall + " --json --out " + quote(out));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("token directory"), std::string::npos) << r.out;
+  // The same windows in the same order: the same weights, tensor for tensor, as a --text run on the file (not the
+  // suite's: another test resumes it).
+  const std::string text_out = (scratch() / "text-again").string();
+  const CliRun t = attograd("train --text " + quote(poems()) + " --context 16 " + kSmall + " --json --out " +
+                            quote(text_out));
+  ASSERT_EQ(t.status, 0) << t.err;
+  const attograd::io::NamedTensors a = attograd::io::read_tensors(text_out + "/model.attograd"),
+                                   b = attograd::io::read_tensors(out + "/model.attograd");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(attograd::testing::bitwise_equal(a[i].second, b[i].second)) << a[i].first;
+  }
+  EXPECT_EQ(last_line_json(r.out)["val_loss"], last_line_json(t.out)["val_loss"]);
+  // Every command works from the weights file; eval re-reads the token files.
+  const std::string w = quote(out + "/model.attograd");
+  EXPECT_EQ(attograd("sample -w " + w + " --prompt 'Shall I' --tokens 40 --seed 3").out,
+            attograd("sample -w " + quote(text_out + "/model.attograd") + " --prompt 'Shall I' --tokens 40 --seed 3").out);
+  const CliRun e = attograd("eval --json -w " + w);
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_EQ(last_line_json(e.out)["val_loss"], last_line_json(r.out)["val_loss"]);
+  EXPECT_NE(attograd("inspect " + w).out.find("token directory " + dir), std::string::npos);
+  const CliRun resumed = attograd("train -q --json --steps 50 --resume " + quote(out + "/checkpoint.attograd"));
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_EQ(last_line_json(resumed.out)["steps"], 50);
+}
+
+TEST_F(CliData, BadTokenDirectoriesAreOneLineExitTwo) {
+  const std::string dir = (scratch() / "bad-tokens").string();
+  ASSERT_EQ(attograd("prepare --text " + quote(poems()) + " --out " + quote(dir)).status, 0);
+  auto train = [](const std::string& d, const std::string& extra = "") {
+    return attograd("train -q --steps 2 --d-model 16 --layers 1 --heads 2 --d-ff 16 --context 8 --data " + quote(d) +
+                    " " + extra + " --out " + quote((scratch() / "bad").string()));
+  };
+  EXPECT_EQ(train(dir).status, 0);
+  expect_one_line_error(train(dir, "--text " + quote(poems())), "--text, --pairs and --data exclude each other",
+                        "--data with --text");
+  expect_one_line_error(train(dir, "--val-fraction 0.2"), "--data holds out what `attograd prepare --val-fraction`",
+                        "--data with --val-fraction");
+  expect_one_line_error(train(dir, "--model seq2seq"), "--data trains the decoder-only model", "--data seq2seq");
+  expect_one_line_error(train(scratch().string()), "meta.json", "not a prepared directory");
+  fs::resize_file(dir + "/train.bin", fs::file_size(dir + "/train.bin") - 3);
+  expect_one_line_error(train(dir), "truncated", "truncated token file");
+  expect_one_line_error(attograd("prepare --text " + quote(write("nul.txt", std::string("ab\0c", 4))) + " --out " +
+                                 quote(dir)),
+                        "NUL byte", "prepare of binary data");
+  expect_one_line_error(attograd("prepare --text " + quote(poems()) + " --out " + quote(dir) + " --val-fraction 1"),
+                        "--val-fraction must be in (0, 1)", "prepare --val-fraction 1");
 }
 
 }  // namespace
