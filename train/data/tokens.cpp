@@ -70,12 +70,15 @@ TokenFileHeader parse_header(const unsigned char* p, uint64_t size, const std::s
   return h;
 }
 
-// Releases the pages of [p, p + n) from this process's resident memory (a read-only file mapping: they are read
-// again from the page cache when touched).
-void release_pages(const unsigned char* p, uint64_t n) {
-  static const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto a = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
-  const auto e = reinterpret_cast<uintptr_t>(p) + n;
+// Releases the pages around [p, p + n) from this process's resident memory (a read-only file mapping: they are
+// read again from the page cache when touched). A fault on a file mapping also maps the neighbouring pages that are
+// in the page cache ("fault-around", 64 KiB by default, at most 2 MiB), so the whole aligned 2 MiB blocks around
+// the range are released, not only the pages it covers: `base` and `size` bound the mapping.
+void release_pages(const unsigned char* p, uint64_t n, const unsigned char* base, uint64_t size) {
+  constexpr uintptr_t kBlock = uintptr_t{2} << 20;
+  const auto lo = reinterpret_cast<uintptr_t>(base), hi = lo + size;
+  const auto a = std::max(lo, reinterpret_cast<uintptr_t>(p) & ~(kBlock - 1));  // base is page-aligned
+  const auto e = std::min(hi, (reinterpret_cast<uintptr_t>(p) + n + kBlock - 1) & ~(kBlock - 1));
   if (e > a) ::madvise(reinterpret_cast<void*>(a), e - a, MADV_DONTNEED);
 }
 
@@ -124,7 +127,7 @@ TokenFile::TokenFile(const std::string& path, uint64_t tokenizer_hash, int64_t v
     for (uint64_t off = 0; off < bytes_; off += kBlock) {
       const uint64_t n = std::min(kBlock, bytes_ - off);
       XXH64_update(st_hash, map_ + off, n);
-      release_pages(map_ + off, n);
+      release_pages(map_ + off, n, map_, bytes_);
     }
     digest_ = XXH64_digest(st_hash);
     XXH64_freeState(st_hash);
@@ -157,7 +160,7 @@ TokenFile::TokenFile(const std::string& path, uint64_t tokenizer_hash, int64_t v
         throw Error(kMe, str_cat("'", path, "': token ", at, " is ", worst, ", outside the vocabulary of ",
                                  vocab_size, " tokens (the file is corrupt or belongs to another tokenizer)"));
       }
-      release_pages(base + s * header_.width, n * header_.width);
+      release_pages(base + s * header_.width, n * header_.width, map_, bytes_);
     }
   } catch (...) {
     if (map_) ::munmap(const_cast<unsigned char*>(map_), bytes_);
@@ -181,7 +184,7 @@ void TokenFile::read(int64_t start, int64_t n, int64_t* out) const {
     for (int64_t i = 0; i < n; ++i) out[i] = p[2 * i] | (p[2 * i + 1] << 8);
   else
     for (int64_t i = 0; i < n; ++i) out[i] = get_u32(p + 4 * i);
-  release_pages(p, static_cast<uint64_t>(n) * header_.width);
+  release_pages(p, static_cast<uint64_t>(n) * header_.width, map_, bytes_);
 }
 
 TokenFileHeader read_token_file_header(const std::string& path) {

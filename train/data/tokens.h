@@ -110,7 +110,7 @@ struct PrepareOptions {
   std::string tokenizer = "char";        ///< "char": one token per Unicode character
   double val_fraction = 0.1;             ///< the held-out share of the tokens, in (0, 1)
   int64_t max_vocab = kMaxVocabulary;    ///< largest vocabulary (reserved ids included)
-  uint64_t chunk_bytes = uint64_t{16} << 20;  ///< bytes read at a time (memory does not grow with the corpus)
+  uint64_t chunk_bytes = uint64_t{4} << 20;  ///< bytes read at a time (memory does not grow with the corpus)
 };
 
 /// What prepare() wrote.
