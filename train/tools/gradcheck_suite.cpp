@@ -1162,7 +1162,7 @@ std::vector<Check> build_registry() {
   // The kinds made only of a mask_mod over what the model passes: prefix-lm's prompt is up to the first SEP (3) of
   // each row (row 0's is placed at position 2: a prompt of 3; row 1's random tokens 1..6 may hold one too);
   // document's documents end at <eos> (2), placed at positions 1 and 3 of row 0.
-  r.push_back(causal_lm_variant_check("CausalLM.prefix-lm", 52, {.kind = "prefix-lm"}, {}, {}, {{2, 3}}));
+  r.push_back(causal_lm_variant_check("CausalLM.prefix_lm", 52, {.kind = "prefix-lm"}, {}, {}, {{2, 3}}));
   r.push_back(causal_lm_variant_check("CausalLM.document", 53, {.kind = "document"}, {}, {}, {{1, 2}, {3, 2}}));
   return r;
 }
