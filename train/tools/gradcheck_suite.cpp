@@ -291,13 +291,16 @@ Check causal_lm_variant_check(const std::string& name, uint64_t salt, nn::Attent
             }
             Tensor t = tokens(v, c.batch, c.len);
             auto size = [](const char* field, int64_t n) { return n > 0 ? str_cat(" ", field, "=", n) : std::string(); };
+            std::string placed;  // " token 3 at 2, ...": the tokens `place` put (flat positions)
+            for (const auto& [i, tok] : place)
+              placed += str_cat(placed.empty() ? " token " : ", ", tok, " at ", std::min(i, c.batch * c.len - 1));
             return module_run(name,
                               str_cat(module_conf(c, false), " D=", D, " layers=", layers, " causal",
                                       padding ? "+padding" : "", " attention=", a.kind, size("kv_heads", a.kv_heads),
                                       size("window", a.window), size("block", a.block), size("kv_rank", a.kv_rank),
                                       size("q_rank", a.q_rank), size("rope_dim", a.rope_dim),
                                       a.options.empty() ? "" : " options=" + a.options, a.rope ? " rope" : "",
-                                      a.checkpoint ? " checkpoint" : "",
+                                      a.checkpoint ? " checkpoint" : "", placed,
                                       recipe_words(arch)),
                               m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
           }};
