@@ -327,3 +327,36 @@ TEST(AttentionMasks, OptionsAndRefusals) {
     EXPECT_FALSE(attention_as_multihead({.kind = kind}, kConfig, &o));
   }
 }
+
+TEST(AttentionMasks, StreamModelHasNoPromptUnlessAFixedPrefix) {
+  // A stream/text model passes tokens but no prompt lengths, even when its tokens hold the SEP id: prefix-lm refuses
+  // in one line; with options.prefix it is a prefix LM over the first N positions (and decodes by recomputing);
+  // document needs only the tokens, and decodes from its cache.
+  ModelSpec spec{.vocab = 9, .layers = 1, .d_model = 8, .heads = 2, .d_ff = 16, .dropout = 0.0, .max_source_len = 6,
+                 .max_target_len = 2, .stream = true, .attention = {.kind = "prefix-lm"}};
+  Generator g(1);
+  auto plain = make_model("lm", spec, g);
+  const Tensor tokens = pack_rows({{4, kSep, 5, 6}}, 4, 0);
+  EXPECT_ATTO_ERROR(plain->forward(tokens), "prefix-lm: no prefix: the model passes no prompt lengths (a stream/text "
+                                             "model has no prompt); set options.prefix N");
+  spec.attention.options = R"({"prefix": 2})";
+  auto fixed = make_model("lm", spec, g);
+  fixed->to(kFloat64);
+  fixed->eval();
+  NoGradGuard no_grad;
+  // Position 0 sees position 1 (the prefix of 2), not position 2.
+  const Tensor a = fixed->forward(pack_rows({{4, 5, 6}}, 3, 0)), b = fixed->forward(pack_rows({{4, 7, 6}}, 3, 0)),
+               c = fixed->forward(pack_rows({{4, 5, 7}}, 3, 0));
+  EXPECT_FALSE(all_close(narrow(a, 1, 0, 1), narrow(b, 1, 0, 1), 1e-6, 1e-6));
+  EXPECT_TRUE(all_close(narrow(a, 1, 0, 2), narrow(c, 1, 0, 2), 1e-12, 1e-12));
+  const DecodeTrace x = run_greedy(*fixed, {{4, 5, 6}, {7}}, 4, true), y = run_greedy(*fixed, {{4, 5, 6}, {7}}, 4, false);
+  EXPECT_EQ(x.cache_blocks, 0u);
+  expect_same_decode(x, y, kFloat64);
+  spec.attention = {.kind = "document"};
+  auto doc = make_model("lm", spec, g);
+  doc->to(kFloat64);
+  doc->eval();
+  const DecodeTrace p = run_greedy(*doc, {{4, kEos, 6}, {7}}, 4, true), q = run_greedy(*doc, {{4, kEos, 6}, {7}}, 4, false);
+  EXPECT_EQ(p.cache_blocks, 1u);
+  expect_same_decode(p, q, kFloat64);
+}
