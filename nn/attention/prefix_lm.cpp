@@ -23,8 +23,8 @@ constexpr const char* kKind = "prefix-lm";
 // The option "prefix" (0 = the model's prompt lengths).
 int64_t fixed_prefix(const AttentionSpec& s) {
   const double p = attention_option(s, "prefix", 0.0);
-  ATTO_CHECK(p >= 0 && std::floor(p) == p && p < 1e15, "AttentionSpec", "prefix-lm needs options.prefix a whole "
-             "number >= 0 (0: the model's prompt lengths), got ", p);
+  ATTO_CHECK(p >= 0 && std::floor(p) == p && p < 1e15, "AttentionSpec",
+             "prefix-lm needs options.prefix a whole number >= 0 (0: the model's prompt lengths), got ", p);
   return static_cast<int64_t>(p);
 }
 
@@ -36,13 +36,14 @@ class PrefixLMAttention : public MultiheadAttention {
   AttentionOutput forward(const Tensor& x, const AttentionCall& call) override {
     ATTO_CHECK(x.defined() && x.dim() == 3, kKind, "expected x of shape (B, L, D), got ",
                x.defined() ? x.shape() : Shape{});
-    ATTO_CHECK(call.is_causal, kKind, "a prefix LM is causal after its prefix; a bidirectional call (is_causal false) "
-               "is not one");
+    ATTO_CHECK(call.is_causal, kKind,
+               "a prefix LM is causal after its prefix; a bidirectional call (is_causal false) is not one");
     const int64_t B = x.size(0);
-    std::vector<int64_t> prefix = prefix_ > 0 ? std::vector<int64_t>(static_cast<size_t>(B), prefix_)
-                                              : call.prompt_lengths;
-    ATTO_CHECK(!prefix.empty(), kKind, "no prefix: the model passes no prompt lengths (a stream/text model has no "
-               "prompt); set options.prefix N for a fixed prefix of N positions");
+    std::vector<int64_t> prefix =
+        prefix_ > 0 ? std::vector<int64_t>(static_cast<size_t>(B), prefix_) : call.prompt_lengths;
+    ATTO_CHECK(!prefix.empty(), kKind,
+               "no prefix: the model passes no prompt lengths (a stream/text model has no prompt); set options.prefix "
+               "N for a fixed prefix of N positions");
     ATTO_CHECK(static_cast<int64_t>(prefix.size()) == B, kKind, "prompt_lengths has ", prefix.size(),
                " rows for a batch of ", B);
     MhaResult r = MultiheadAttention::forward(x, x, x,
@@ -64,8 +65,9 @@ class PrefixLMAttention : public MultiheadAttention {
 
   Tensor forward_cached(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows) override {
     const size_t A = rows.cache_row.size();
-    ATTO_CHECK(rows.prompt_lengths.size() == A, kKind, "decoding needs each row's prompt length "
-               "(CachedAttentionRows::prompt_lengths), got ", rows.prompt_lengths.size(), " for ", A, " rows");
+    ATTO_CHECK(rows.prompt_lengths.size() == A, kKind,
+               "decoding needs each row's prompt length (CachedAttentionRows::prompt_lengths), got ",
+               rows.prompt_lengths.size(), " for ", A, " rows");
     // A row's prompt is prefilled whole in one step (its queries see keys after them, all written by this step),
     // or is already cached (then the row is causal).
     bool any_prefix = false;
@@ -91,17 +93,17 @@ class PrefixLMAttention : public MultiheadAttention {
 }  // namespace
 
 AttentionKindEntry prefix_lm_attention_kind() {
-  AttentionKindInfo info{
-      .description = "prefix LM: bidirectional over each row's prompt (src SEP), causal after; option prefix N: the "
-                     "first N positions instead",
-      .fields = {"rope"},
-      .validate = [](const AttentionSpec& s, int64_t) { fixed_prefix(s); },
-      .facts =
-          [](const AttentionSpec& s, const AttentionConfig& c) {
-            AttentionFacts f = softmax_attention_facts(c);
-            f.own_positions = s.rope;
-            return f;
-          }};
+  AttentionKindInfo info{.description =
+                             "prefix LM: bidirectional over each row's prompt (src SEP), causal after; option prefix "
+                             "N: the first N positions instead",
+                         .fields = {"rope"},
+                         .validate = [](const AttentionSpec& s, int64_t) { fixed_prefix(s); },
+                         .facts =
+                             [](const AttentionSpec& s, const AttentionConfig& c) {
+                               AttentionFacts f = softmax_attention_facts(c);
+                               f.own_positions = s.rope;
+                               return f;
+                             }};
   AttentionFactory factory = [](const AttentionSpec& s, const AttentionConfig& c, Generator& gen) {
     return std::make_shared<PrefixLMAttention>(base_multihead_options(s, c), fixed_prefix(s), gen);
   };

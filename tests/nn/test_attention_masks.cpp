@@ -18,9 +18,10 @@
 
 #include "autograd/indexing.h"
 #include "autograd/reduce.h"
+#include "nn/attention.h"
 #include "nn/attention_layer.h"
-#include "nn/models.h"
 #include "nn/decode_testing.h"
+#include "nn/models.h"
 #include "testing.h"
 
 using namespace attograd;
@@ -51,11 +52,13 @@ Tensor dense_document_mask(const Tensor& tokens, int64_t sep, int64_t H) {
   Tensor m = zeros({B * H, L, L}, {.dtype = kBool});
   for (int64_t b = 0; b < B; ++b) {
     std::vector<int64_t> doc(static_cast<size_t>(L));
-    for (int64_t l = 1; l < L; ++l) doc[static_cast<size_t>(l)] = doc[static_cast<size_t>(l - 1)] + (t[b * L + l - 1] == sep);
+    for (int64_t l = 1; l < L; ++l)
+      doc[static_cast<size_t>(l)] = doc[static_cast<size_t>(l - 1)] + (t[b * L + l - 1] == sep);
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < L; ++i)
         for (int64_t j = 0; j < L; ++j)
-          m.data<bool>()[((b * H + h) * L + i) * L + j] = !(j <= i && doc[static_cast<size_t>(i)] == doc[static_cast<size_t>(j)]);
+          m.data<bool>()[((b * H + h) * L + i) * L + j] =
+              !(j <= i && doc[static_cast<size_t>(i)] == doc[static_cast<size_t>(j)]);
   }
   return m;
 }
@@ -74,7 +77,8 @@ class DenseMaskAttention : public MultiheadAttention {
   AttentionOutput forward(const Tensor& x, const AttentionCall& call) override {
     seen_prompts().push_back(call.prompt_lengths);
     const int64_t H = options().num_heads, L = x.size(1);
-    const Tensor mask = prefix_ ? dense_prefix_mask(call.prompt_lengths, H, L) : dense_document_mask(call.tokens, kEos, H);
+    const Tensor mask =
+        prefix_ ? dense_prefix_mask(call.prompt_lengths, H, L) : dense_document_mask(call.tokens, kEos, H);
     MhaResult r = MultiheadAttention::forward(
         x, x, x, {.attn_mask = mask, .need_weights = call.need_weights, .average_attn_weights = false});
     return {.output = r.output, .weights = r.weights};
@@ -87,12 +91,12 @@ class DenseMaskAttention : public MultiheadAttention {
 
 void register_reference() {
   for (const bool prefix : {true, false})
-    register_attention(prefix ? "test-dense-prefix" : "test-dense-document",
-                       [prefix](const AttentionSpec&, const AttentionConfig& c, Generator& gen) {
-                         return std::make_shared<DenseMaskAttention>(
-                             MultiheadAttentionOptions{.embed_dim = c.d_model, .num_heads = c.heads, .dropout = c.dropout},
-                             prefix, gen);
-                       });
+    register_attention(prefix ? "test-dense-prefix" : "test-dense-document", [prefix](const AttentionSpec&,
+                                                                                      const AttentionConfig& c,
+                                                                                      Generator& gen) {
+      return std::make_shared<DenseMaskAttention>(
+          MultiheadAttentionOptions{.embed_dim = c.d_model, .num_heads = c.heads, .dropout = c.dropout}, prefix, gen);
+    });
 }
 
 std::shared_ptr<CausalLM> make_lm(const AttentionSpec& a, Dtype dtype = kFloat64, int64_t max_len = 24,
@@ -162,8 +166,7 @@ TEST(AttentionMasks, PrefixLmLayerEqualsTheDenseMask) {
   fixed->to(kFloat64);
   const LayerRun c = run_layer(*fixed, x, go, [&](const Tensor& in) { return fixed->forward(in); });
   const LayerRun d = run_layer(*ref, x, go, [&](const Tensor& in) {
-    return ref->forward(in, in, in, {.attn_mask = dense_prefix_mask({3, 3, 3, 3}, 4, L), .need_weights = false})
-        .output;
+    return ref->forward(in, in, in, {.attn_mask = dense_prefix_mask({3, 3, 3, 3}, 4, L), .need_weights = false}).output;
   });
   expect_same(c, d, 1e-12);
 }
@@ -180,9 +183,8 @@ TEST(AttentionMasks, DocumentLayerEqualsTheDenseMask) {
   kind->to(kFloat64);
   ref->to(kFloat64);
   const Tensor x = rand_leaf({B, L, 16}, gx).detach(), go = rand_leaf({B, L, 16}, gx).detach();
-  const LayerRun a = run_layer(*kind, x, go, [&](const Tensor& in) {
-    return kind->forward(in, AttentionCall{.tokens = tokens}).output;
-  });
+  const LayerRun a = run_layer(
+      *kind, x, go, [&](const Tensor& in) { return kind->forward(in, AttentionCall{.tokens = tokens}).output; });
   const LayerRun b = run_layer(*ref, x, go, [&](const Tensor& in) {
     return ref->forward(in, in, in, {.attn_mask = dense_document_mask(tokens, 2, 4), .need_weights = false}).output;
   });
@@ -191,9 +193,8 @@ TEST(AttentionMasks, DocumentLayerEqualsTheDenseMask) {
   Generator g3(1);
   auto other = make_attention({.kind = "document", .options = R"({"separator": 4})"}, kConfig, g3);
   other->to(kFloat64);
-  const LayerRun c = run_layer(*other, x, go, [&](const Tensor& in) {
-    return other->forward(in, AttentionCall{.tokens = tokens}).output;
-  });
+  const LayerRun c = run_layer(
+      *other, x, go, [&](const Tensor& in) { return other->forward(in, AttentionCall{.tokens = tokens}).output; });
   const LayerRun d = run_layer(*ref, x, go, [&](const Tensor& in) {
     return ref->forward(in, in, in, {.attn_mask = dense_document_mask(tokens, 4, 4), .need_weights = false}).output;
   });
@@ -204,10 +205,10 @@ TEST(AttentionMasks, DocumentLayerEqualsTheDenseMask) {
 TEST(AttentionMasks, CausalLMEqualsTheDenseMaskModel) {
   register_reference();
   // src SEP tgt rows, right-padded, one without SEP (prompt 0: causal) and one whose SEP is first (prompt 1).
-  const Tensor tokens = from_vector<int64_t>({4, 5, 6, kSep, 7, 8, 0, 0,  //
-                                              5, kSep, 9, kEos, 4, 4, 5, 6,  //
-                                              4, 4, 5, 6, 7, 8, 9, 10,       //
-                                              kSep, 6, kEos, 6, kEos, 0, 0, 0},
+  const Tensor tokens = from_vector<int64_t>({4,    5,    6,    kSep, 7,    8, 0, 0,   //
+                                              5,    kSep, 9,    kEos, 4,    4, 5, 6,   //
+                                              4,    4,    5,    6,    7,    8, 9, 10,  //
+                                              kSep, 6,    kEos, 6,    kEos, 0, 0, 0},
                                              {4, 8});
   for (const auto& [kind, ref] : {std::pair{"prefix-lm", "test-dense-prefix"}, {"document", "test-dense-document"}}) {
     SCOPED_TRACE(kind);
@@ -221,7 +222,8 @@ TEST(AttentionMasks, CausalLMEqualsTheDenseMaskModel) {
     sum(mul(lb, lb)).backward();
     const auto pa = a->named_parameters(), pb = b->named_parameters();
     ASSERT_EQ(pa.size(), pb.size());
-    for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(all_close(pa[i].second.grad(), pb[i].second.grad(), 1e-12, 1e-12)) << pa[i].first;
+    for (size_t i = 0; i < pa.size(); ++i)
+      EXPECT_TRUE(all_close(pa[i].second.grad(), pb[i].second.grad(), 1e-12, 1e-12)) << pa[i].first;
     // The model passed each row's prompt: up to and including its first SEP, 0 without one.
     ASSERT_EQ(seen_prompts().size(), 2u);  // one call per block
     EXPECT_EQ(seen_prompts()[0], (std::vector<int64_t>{4, 2, 0, 1}));
@@ -300,8 +302,7 @@ TEST(AttentionMasks, OptionsAndRefusals) {
   EXPECT_ATTO_ERROR(p->forward(x, AttentionCall{.is_causal = false, .prompt_lengths = {1, 2}}), "is_causal false");
   EXPECT_ATTO_ERROR(make_attention({.kind = "prefix-lm", .options = R"({"prefix": -1})"}, kConfig),
                     "prefix-lm needs options.prefix a whole number >= 0");
-  EXPECT_ATTO_ERROR(make_attention({.kind = "prefix-lm", .options = R"({"prefix": 1.5})"}, kConfig),
-                    "got 1.5");
+  EXPECT_ATTO_ERROR(make_attention({.kind = "prefix-lm", .options = R"({"prefix": 1.5})"}, kConfig), "got 1.5");
   EXPECT_ATTO_ERROR(make_attention({.kind = "prefix-lm", .window = 3}, kConfig), "window");
   auto d = make_attention({.kind = "document"}, kConfig, gen);
   EXPECT_ATTO_ERROR(d->forward(x), "document: no tokens");
@@ -318,9 +319,8 @@ TEST(AttentionMasks, OptionsAndRefusals) {
   EXPECT_ATTO_ERROR(m->block(0)->self_attn->forward_cached(
                         h, *cache, {.cache_row = {0}, .start = {0}, .count = {2}, .prompt_lengths = {4}}),
                     "a prompt is decoded in one step");
-  EXPECT_ATTO_ERROR(
-      m->block(0)->self_attn->forward_cached(h, *cache, {.cache_row = {0}, .start = {0}, .count = {2}}),
-      "CachedAttentionRows::prompt_lengths");
+  EXPECT_ATTO_ERROR(m->block(0)->self_attn->forward_cached(h, *cache, {.cache_row = {0}, .start = {0}, .count = {2}}),
+                    "CachedAttentionRows::prompt_lengths");
   // The encoder-only and seq2seq models take only kinds that are a MultiheadAttention with options: not these.
   for (const char* kind : {"prefix-lm", "document"}) {
     MultiheadAttentionOptions o;
@@ -332,13 +332,22 @@ TEST(AttentionMasks, StreamModelHasNoPromptUnlessAFixedPrefix) {
   // A stream/text model passes tokens but no prompt lengths, even when its tokens hold the SEP id: prefix-lm refuses
   // in one line; with options.prefix it is a prefix LM over the first N positions (and decodes by recomputing);
   // document needs only the tokens, and decodes from its cache.
-  ModelSpec spec{.vocab = 9, .layers = 1, .d_model = 8, .heads = 2, .d_ff = 16, .dropout = 0.0, .max_source_len = 6,
-                 .max_target_len = 2, .stream = true, .attention = {.kind = "prefix-lm"}};
+  ModelSpec spec{.vocab = 9,
+                 .layers = 1,
+                 .d_model = 8,
+                 .heads = 2,
+                 .d_ff = 16,
+                 .dropout = 0.0,
+                 .max_source_len = 6,
+                 .max_target_len = 2,
+                 .stream = true,
+                 .attention = {.kind = "prefix-lm"}};
   Generator g(1);
   auto plain = make_model("lm", spec, g);
   const Tensor tokens = pack_rows({{4, kSep, 5, 6}}, 4, 0);
-  EXPECT_ATTO_ERROR(plain->forward(tokens), "prefix-lm: no prefix: the model passes no prompt lengths (a stream/text "
-                                             "model has no prompt); set options.prefix N");
+  EXPECT_ATTO_ERROR(plain->forward(tokens),
+                    "prefix-lm: no prefix: the model passes no prompt lengths (a stream/text model has no prompt); set "
+                    "options.prefix N");
   spec.attention.options = R"({"prefix": 2})";
   auto fixed = make_model("lm", spec, g);
   fixed->to(kFloat64);
@@ -349,14 +358,16 @@ TEST(AttentionMasks, StreamModelHasNoPromptUnlessAFixedPrefix) {
                c = fixed->forward(pack_rows({{4, 5, 7}}, 3, 0));
   EXPECT_FALSE(all_close(narrow(a, 1, 0, 1), narrow(b, 1, 0, 1), 1e-6, 1e-6));
   EXPECT_TRUE(all_close(narrow(a, 1, 0, 2), narrow(c, 1, 0, 2), 1e-12, 1e-12));
-  const DecodeTrace x = run_greedy(*fixed, {{4, 5, 6}, {7}}, 4, true), y = run_greedy(*fixed, {{4, 5, 6}, {7}}, 4, false);
+  const DecodeTrace x = run_greedy(*fixed, {{4, 5, 6}, {7}}, 4, true),
+                    y = run_greedy(*fixed, {{4, 5, 6}, {7}}, 4, false);
   EXPECT_EQ(x.cache_blocks, 0u);
   expect_same_decode(x, y, kFloat64);
   spec.attention = {.kind = "document"};
   auto doc = make_model("lm", spec, g);
   doc->to(kFloat64);
   doc->eval();
-  const DecodeTrace p = run_greedy(*doc, {{4, kEos, 6}, {7}}, 4, true), q = run_greedy(*doc, {{4, kEos, 6}, {7}}, 4, false);
+  const DecodeTrace p = run_greedy(*doc, {{4, kEos, 6}, {7}}, 4, true),
+                    q = run_greedy(*doc, {{4, kEos, 6}, {7}}, 4, false);
   EXPECT_EQ(p.cache_blocks, 1u);
   expect_same_decode(p, q, kFloat64);
 }
