@@ -654,6 +654,8 @@ constexpr Variant kVariants[] = {
     {"rope", "--rope"},
     {"checkpoint", "--checkpoint-activations"},
     {"entropy", "--entropy-reg 0.01"},
+    {"prefix-lm", "--attention prefix-lm"},
+    {"document", "--attention document"},
 };
 
 TEST_F(Cli, EveryAttentionVariantTrainsAndItsWeightsWorkEverywhere) {
