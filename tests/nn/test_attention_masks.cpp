@@ -371,3 +371,37 @@ TEST(AttentionMasks, StreamModelHasNoPromptUnlessAFixedPrefix) {
   EXPECT_EQ(p.cache_blocks, 1u);
   expect_same_decode(p, q, kFloat64);
 }
+
+TEST(AttentionMasks, CheckpointingAndEntropiesSeeTheSameCall) {
+  // Gradient checkpointing recomputes a block with the same call (prompt lengths, tokens): the same gradients; the
+  // tracked entropies are those of the masked rows.
+  const Tensor tokens = pack_rows({{4, 5, kSep, 6, kEos, 7}, {kSep, 8, 9}}, 6, 0);
+  for (const char* kind : {"prefix-lm", "document"}) {
+    SCOPED_TRACE(kind);
+    auto plain = make_lm({.kind = kind}), ckpt = make_lm({.kind = kind, .checkpoint = true});
+    plain->train();
+    ckpt->train();
+    plain->track_attention_entropy(true);
+    ckpt->track_attention_entropy(true);
+    Tensor a = plain->forward(tokens), b = ckpt->forward(tokens);
+    EXPECT_TRUE(all_close(a, b, 0, 0));
+    EXPECT_TRUE(all_close(plain->block(0)->last_entropy(), ckpt->block(0)->last_entropy(), 0, 0));
+    sum(mul(a, a)).backward();
+    sum(mul(b, b)).backward();
+    const auto pa = plain->named_parameters(), pb = ckpt->named_parameters();
+    for (size_t i = 0; i < pa.size(); ++i)
+      EXPECT_TRUE(all_close(pa[i].second.grad(), pb[i].second.grad(), 0, 0)) << pa[i].first;
+  }
+  // Row 0's first query (prompt 4 5 SEP) has three keys under prefix-lm: its entropy is above 0; under document it
+  // has one key (itself): entropy 0.
+  auto p = make_lm({.kind = "prefix-lm"}), d = make_lm({.kind = "document"});
+  p->track_attention_entropy(true);
+  d->track_attention_entropy(true);
+  NoGradGuard no_grad;
+  p->forward(tokens);
+  d->forward(tokens);
+  EXPECT_GT(p->block(0)->last_entropy().data<double>()[0], 1e-3);
+  EXPECT_EQ(d->block(0)->last_entropy().data<double>()[0], 0.0);
+  // Row 0's query 5 (after the EOS at 4) starts a new document under document: one key, entropy 0.
+  EXPECT_EQ(d->block(0)->last_entropy().data<double>()[5], 0.0);
+}
