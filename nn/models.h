@@ -128,7 +128,9 @@ class CausalLM : public SequenceModel {
   static std::shared_ptr<SequenceModel> build(const ModelSpec& spec, Generator& gen);
   /// "CausalLM".
   std::string type_name() const override { return "CausalLM"; }
-  /// tokens (B, L) Int64 with L <= max_len and ids in [0, vocab) -> logits (B, L, vocab).
+  /// tokens (B, L) Int64 with L <= max_len and ids in [0, vocab) -> logits (B, L, vocab). Every block's attention
+  /// is told the tokens and each row's prompt length, up to and including its first SEP (0 without one; none at all
+  /// for a stream model): AttentionCall::tokens and prompt_lengths, which kinds such as prefix-lm and document read.
   Tensor forward(const Tensor& tokens) override;
   /// Same; with mask_padding, keys equal to pad_idx are also blocked (Error for linear attention, which has no
   /// per-key weights to block).
