@@ -425,7 +425,7 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
     for (int64_t a = 0; a < A; ++a) {
       const auto ua = static_cast<size_t>(a);
       const int64_t b = rows.cache_row[ua];
-      const int64_t keys_max = causal ? rows.start[ua] + rows.count[ua] : C;
+      const int64_t keys_max = causal || variants.written_only ? rows.start[ua] + rows.count[ua] : C;
       ATTO_CHECK(keys_max <= C, kCache, "row ", a, " reads positions up to ", keys_max, " from a cache of ", C);
       for (int64_t j = 0; j < keys_max; ++j) {
         const auto uj = static_cast<size_t>(j);
@@ -434,7 +434,7 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
       }
       for (int64_t i = 0; i < rows.count[ua]; ++i) {
         const int64_t p = rows.start[ua] + i;     // the query's position
-        const int64_t nk = causal ? p + 1 : C;    // keys this query sees: [lo, nk)
+        const int64_t nk = causal ? p + 1 : keys_max;  // keys this query sees: [lo, nk)
         const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
         runs.clear();
         if (lay == nullptr) {

@@ -164,6 +164,12 @@ class MultiheadAttention : public AttentionLayer {
  protected:
   /// Draws future attention-dropout masks from `gen` (default_generator() until set; set_generator's hook).
   void set_own_generator(Generator& gen) override { dropout_gen_ = &gen; }
+  /// forward_cached with a mask_mod of this step only (combined with options().mask_mod by and_masks; called as
+  /// mask_mod(cache row, query head, the query's position, the key's position)). causal false lets a query see
+  /// the positions written so far after its own (CachedAttentionOptions::written_only): how a kind made of a
+  /// per-call mask (prefix-lm, document) decodes.
+  Tensor forward_cached_masked(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows,
+                               const MaskMod& step_mask, bool causal);
 
  private:
   MultiheadAttentionOptions opts_;
@@ -209,6 +215,9 @@ struct CachedAttentionOptions {
   MaskMod mask_mod = {};
   /// FlexAttention's score_mod on scale * q . k, with the same arguments (no gradients here).
   ScoreMod score_mod = {};
+  /// Not causal: row a's queries see the positions written so far, [0, start[a] + count[a]), instead of the whole
+  /// cache (a mask_mod then picks among them: a prefix LM's prefill, whose queries see the later prompt positions).
+  bool written_only = false;
 };
 
 /// An empty cache for B rows, H heads, C positions: {key (B, H, d_k, C), value (B, H, C, d_v)} in `dtype`.

@@ -29,6 +29,8 @@ struct Registry {
     entries.push_back(detail::linear_attention_kind());
     entries.push_back(detail::alibi_attention_kind());
     entries.push_back(detail::softcap_attention_kind());
+    entries.push_back(detail::prefix_lm_attention_kind());
+    entries.push_back(detail::document_attention_kind());
   }
 };
 

@@ -34,6 +34,12 @@ struct CachedAttentionRows {
   std::vector<int64_t> cache_row = {};  ///< per fed row a: its row in the cache
   std::vector<int64_t> start = {};      ///< per a: the position of its first new query (= positions already cached)
   std::vector<int64_t> count = {};      ///< per a: its real new positions (the rest of the N are padding)
+  // What a model knows of the rows beyond their features, for kinds whose masks depend on it (prefix-lm,
+  // document); a kind that needs one refuses a call without it. Set by CausalLM; other models leave them empty.
+  /// (A, N) Int64: the new positions' tokens (padding past count[a]); undefined when the model has none.
+  Tensor tokens = {};
+  /// Per a: its row's prompt length P (positions [0, P) are the prompt: CausalLM's src SEP); empty: no prompt.
+  std::vector<int64_t> prompt_lengths = {};
 };
 
 /// What a model tells an attention kind about the layer it asks for.
@@ -52,6 +58,13 @@ struct AttentionCall {
   bool need_weights = false;     ///< also return the per-head probabilities (B, H, L, L) (softmax kinds)
   bool need_entropy = false;     ///< also return each head's row entropies (B, H, L), with history
   int64_t rope_offset = 0;       ///< kinds with RoPE: the position of the first query and key
+  // What a model knows of the rows beyond their features, for kinds whose masks depend on it (prefix-lm,
+  // document); a kind that needs one refuses a call without it. Set by CausalLM; other models leave them empty.
+  /// (B, L) Int64: the input tokens, position l of row b at x[b, l]; undefined when the model has none.
+  Tensor tokens = {};
+  /// Per row b: its prompt length P (positions [0, P) are the prompt: CausalLM's src SEP, found as the first SEP);
+  /// empty: no prompt (a stream/text model).
+  std::vector<int64_t> prompt_lengths = {};
 };
 
 /// What AttentionLayer::forward returns.

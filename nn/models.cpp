@@ -136,11 +136,16 @@ CausalLMBlock::CausalLMBlock(const CausalLMOptions& o, Generator& gen) {
 Tensor CausalLMBlock::forward(const Tensor& x) { return forward(x, Tensor()); }
 
 Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
+  return forward(x, AttentionCall{.key_padding_mask = key_padding_mask});
+}
+
+Tensor CausalLMBlock::forward(const Tensor& x, const AttentionCall& call_in) {
   Tensor h = norm1->forward(x);  // (B, L, D)
-  AttentionOutput r = self_attn->forward(h, {.key_padding_mask = key_padding_mask,
-                                             .is_causal = true,
-                                             .need_weights = store_attention_,
-                                             .need_entropy = track_entropy_});
+  AttentionCall call = call_in;
+  call.is_causal = true;
+  call.need_weights = store_attention_;
+  call.need_entropy = track_entropy_;
+  AttentionOutput r = self_attn->forward(h, call);
   if (store_attention_) last_attention_ = r.weights;  // (B, H, L, L); undefined for a kind without weights
   if (track_entropy_) last_entropy_ = r.entropy;      // (B, H, L)
   // x + dropout(branch) as one fused op each (the same values and mask draws as the modules').
@@ -237,29 +242,45 @@ Tensor CausalLM::forward(const Tensor& tokens, bool mask_padding) {
   Tensor x = dropout->forward(embed_with_positions(w, tokens, table, embedding_scale()));  // (B, L, D)
   const Tensor kpm = mask_padding && options.pad_idx >= 0 ? key_padding_mask(tokens, options.pad_idx) : Tensor();
   if (track_entropy_) entropy_rows_ = ne(tokens, static_cast<double>(options.pad_idx));  // (B, L) real query rows
+  const AttentionCall call = rows_call(tokens, kpm);
   const auto n = static_cast<int64_t>(blocks->size());
-  for (int64_t i = 0; i < n; ++i) x = forward_block(i, x, kpm);
+  for (int64_t i = 0; i < n; ++i) x = forward_block(i, x, call);
   return output_logits(norm->forward(x), false);  // (B, L, V)
 }
 
-Tensor CausalLM::forward_block(int64_t i, const Tensor& x, const Tensor& kpm) {
+int64_t CausalLM::prompt_length(const int64_t* row, int64_t n) const {
+  if (spec_.stream) return 0;
+  for (int64_t l = 0; l < n; ++l)
+    if (row[l] == spec_.specials.sep) return l + 1;
+  return 0;
+}
+
+AttentionCall CausalLM::rows_call(const Tensor& tokens, const Tensor& kpm) const {
+  AttentionCall call{.key_padding_mask = kpm, .tokens = tokens};
+  if (spec_.stream) return call;
+  const int64_t B = tokens.size(0), L = tokens.size(1);
+  for (int64_t b = 0; b < B; ++b) call.prompt_lengths.push_back(prompt_length(tokens.data<int64_t>() + b * L, L));
+  return call;
+}
+
+Tensor CausalLM::forward_block(int64_t i, const Tensor& x, const AttentionCall& call) {
   std::shared_ptr<CausalLMBlock> b = block(i);
   // Gradient checkpointing: every block but the last (whose activations the backward needs first anyway), when
   // there is a backward to recompute for. The recomputation replays the dropout masks: checkpoint() restores
   // default_generator() and the generator given to set_generator(), the only ones the block draws from.
   const bool ckpt = options.attention.checkpoint && i + 1 < static_cast<int64_t>(blocks->size()) &&
                     is_grad_enabled() && x.requires_grad();
-  if (!ckpt) return b->forward(x, kpm);
+  if (!ckpt) return b->forward(x, call);
   CheckpointOptions co;
   if (generator_ != nullptr) co.generators.push_back(generator_);
   if (!track_entropy_)
-    return checkpoint([b, kpm](const std::vector<Tensor>& in) { return b->forward(in[0], kpm); }, {x}, co);
+    return checkpoint([b, call](const std::vector<Tensor>& in) { return b->forward(in[0], call); }, {x}, co);
   // Entropy tracking: the checkpointed function returns [output | entropies] flattened into one tensor, so that
   // the entropies keep their history through the recomputation (a loss on them reaches the block's parameters).
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2), H = options.n_head;
   Tensor packed = checkpoint(
-      [b, kpm](const std::vector<Tensor>& in) {
-        Tensor y = b->forward(in[0], kpm);  // (B, L, D)
+      [b, call](const std::vector<Tensor>& in) {
+        Tensor y = b->forward(in[0], call);  // (B, L, D)
         return cat({reshape(y, {-1}), reshape(b->last_entropy(), {-1})}, 0);
       },
       {x}, co);
@@ -513,6 +534,7 @@ Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows
     ATTO_CHECK(start < static_cast<int64_t>(seq.size()), me, "row ", b, " has no new token: its ", seq.size(),
                " tokens are all cached (append a token to decoded before the next step)");
     fresh.emplace_back(seq.begin() + start, seq.end());
+    if (!spec_.stream) rows.prompt_lengths.push_back(prompt_length(seq.data(), static_cast<int64_t>(seq.size())));
     rows.cache_row.push_back(b);
     rows.start.push_back(start);
     rows.count.push_back(static_cast<int64_t>(fresh.back().size()));
@@ -520,6 +542,7 @@ Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows
   }
   const Tensor tokens = pack_rows(fresh, N, spec_.specials.pad);  // (A, N)
   check_tokens(tokens, options.vocab, options.max_len, me, "tokens", "max_len");
+  rows.tokens = tokens;
   // The embedding at each row's own positions: x[a, i] = embed[tokens[a, i]] * scale + table[start[a] + i].
   const int64_t D = options.d_model;
   Tensor x = empty({A, N, D}, {.dtype = embed->weight.dtype()});  // (A, N, D)

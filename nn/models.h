@@ -72,6 +72,9 @@ class CausalLMBlock : public Module {
   Tensor forward(const Tensor& x) override;
   /// x (B, L, D) -> (B, L, D), causal, with keys blocked where key_padding_mask (B, L) Bool is TRUE (or undefined).
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask);
+  /// x (B, L, D) -> (B, L, D) with the attention call's key padding mask and what it tells the attention of the rows
+  /// (AttentionCall::tokens, prompt_lengths); the block sets causality, weights and entropies itself.
+  Tensor forward(const Tensor& x, const AttentionCall& call);
   /// Decoding with the attention's own cache (eval mode, no gradients): x (A, N, D) holds the new positions of A
   /// rows (see CachedAttentionRows); the attention keeps what it needs of them in `cache` (made by
   /// self_attn->make_cache) and the queries attend to every cached position up to their own -> (A, N, D), the
@@ -125,7 +128,9 @@ class CausalLM : public SequenceModel {
   static std::shared_ptr<SequenceModel> build(const ModelSpec& spec, Generator& gen);
   /// "CausalLM".
   std::string type_name() const override { return "CausalLM"; }
-  /// tokens (B, L) Int64 with L <= max_len and ids in [0, vocab) -> logits (B, L, vocab).
+  /// tokens (B, L) Int64 with L <= max_len and ids in [0, vocab) -> logits (B, L, vocab). Every block's attention
+  /// is told the tokens and each row's prompt length, up to and including its first SEP (0 without one; none at all
+  /// for a stream model): AttentionCall::tokens and prompt_lengths, which kinds such as prefix-lm and document read.
   Tensor forward(const Tensor& tokens) override;
   /// Same; with mask_padding, keys equal to pad_idx are also blocked (Error for linear attention, which has no
   /// per-key weights to block).
@@ -227,7 +232,12 @@ class CausalLM : public SequenceModel {
   // The positions st.cache can hold.
   int64_t cache_capacity(const DecodeState& st) const;
   // Block i of forward(): x (B, L, D) -> (B, L, D), under checkpoint() when options.attention.checkpoint asks.
-  Tensor forward_block(int64_t i, const Tensor& x, const Tensor& kpm);
+  Tensor forward_block(int64_t i, const Tensor& x, const AttentionCall& call);
+  // What the attention is told of the rows: the tokens and, unless a stream model, each row's prompt length (up to
+  // and including its first SEP; 0 without one).
+  AttentionCall rows_call(const Tensor& tokens, const Tensor& kpm) const;
+  // The prompt length of a row of n tokens: the index of its first SEP + 1 (0 without one, or for a stream model).
+  int64_t prompt_length(const int64_t* row, int64_t n) const;
   // The batch of token sequences `seqs`: inputs seq[:-1] right-padded to L with pad, targets seq[1:] where the
   // target position is at least first_target[i] (ignore_index elsewhere).
   SequenceBatch shifted_batch(const TokenRows& seqs, const std::vector<size_t>& first_target, size_t L,

@@ -24,6 +24,8 @@ AttentionKindEntry block_sparse_attention_kind();  ///< nn/attention/block_spars
 AttentionKindEntry linear_attention_kind();        ///< nn/attention/linear.cpp
 AttentionKindEntry alibi_attention_kind();         ///< nn/attention/alibi.cpp
 AttentionKindEntry softcap_attention_kind();       ///< nn/attention/softcap.cpp
+AttentionKindEntry prefix_lm_attention_kind();     ///< nn/attention/prefix_lm.cpp
+AttentionKindEntry document_attention_kind();      ///< nn/attention/document.cpp
 
 }  // namespace attograd::nn::detail
 

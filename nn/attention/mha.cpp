@@ -33,6 +33,12 @@ std::shared_ptr<AttentionCache> MultiheadAttention::make_cache(int64_t B, int64_
 }
 
 Tensor MultiheadAttention::forward_cached(const Tensor& x, AttentionCache& cache_in, const CachedAttentionRows& rows) {
+  return forward_cached_masked(x, cache_in, rows, MaskMod(), true);
+}
+
+Tensor MultiheadAttention::forward_cached_masked(const Tensor& x, AttentionCache& cache_in,
+                                                 const CachedAttentionRows& rows, const MaskMod& step_mask,
+                                                 bool causal) {
   auto* cache = dynamic_cast<KeyValueCache*>(&cache_in);
   ATTO_CHECK(cache != nullptr && in_proj_weight.defined(), "MultiheadAttention::forward_cached",
              "needs the KeyValueCache that make_cache gave (attention \"", kind(), "\")");
@@ -43,7 +49,9 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, AttentionCache& cache
   // RoPE: q and k are H + H_kv adjacent heads, each row rotated at its own absolute positions start[a] + i.
   if (rotary_) rotate_cached_rows_(qkv, 0, H + Hkv, *rotary_, rows);
   write_kv_cache(cache->key, cache->value, qkv, E, qkv, E + Ekv, rows);  // H_kv heads
-  CachedAttentionOptions variants{.num_heads = H, .window = ao.window, .mask_mod = ao.mask_mod, .score_mod = ao.score_mod};
+  const MaskMod mask = !step_mask ? ao.mask_mod : ao.mask_mod ? and_masks(ao.mask_mod, step_mask) : step_mask;
+  CachedAttentionOptions variants{
+      .num_heads = H, .window = ao.window, .mask_mod = mask, .score_mod = ao.score_mod, .written_only = !causal};
   if (ao.block_size > 0) {
     // No random blocks (make_cache gives none otherwise), so a layout over the cache's positions agrees, block for
     // block, with the one forward() builds for any shorter length.
@@ -57,7 +65,7 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, AttentionCache& cache
                                                   .seed = ao.block_seed});
   }
   Tensor heads = cached_attention(qkv, 0, cache->key, cache->value, rows, 1.0 / std::sqrt(static_cast<double>(d)),
-                                  true, nullptr, -1, variants);  // (A, N, E)
+                                  causal, nullptr, -1, variants);  // (A, N, E)
   return decode_linear(heads, out_proj->weight, out_proj->bias);  // (A, N, E)
 }
 

@@ -8,7 +8,10 @@ Writes tests/data/autograd/flex_<case>.golden, each in float64 (config and doc_i
   grad_output   the fixed upstream gradient (B, H, L, d)
   output, grad.q, grad.k, grad.v
   slopes        alibi cases: Press et al.'s slopes (their reference get_slopes)
-  doc_ids       document case: (B, L) sequence ids
+  doc_ids       document cases: (B, L) sequence ids
+  prefixes      prefix_lm_rows: (B) one prefix length per batch row
+The *_rows cases (prefix_lm_mask(one length per row), document_mask of chosen documents) are also read with a block
+mask of 4 x 4 blocks, some of them fully masked (skipped by the kernel).
 """
 import math
 import os
@@ -34,7 +37,7 @@ def get_slopes(n):
     return pow2(c) + get_slopes(2 * c)[0::2][: n - c]
 
 
-def case(name, B, H, L, d, kind, prefix=0, seed=0):
+def case(name, B, H, L, d, kind, prefix=0, seed=0, prefixes=None, doc_lengths=None):
     torch.manual_seed(seed)
     q = torch.randn(B, H, L, d, dtype=torch.float64, requires_grad=True)
     k = torch.randn(B, H, L, d, dtype=torch.float64, requires_grad=True)
@@ -54,9 +57,17 @@ def case(name, B, H, L, d, kind, prefix=0, seed=0):
     elif kind == "prefix_lm":
         allowed = (j < prefix) | (j <= i)
         s = s.masked_fill(~allowed, float("-inf"))
+    elif kind == "prefix_lm_rows":  # row b: q and kv both < prefixes[b] see each other, the rest is causal
+        p = torch.tensor(prefixes, dtype=torch.int64).view(B, 1, 1)
+        allowed = ((i < p) & (j < p)) | (j <= i)  # (B, L, L)
+        s = s.masked_fill(~allowed.unsqueeze(1), float("-inf"))
+        extra["prefixes"] = p.view(B)
     elif kind == "document":
         g = torch.Generator().manual_seed(seed + 1)
-        lengths = torch.randint(1, L // 2, (B, L), generator=g)
+        if doc_lengths is not None:  # chosen documents per row
+            lengths = torch.tensor([dl + [1] * L for dl in doc_lengths], dtype=torch.int64)
+        else:
+            lengths = torch.randint(1, L // 2, (B, L), generator=g)
         doc = torch.zeros(B, L, dtype=torch.int64)
         for b in range(B):  # packed sequences: cut the row into runs of the drawn lengths
             pos, idx = 0, 0
@@ -85,3 +96,7 @@ if __name__ == "__main__":
     case("softcap", 1, 2, 15, 4, "softcap", seed=3)
     case("prefix_lm", 2, 1, 14, 4, "prefix_lm", prefix=5, seed=4)
     case("document", 2, 1, 18, 4, "document", seed=5)
+    # Rows of different prefix lengths (none, part of the row, all of it) and chosen documents (a long first
+    # document, so that 4 x 4 blocks below the diagonal are fully masked), two heads.
+    case("prefix_lm_rows", 3, 2, 14, 4, "prefix_lm_rows", seed=6, prefixes=[0, 5, 14])
+    case("document_rows", 2, 2, 18, 4, "document", seed=7, doc_lengths=[[6, 2, 10], [1, 9, 8]])

@@ -180,18 +180,68 @@ TEST_P(FlexGolden, MatchesPyTorch) {
     o.score_mod = softcap(2.0);
   } else if (c == "prefix_lm") {
     o.mask_mod = prefix_lm_mask(prefix);
-  } else if (c == "document") {
+  } else if (c == "prefix_lm_rows") {
+    o.mask_mod = prefix_lm_mask(g["prefixes"].to_vector<int64_t>());
+  } else if (c == "document" || c == "document_rows") {
     o.mask_mod = document_mask(g["doc_ids"]);
   }
-  const Grads r = run(g["q"], g["k"], g["v"], g["grad_output"], o);
-  EXPECT_TRUE(all_close(r.out, g["output"], 1e-13, 1e-12));
-  EXPECT_TRUE(all_close(r.dq, g["grad.q"], 1e-13, 1e-12));
-  EXPECT_TRUE(all_close(r.dk, g["grad.k"], 1e-13, 1e-12));
-  EXPECT_TRUE(all_close(r.dv, g["grad.v"], 1e-13, 1e-12));
+  const auto expect_golden = [&](const AttentionOptions& opts) {
+    const Grads r = run(g["q"], g["k"], g["v"], g["grad_output"], opts);
+    EXPECT_TRUE(all_close(r.out, g["output"], 1e-13, 1e-12));
+    EXPECT_TRUE(all_close(r.dq, g["grad.q"], 1e-13, 1e-12));
+    EXPECT_TRUE(all_close(r.dk, g["grad.k"], 1e-13, 1e-12));
+    EXPECT_TRUE(all_close(r.dv, g["grad.v"], 1e-13, 1e-12));
+  };
+  expect_golden(o);
+  if (c.ends_with("_rows")) {
+    // The same through a block mask of 4 x 4 blocks per batch row: some blocks are fully masked (skipped), among
+    // them one below the diagonal that causality alone would compute.
+    const int64_t B = cfg[0], L = cfg[2];
+    const BlockMask bm = create_block_mask(o.mask_mod, B, 0, L, L, 4);
+    EXPECT_GT(bm.counts()[0], 0);
+    bool below = false;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t qb = 0; qb < bm.q_blocks(); ++qb)
+        for (int64_t kb = 0; kb < qb; ++kb) below = below || bm.kind(b, 0, qb, kb) == BlockKind::Empty;
+    EXPECT_EQ(below, c == "document_rows");
+    expect_golden({.block_mask = bm});
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Mods, FlexGolden,
-                         ::testing::Values("alibi_h4", "alibi_h6", "softcap", "prefix_lm", "document"));
+                         ::testing::Values("alibi_h4", "alibi_h6", "softcap", "prefix_lm", "document",
+                                           "prefix_lm_rows", "document_rows"));
+
+// prefix_lm_mask (one length per row) and document_mask equal attention under the explicit dense Bool mask they
+// stand for (TRUE = blocked, per batch row), float64, forward and gradients, to 1e-12; at a length whose
+// probabilities the kernel recomputes (77) and one it keeps (20).
+TEST(Flex, PrefixLmAndDocumentEqualDenseMasks) {
+  for (const int64_t L : {20, 77}) {
+    SCOPED_TRACE(L);
+    Generator gen(19);
+    const int64_t B = 3, H = 2;
+    Tensor q = input(B, H, L, 4, gen), k = input(B, H, L, 4, gen), v = input(B, H, L, 4, gen),
+           go = input(B, H, L, 4, gen);
+    const std::vector<int64_t> prefix = {0, 7, L};
+    std::vector<int64_t> ids(static_cast<size_t>(B * L));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t l = 0; l < L; ++l) ids[static_cast<size_t>(b * L + l)] = l / (b + 3 + l / 11);  // ragged runs
+    const Tensor doc = from_vector<int64_t>(ids, {B, L});
+    Tensor prefix_blocked = zeros({B, 1, L, L}, {.dtype = kBool}), doc_blocked = zeros({B, 1, L, L}, {.dtype = kBool});
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = 0; j < L; ++j) {
+          const auto p = prefix[static_cast<size_t>(b)];
+          prefix_blocked.data<bool>()[(b * L + i) * L + j] = !((i < p && j < p) || j <= i);
+          doc_blocked.data<bool>()[(b * L + i) * L + j] =
+              !(j <= i && ids[static_cast<size_t>(b * L + i)] == ids[static_cast<size_t>(b * L + j)]);
+        }
+    expect_same(run(q, k, v, go, {.mask_mod = prefix_lm_mask(prefix)}), run(q, k, v, go, {.attn_mask = prefix_blocked}),
+                1e-12);
+    expect_same(run(q, k, v, go, {.mask_mod = document_mask(doc)}), run(q, k, v, go, {.attn_mask = doc_blocked}),
+                1e-12);
+  }
+}
 
 // float64 gradchecks through q, k, v and the captured tensors.
 TEST(FlexGradcheck, AlibiWithLearnedSlopes) {

@@ -252,7 +252,7 @@ TEST_F(Cli, GradcheckWithNoArgumentsChecksEveryOpAndModule) {
     for (const std::string& l : lines(r.out)) found = found || l.rfind(std::string(name) + " ", 0) == 0;
     EXPECT_TRUE(found) << name;
   }
-  EXPECT_NE(r.out.find("101 of 101 checks passed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("103 of 103 checks passed"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos);
 }
 
@@ -654,6 +654,8 @@ constexpr Variant kVariants[] = {
     {"rope", "--rope"},
     {"checkpoint", "--checkpoint-activations"},
     {"entropy", "--entropy-reg 0.01"},
+    {"prefix-lm", "--attention prefix-lm"},
+    {"document", "--attention document"},
 };
 
 TEST_F(Cli, EveryAttentionVariantTrainsAndItsWeightsWorkEverywhere) {

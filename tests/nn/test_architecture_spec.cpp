@@ -265,8 +265,8 @@ TEST(ArchitectureSpec, RopeAndNoPositionsHaveNoTable) {
                                .max_len = 6,
                                .attention = {.kind = "alibi"},
                                .architecture = {.positions = "rope"}}),
-      "rope applies to softmax attention with a query/key per head (mha, gqa, mla, local, block-sparse, softcap), not "
-      "alibi");
+      "rope applies to softmax attention with a query/key per head (mha, gqa, mla, local, block-sparse, softcap, prefix-lm, "
+      "document), not alibi");
   EXPECT_ATTO_ERROR(CausalLM(CausalLMOptions{.vocab = 11,
                                              .d_model = 8,
                                              .n_head = 2,

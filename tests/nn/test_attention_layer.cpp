@@ -181,7 +181,7 @@ TEST(AttentionLayer, UserKindTrainsDecodesAndRoundTripsItsOptions) {
                     "window applies to attention local, not test-gain");
   EXPECT_ATTO_ERROR((AttentionSpec{.kind = "test-gain", .rope = true}.validate(4)),
                     "rope applies to softmax attention with a query/key per head (mha, gqa, mla, local, block-sparse, "
-                    "softcap), not test-gain");
+                    "softcap, prefix-lm, document), not test-gain");
   EXPECT_ATTO_ERROR((AttentionSpec{.kind = "test-gain", .options = R"({"gain": -1})"}.validate(4)),
                     "gain must be positive");
   // Its options survive ModelSpec's JSON; a built-in spec's JSON has no "options".

@@ -256,8 +256,9 @@ std::string recipe_words(const nn::ArchitectureSpec& arch) {
 // `arch` (optional) is the recipe (ArchitectureSpec): positions, activation, norm, bias, scale, init, head.
 Check causal_lm_variant_check(const std::string& name, uint64_t salt, nn::AttentionSpec spec,
                               std::function<nn::AttentionSpec(const CheckConfig&)> adapt = {},
-                              nn::ArchitectureSpec arch = {}) {
-  return {name, "module", [name, salt, spec, adapt, arch](const CheckConfig& c, const GradcheckOptions& o) {
+                              nn::ArchitectureSpec arch = {},
+                              std::vector<std::pair<int64_t, int64_t>> place = {}) {
+  return {name, "module", [name, salt, spec, adapt, arch, place](const CheckConfig& c, const GradcheckOptions& o) {
             Generator gen(c.seed * 1000003 + salt), drop(0);
             const bool rope = spec.rope || arch.positions == "rope";
             const int64_t D = rope ? std::max<int64_t>(2, c.d_model / c.heads / 2 * 2) * c.heads : c.d_model;
@@ -277,6 +278,8 @@ Check causal_lm_variant_check(const std::string& name, uint64_t salt, nn::Attent
                            gen);
             m.set_generator(drop);
             std::vector<int64_t> v = random_tokens(c.batch, c.len, 1, 7, gen);
+            // `place`: token t at (flat, clamped) position i, e.g. a SEP or EOS where a mask needs one.
+            for (const auto& [i, tok] : place) v[static_cast<size_t>(std::min(i, c.batch * c.len - 1))] = tok;
             // A kind without key padding masks (linear attention's running sums have no per-key weights to block).
             const bool padding =
                 c.mask == "padding" && nn::attention_facts(a, {.d_model = D, .heads = c.heads, .max_len = c.len})
@@ -288,13 +291,16 @@ Check causal_lm_variant_check(const std::string& name, uint64_t salt, nn::Attent
             }
             Tensor t = tokens(v, c.batch, c.len);
             auto size = [](const char* field, int64_t n) { return n > 0 ? str_cat(" ", field, "=", n) : std::string(); };
+            std::string placed;  // " token 3 at 2, ...": the tokens `place` put (flat positions)
+            for (const auto& [i, tok] : place)
+              placed += str_cat(placed.empty() ? " token " : ", ", tok, " at ", std::min(i, c.batch * c.len - 1));
             return module_run(name,
                               str_cat(module_conf(c, false), " D=", D, " layers=", layers, " causal",
                                       padding ? "+padding" : "", " attention=", a.kind, size("kv_heads", a.kv_heads),
                                       size("window", a.window), size("block", a.block), size("kv_rank", a.kv_rank),
                                       size("q_rank", a.q_rank), size("rope_dim", a.rope_dim),
                                       a.options.empty() ? "" : " options=" + a.options, a.rope ? " rope" : "",
-                                      a.checkpoint ? " checkpoint" : "",
+                                      a.checkpoint ? " checkpoint" : "", placed,
                                       recipe_words(arch)),
                               m, {}, [&] { return m.forward(t, padding); }, c, o, gen, &drop);
           }};
@@ -1156,6 +1162,11 @@ std::vector<Check> build_registry() {
   // enough to bend the scores (cap 0.5 against scores of about 1).
   causal_lm_variant(r, "CausalLM.alibi", 50, {.kind = "alibi"});
   causal_lm_variant(r, "CausalLM.softcap", 51, {.kind = "softcap", .options = R"({"cap":0.5})"});
+  // The kinds made only of a mask_mod over what the model passes: prefix-lm's prompt is up to the first SEP (3) of
+  // each row (row 0's is placed at position 2: a prompt of 3; row 1's random tokens 1..6 may hold one too);
+  // document's documents end at <eos> (2), placed at positions 1 and 3 of row 0.
+  r.push_back(causal_lm_variant_check("CausalLM.prefix_lm", 52, {.kind = "prefix-lm"}, {}, {}, {{2, 3}}));
+  r.push_back(causal_lm_variant_check("CausalLM.document", 53, {.kind = "document"}, {}, {}, {{1, 2}, {3, 2}}));
   return r;
 }
 

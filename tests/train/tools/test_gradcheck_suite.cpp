@@ -114,7 +114,9 @@ TEST(GradcheckSuite, RegistryListsEveryOpAndModuleOnce) {
                                             "CausalLM.mla_rope",
                                             "CausalLM.linear",
                                             "CausalLM.alibi",
-                                            "CausalLM.softcap"};
+                                            "CausalLM.softcap",
+                                            "CausalLM.prefix_lm",
+                                            "CausalLM.document"};
   std::vector<std::string> names, kinds;
   for (const checks::Check& c : checks::registry()) names.push_back(c.name), kinds.push_back(c.kind);
   std::vector<std::string> expected = ops;
@@ -277,7 +279,8 @@ TEST(GradcheckSuite, AttentionModulesWithMasksDropoutAndFloat32) {
       c.seed = 3;
       for (const char* name :
            {"sdpa", "mha", "seed_mha", "encoder_layer", "decoder_layer", "causal_lm", "transformer", "CausalLM.mla",
-            "CausalLM.mla_rope", "CausalLM.linear", "CausalLM.alibi", "CausalLM.softcap"}) {
+            "CausalLM.mla_rope", "CausalLM.linear", "CausalLM.alibi", "CausalLM.softcap", "CausalLM.prefix_lm",
+            "CausalLM.document"}) {
         const checks::CheckResult r = checks::run_checks(name, c).front();
         EXPECT_TRUE(r.result.passed) << name << " mask=" << mask << " " << dtype_name(dtype) << ": "
                                      << r.result.message;
