@@ -27,7 +27,8 @@ AttentionOutput MultiheadAttention::forward(const Tensor& x, const AttentionCall
 
 std::shared_ptr<AttentionCache> MultiheadAttention::make_cache(int64_t B, int64_t C) const {
   // A BigBird layout with random blocks depends on the sequence length, so such a layer recomputes instead; a
-  // local window also caches the whole sequence, not a ring (cached_attention reads only the window).
+  // local window caches the whole sequence here (cached_attention reads only the window); make_ring_cache keeps
+  // only the window.
   if (opts_.block_random > 0 || opts_.add_bias_kv || opts_.add_zero_attn || !same_embed_) return nullptr;
   auto c = std::make_shared<KeyValueCache>();
   std::tie(c->key, c->value) = make_kv_cache(B, num_kv_heads(), C, head_dim(), head_dim(), in_proj_weight.dtype());
