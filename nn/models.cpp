@@ -579,7 +579,7 @@ Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows
   }
   const Tensor tokens = pack_rows(fresh, N, spec_.specials.pad);  // (A, N)
   // A ring takes any number of new positions (a prompt longer than max_len among them).
-  const bool ring = st.cache[0].layer->ring;
+  const bool ring = !st.cache.empty() && st.cache[0].layer->ring;
   check_tokens(tokens, options.vocab, ring ? std::numeric_limits<int64_t>::max() : options.max_len, me, "tokens",
                "max_len");
   // The embedding at each row's own positions: x[a, i] = embed[tokens[a, i]] * scale + table[start[a] + i].
@@ -626,7 +626,7 @@ Tensor CausalLM::decode_step(DecodeState& st) {
   check_decode_state(st);
   if (st.active.empty()) return empty({0, options.vocab}, {.dtype = embed->weight.dtype()});
   if (!st.use_cache || st.cache.size() != blocks->size()) return recompute_logits(st, st.active);
-  if (st.cache[0].layer->ring) return cached_logits(st, st.active);  // rings slide: every row, any length
+  if (!st.cache.empty() && st.cache[0].layer->ring) return cached_logits(st, st.active);  // rings: any length
   // Rows whose sequence fits the cache decode from it; longer ones (cropped to max_len) recompute their window.
   const int64_t capacity = cache_capacity(st);
   std::vector<int64_t> from_cache, recompute;

@@ -67,7 +67,7 @@ const TokenRows kSources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 12, 1, 2, 3, 4, 5, 6}
 bool rings(CausalLM& m, const TokenRows& sources) {
   NoGradGuard no_grad;
   const DecodeState st = m.begin_decode(sources);
-  if (st.cache.size() != m.blocks->size()) return false;
+  if (st.cache.empty() || st.cache.size() != m.blocks->size()) return false;
   return std::all_of(st.cache.begin(), st.cache.end(), [](const KVCache& c) { return c.layer && c.layer->ring; });
 }
 
@@ -244,4 +244,13 @@ TEST(RingDecode, WhetherAKindSlidesIsItsOwnFact) {
     EXPECT_FALSE(attention_facts(s, c).slides) << s.kind;
   // A user's kind says nothing: it does not slide, and the default AttentionLayer gives no ring.
   EXPECT_FALSE(AttentionFacts{}.slides);
+}
+
+TEST(RingDecode, ModelWithoutBlocksDecodesPastTheContext) {
+  // No attention at all (0 blocks, positions rope): the logits of a position depend on its token alone, cached or
+  // recomputed, past the context too.
+  auto m = make_lm({.kind = "mha"}, "rope", kFloat64, 0);
+  EXPECT_FALSE(rings(*m, kSources));  // no block, no ring
+  const DecodeTrace cached = run_greedy(*m, kSources, 20, true), full = run_greedy(*m, kSources, 20, false);
+  expect_same_decode(cached, full, kFloat64);
 }
