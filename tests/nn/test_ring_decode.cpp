@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "autograd/shape.h"
+#include "nn/attention.h"
 #include "nn/models.h"
 #include "decode_testing.h"
 #include "testing.h"
@@ -253,4 +254,19 @@ TEST(RingDecode, ModelWithoutBlocksDecodesPastTheContext) {
   EXPECT_FALSE(rings(*m, kSources));  // no block, no ring
   const DecodeTrace cached = run_greedy(*m, kSources, 20, true), full = run_greedy(*m, kSources, 20, false);
   expect_same_decode(cached, full, kFloat64);
+}
+
+TEST(RingDecode, RingCacheFunctionsRefuseWhatTheyCannotHold) {
+  // The ring's own checks: a query's window must fit the slots (it reads only positions the ring still holds), and
+  // one write holds at most that many positions of a row.
+  Tensor key = zeros({1, 2, 3, 4}, {.dtype = kFloat64}), value = zeros({1, 2, 4, 3}, {.dtype = kFloat64});  // 4 slots
+  const Tensor q = zeros({1, 5, 6}, {.dtype = kFloat64});     // 5 new positions of 2 heads of 3
+  const CachedAttentionRows five{.cache_row = {0}, .start = {7}, .count = {5}};
+  EXPECT_ATTO_ERROR(write_kv_cache(key, value, q, 0, q, 0, five, true), "writes positions 7 .. 11 into a ring of 4");
+  const CachedAttentionRows one{.cache_row = {0}, .start = {9}, .count = {1}};
+  write_kv_cache(key, value, q, 0, q, 0, {.cache_row = {0}, .start = {9}, .count = {1}}, true);  // slot 1
+  EXPECT_ATTO_ERROR(cached_attention(q, 0, key, value, one, 1.0, true, nullptr, -1, {.window = 5, .ring = true}),
+                    "0 < window <= its 4 slots");
+  EXPECT_ATTO_ERROR(cached_attention(q, 0, key, value, one, 1.0, true, nullptr, -1, {.ring = true}), "window=0");
+  EXPECT_NO_THROW(cached_attention(q, 0, key, value, one, 1.0, true, nullptr, -1, {.window = 4, .ring = true}));
 }
