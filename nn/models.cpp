@@ -226,6 +226,7 @@ CausalLM::CausalLM(const CausalLMOptions& o, Generator& gen) : options(o) {
     detail::gpt2_init(*this, residual, o.n_layers, gen);
   }
   if (o.dtype != kFloat32) to(o.dtype);
+  slides_ = !position_table().defined() && attention_facts(block_attention(), attention_config()).slides;
 }
 
 Tensor CausalLM::forward(const Tensor& tokens) { return forward(tokens, false); }
@@ -304,9 +305,7 @@ bool CausalLM::uses_position_table() const {
 
 Tensor CausalLM::position_table() const { return pos_embed ? pos_embed->weight : pe; }
 
-bool CausalLM::slides() const {
-  return !position_table().defined() && attention_facts(block_attention(), attention_config()).slides;
-}
+bool CausalLM::slides() const { return slides_; }
 
 int64_t CausalLM::sliding_history() const {
   // The last position's logits read max_len keys per layer, each computed from its own max_len keys one layer

@@ -258,6 +258,7 @@ class CausalLM : public SequenceModel {
   Generator* generator_ = nullptr;  // the one set_generator() gave (the blocks' dropouts draw from it)
   bool track_entropy_ = false;
   Tensor entropy_rows_;  // (B, L) Bool of the last forward's non-padding tokens, when tracking
+  bool slides_ = false;  // slides(), fixed at construction (the table and the kind's facts)
 };
 
 }  // namespace attograd::nn
