@@ -321,7 +321,8 @@ Tensor CausalLM::sliding_forward(const Tensor& tokens, int64_t first) {
   ATTO_CHECK(slides(), me, "internal error: a sequence longer than max_len ", options.max_len,
              " is recomputed with a sliding window only without an absolute position table");
   Tensor x = dropout->forward(embed_with_positions(embed->weight, tokens, Tensor(), embedding_scale()));  // (B, L, D)
-  const AttentionCall call{.is_causal = true, .rope_offset = first, .window = L > options.max_len ? options.max_len : 0};
+  const AttentionCall call{
+      .is_causal = true, .rope_offset = first, .window = L > options.max_len ? options.max_len : 0};
   for (const auto& m : *blocks) x = static_cast<CausalLMBlock&>(*m).forward(x, call);
   return output_logits(norm->forward(x), false);  // (B, L, V)
 }

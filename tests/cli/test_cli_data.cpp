@@ -156,7 +156,8 @@ TEST_F(CliData, SamplingPastTheContextFromTheRingIsTheRecomputedText) {
   const std::string file = quote(write("cat.txt", text));
   for (const char* positions : {"rope", "none"}) {
     SCOPED_TRACE(positions);
-    const std::string out = (scratch() / (std::string("slide-") + positions)).string(), w = quote(out + "/model.attograd");
+    const std::string out = (scratch() / (std::string("slide-") + positions)).string();
+    const std::string w = quote(out + "/model.attograd");
     ASSERT_EQ(attograd("train -q --text " + file + " --positions " + positions +
                        " --context 8 --steps 15 --d-model 16 --layers 2 --heads 2 --d-ff 32 --samples 0 --out " +
                        quote(out))

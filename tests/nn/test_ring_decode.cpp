@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "autograd/shape.h"
+#include "decode_testing.h"
 #include "nn/attention.h"
 #include "nn/models.h"
-#include "decode_testing.h"
 #include "testing.h"
 
 using namespace attograd;
@@ -43,8 +43,8 @@ const std::vector<Variant> kSliding = {
 
 constexpr int64_t kMaxLen = 8;
 
-std::shared_ptr<CausalLM> make_lm(const AttentionSpec& a, const std::string& positions, Dtype dtype,
-                                  int64_t layers = 3, int64_t max_len = kMaxLen, uint64_t seed = 11) {
+std::shared_ptr<CausalLM> make_lm(const AttentionSpec& a, const std::string& positions, Dtype dtype, int64_t layers = 3,
+                                  int64_t max_len = kMaxLen, uint64_t seed = 11) {
   Generator gen(seed);
   auto m = std::make_shared<CausalLM>(CausalLMOptions{.vocab = 13,
                                                       .d_model = 32,
@@ -62,7 +62,8 @@ std::shared_ptr<CausalLM> make_lm(const AttentionSpec& a, const std::string& pos
 }
 
 // Mixed prompt lengths, two of them longer than max_len (their prefill wraps the ring in one step).
-const TokenRows kSources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 12, 1, 2, 3, 4, 5, 6}, {5, 4, 3, 2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3, 4}};
+const TokenRows kSources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 12, 1, 2, 3, 4, 5, 6}, {5, 4, 3, 2,  1,  2,  3, 4, 5, 6,
+                                                                                   7, 8, 9, 10, 11, 12, 1, 2, 3, 4}};
 
 // Whether begin_decode gave every block a ring.
 bool rings(CausalLM& m, const TokenRows& sources) {
@@ -101,15 +102,15 @@ TEST(RingDecode, ReferenceIsTheFullSequenceUnderAWindowOfMaxLen) {
       const TokenRows sources = {{3, 1, 4, 1, 5}};
       const DecodeTrace cached = run_greedy(*m, sources, 27, true);
       std::vector<int64_t> seq = sources[0];
-      seq.push_back(SpecialTokens{}.sep);  // the prompt is src SEP
+      seq.push_back(SpecialTokens{}.sep);                                             // the prompt is src SEP
       seq.insert(seq.end(), cached.decoded[0].begin(), cached.decoded[0].end() - 1);  // what the steps read
       NoGradGuard no_grad;
       const Tensor all = wide->forward(pack_rows({seq}, static_cast<int64_t>(seq.size()), 0));  // (1, L, V)
       ASSERT_EQ(cached.logits.size(), 27u);
       for (size_t s = 0; s < cached.logits.size(); ++s) {
         const auto pos = static_cast<int64_t>(sources[0].size() + s);  // the position step s predicts from
-        EXPECT_TRUE(all_close(cached.logits[s], gather_positions(all, {{0, pos}}), decode_tolerance(dt),
-                              decode_tolerance(dt)))
+        EXPECT_TRUE(
+            all_close(cached.logits[s], gather_positions(all, {{0, pos}}), decode_tolerance(dt), decode_tolerance(dt)))
             << "step " << s;
       }
     }
@@ -182,7 +183,8 @@ TEST(RingDecode, SeveralTokensAtOnceEqualOneByOne) {
     auto m = make_lm({.kind = "mha"}, "rope", dt);
     NoGradGuard no_grad;
     const std::vector<int64_t> more = {3, 9, 2, 11, 4, 6};
-    DecodeState a = m->begin_decode({{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}), b = m->begin_decode({{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}});
+    DecodeState a = m->begin_decode({{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}),
+                b = m->begin_decode({{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}});
     a.decoded[0] = {12};
     b.decoded[0] = {12};
     m->decode_step(a);
@@ -240,8 +242,8 @@ TEST(RingDecode, WhetherAKindSlidesIsItsOwnFact) {
                                                            {.kind = "alibi"},
                                                            {.kind = "softcap"}})
     EXPECT_TRUE(attention_facts(s, c).slides) << s.kind;
-  for (const AttentionSpec& s : std::vector<AttentionSpec>{{.kind = "block-sparse", .block = 2}, {.kind = "mla"},
-                                                           {.kind = "linear"}})
+  for (const AttentionSpec& s :
+       std::vector<AttentionSpec>{{.kind = "block-sparse", .block = 2}, {.kind = "mla"}, {.kind = "linear"}})
     EXPECT_FALSE(attention_facts(s, c).slides) << s.kind;
   // A user's kind says nothing: it does not slide, and the default AttentionLayer gives no ring.
   EXPECT_FALSE(AttentionFacts{}.slides);
@@ -260,7 +262,7 @@ TEST(RingDecode, RingCacheFunctionsRefuseWhatTheyCannotHold) {
   // The ring's own checks: a query's window must fit the slots (it reads only positions the ring still holds), and
   // one write holds at most that many positions of a row.
   Tensor key = zeros({1, 2, 3, 4}, {.dtype = kFloat64}), value = zeros({1, 2, 4, 3}, {.dtype = kFloat64});  // 4 slots
-  const Tensor q = zeros({1, 5, 6}, {.dtype = kFloat64});     // 5 new positions of 2 heads of 3
+  const Tensor q = zeros({1, 5, 6}, {.dtype = kFloat64});  // 5 new positions of 2 heads of 3
   const CachedAttentionRows five{.cache_row = {0}, .start = {7}, .count = {5}};
   EXPECT_ATTO_ERROR(write_kv_cache(key, value, q, 0, q, 0, five, true), "writes positions 7 .. 11 into a ring of 4");
   const CachedAttentionRows one{.cache_row = {0}, .start = {9}, .count = {1}};
