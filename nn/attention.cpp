@@ -398,7 +398,8 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
   const bool ring = variants.ring;
   ATTO_CHECK(!ring || (causal && window > 0 && window <= C && bs == 0 && key_tokens == nullptr), kCache,
              "a ring cache needs causal attention, 0 < window <= its ", C,
-             " slots, no block layout and no key tokens, got causal=", causal, ", window=", window, ", block_size=", bs);
+             " slots, no block layout and no key tokens, got causal=", causal, ", window=", window,
+             ", block_size=", bs);
   const Tensor& layout = variants.block_layout;
   if (bs > 0)
     ATTO_CHECK(layout.defined() && layout.dtype() == kBool && layout.dim() == 2 && layout.size(0) * bs >= C &&
