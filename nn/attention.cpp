@@ -215,7 +215,11 @@ MhaResult MultiheadAttention::forward(const Tensor& query, const Tensor& key, co
   ao.need_weights = opts.need_weights;
   ao.need_entropy = opts.need_entropy;
   ao.num_kv_heads = Hkv;
-  ao.window = opts_.window;
+  ATTO_CHECK(opts.window >= 0 && (opts.window == 0 || extra == 0), kMha,
+             "a call's window must be >= 0 (0 = none) and does not combine with add_bias_kv / add_zero_attn, got ",
+             "window=", opts.window);
+  ao.window = opts_.window == 0 || opts.window == 0 ? std::max(opts_.window, opts.window)
+                                                    : std::min(opts_.window, opts.window);
   if (opts_.mask_mod || opts_.score_mod || opts.mask_mod || opts.score_mod) {  // the mods (autograd/flex.h)
     ATTO_CHECK(extra == 0, kMha, "mask_mod and score_mod do not combine with add_bias_kv / add_zero_attn");
     ATTO_CHECK(opts.mod_q_offset >= 0, kMha, "mod_q_offset must be >= 0, got ", opts.mod_q_offset);
@@ -333,7 +337,7 @@ std::pair<Tensor, Tensor> make_kv_cache(int64_t B, int64_t H, int64_t C, int64_t
 }
 
 void write_kv_cache(Tensor& key_cache, Tensor& value_cache, const Tensor& k, int64_t k_col, const Tensor& v,
-                    int64_t v_col, const CachedAttentionRows& rows) {
+                    int64_t v_col, const CachedAttentionRows& rows, bool ring) {
   const char* me = "write_kv_cache";
   ATTO_CHECK(key_cache.dim() == 4 && value_cache.dim() == 4 && k.dim() == 3 && v.dim() == 3 &&
                  k.dtype() == key_cache.dtype() && v.dtype() == value_cache.dtype(),
@@ -355,10 +359,11 @@ void write_kv_cache(Tensor& key_cache, Tensor& value_cache, const Tensor& k, int
     for (int64_t a = 0; a < A; ++a) {
       const auto ua = static_cast<size_t>(a);
       const int64_t b = rows.cache_row[ua];
-      ATTO_CHECK(rows.start[ua] + rows.count[ua] <= C, me, "row ", a, " writes positions up to ",
-                 rows.start[ua] + rows.count[ua], " into a cache of ", C, " positions");
+      ATTO_CHECK(ring ? rows.count[ua] <= C : rows.start[ua] + rows.count[ua] <= C, me, "row ", a,
+                 " writes positions ", rows.start[ua], " .. ", rows.start[ua] + rows.count[ua] - 1, " into a ",
+                 ring ? "ring" : "cache", " of ", C, " positions");
       for (int64_t i = 0; i < rows.count[ua]; ++i) {
-        const int64_t p = rows.start[ua] + i;
+        const int64_t p = ring ? (rows.start[ua] + i) % C : rows.start[ua] + i;  // the slot
         const T* ks = kp + (a * N + i) * Wk + k_col;
         const T* vs = vp + (a * N + i) * Wv + v_col;
         for (int64_t h = 0; h < H; ++h) {
@@ -390,6 +395,11 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
   const int64_t window = variants.window, bs = variants.block_size;
   ATTO_CHECK(window >= 0 && bs >= 0 && ((window == 0 && bs == 0) || causal), kCache,
              "window and block_size must be >= 0 and need causal attention, got window=", window, ", block_size=", bs);
+  const bool ring = variants.ring;
+  ATTO_CHECK(!ring || (causal && window > 0 && window <= C && bs == 0 && key_tokens == nullptr), kCache,
+             "a ring cache needs causal attention, 0 < window <= its ", C,
+             " slots, no block layout and no key tokens, got causal=", causal, ", window=", window,
+             ", block_size=", bs);
   const Tensor& layout = variants.block_layout;
   if (bs > 0)
     ATTO_CHECK(layout.defined() && layout.dtype() == kBool && layout.dim() == 2 && layout.size(0) * bs >= C &&
@@ -417,15 +427,20 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
     T* op = out.data<T>();
     const T s = static_cast<T>(scale);
     std::vector<T> scores(static_cast<size_t>(C));
-    std::vector<unsigned char> open(static_cast<size_t>(C));
-    // The keys a query sees, as runs [first, last) of positions: [lo, nk) (the causal rule and the window), cut
-    // to the key blocks its layout row allows; keys outside every run are never read.
-    std::vector<std::pair<int64_t, int64_t>> runs;
-    runs.reserve(lay != nullptr ? static_cast<size_t>(lay_cols) + 1 : 1);
+    std::vector<unsigned char> open(static_cast<size_t>(C), 1);
+    // The keys a query sees, as runs [first, last) of cache slots: positions [lo, nk) (the causal rule and the
+    // window), cut to the key blocks its layout row allows; keys outside every run are never read. A slot j of a
+    // run holds the position j + offset (a ring's positions wrap around its slots; otherwise offset 0).
+    struct Run {
+      int64_t first, last, offset;
+    };
+    std::vector<Run> runs;
+    runs.reserve(lay != nullptr ? static_cast<size_t>(lay_cols) + 1 : 2);
     for (int64_t a = 0; a < A; ++a) {
       const auto ua = static_cast<size_t>(a);
       const int64_t b = rows.cache_row[ua];
-      const int64_t keys_max = causal || variants.written_only ? rows.start[ua] + rows.count[ua] : C;
+      // a ring's keys: all open; not causal (written_only): the positions written so far; else the whole cache
+      const int64_t keys_max = ring ? 0 : causal || variants.written_only ? rows.start[ua] + rows.count[ua] : C;
       ATTO_CHECK(keys_max <= C, kCache, "row ", a, " reads positions up to ", keys_max, " from a cache of ", C);
       for (int64_t j = 0; j < keys_max; ++j) {
         const auto uj = static_cast<size_t>(j);
@@ -437,17 +452,21 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
         const int64_t nk = causal ? p + 1 : keys_max;  // keys this query sees: [lo, nk)
         const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
         runs.clear();
-        if (lay == nullptr) {
-          if (lo < nk) runs.emplace_back(lo, nk);
+        if (ring) {  // positions [lo, nk) (at most C of them) in slots lo mod C, ..., wrapping once at most
+          const int64_t first = lo % C, n = nk - lo, head = std::min(n, C - first);
+          runs.push_back({first, first + head, lo - first});
+          if (head < n) runs.push_back({0, n - head, lo + head});
+        } else if (lay == nullptr) {
+          if (lo < nk) runs.push_back({lo, nk, 0});
         } else {
           const bool* lrow = lay + (p / bs) * lay_cols;
           for (int64_t kb = lo / bs; kb * bs < nk; ++kb) {
             if (!lrow[kb]) continue;
             const int64_t first = std::max(lo, kb * bs), last = std::min(nk, (kb + 1) * bs);
-            if (!runs.empty() && runs.back().second == first)
-              runs.back().second = last;
+            if (!runs.empty() && runs.back().last == first)
+              runs.back().last = last;
             else
-              runs.emplace_back(first, last);
+              runs.push_back({first, last, 0});
           }
         }
         for (int64_t h = 0; h < H; ++h) {
@@ -455,7 +474,7 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
           const T* kt = kc + (b * Hkv + h / group) * dk * C;  // (d_k, C)
           T* sc = scores.data();
           T m = -std::numeric_limits<T>::infinity();
-          for (const auto& [first, last] : runs) {
+          for (const auto& [first, last, offset] : runs) {
             // scores[j] = q . k_j over the transposed keys: a vector of kLanes keys at a time accumulates in a
             // register over the d_k features (the keys' columns are contiguous in j).
             int64_t j0 = first;
@@ -472,16 +491,16 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
               for (int64_t x = 0; x < dk; ++x) acc += qv[x] * kt[x * C + j];
               sc[j] = acc;
             }
-            if (mods) {  // the mods at the query's absolute position p (FlexAttention's arguments)
+            if (mods) {  // the mods at the query's and the key's absolute positions (FlexAttention's arguments)
               for (int64_t j = first; j < last; ++j) {
                 T x = -std::numeric_limits<T>::infinity();
-                if (open[static_cast<size_t>(j)] && (!mask_fn || (*mask_fn)(b, h, p, j))) {
+                if (open[static_cast<size_t>(j)] && (!mask_fn || (*mask_fn)(b, h, p, j + offset))) {
                   x = sc[j] * s;
                   if (score_fn) {
                     Score sx;
                     sx.v = static_cast<double>(x);
                     sx.ds = 1.0;
-                    x = static_cast<T>((*score_fn)(sx, b, h, p, j, caps).v);
+                    x = static_cast<T>((*score_fn)(sx, b, h, p, j + offset, caps).v);
                   }
                 }
                 sc[j] = x;
@@ -496,8 +515,8 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
           }
           if (m == -std::numeric_limits<T>::infinity()) continue;  // every key blocked: zeros
           T sum = 0;
-          for (const auto& [first, last] : runs)
-            for (int64_t j = first; j < last; ++j) {
+          for (const Run& r : runs)
+            for (int64_t j = r.first; j < r.last; ++j) {
               sc[j] = std::exp(sc[j] - m);
               sum += sc[j];
             }
@@ -508,8 +527,8 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
           int64_t y0 = 0;
           for (; y0 + kLanes <= dv; y0 += kLanes) {
             V acc = {}, vv;
-            for (const auto& [first, last] : runs)
-              for (int64_t j = first; j < last; ++j) {
+            for (const Run& r : runs)
+              for (int64_t j = r.first; j < r.last; ++j) {
                 load64(vv, vh + j * dv + y0);
                 acc += sc[j] * vv;
               }
@@ -518,8 +537,8 @@ Tensor cached_attention(const Tensor& q, int64_t q_col, const Tensor& key_cache,
           }
           for (int64_t y = y0; y < dv; ++y) {
             T acc = 0;
-            for (const auto& [first, last] : runs)
-              for (int64_t j = first; j < last; ++j) acc += sc[j] * vh[j * dv + y];
+            for (const Run& r : runs)
+              for (int64_t j = r.first; j < r.last; ++j) acc += sc[j] * vh[j * dv + y];
             o[y] = acc * inv;
           }
         }
@@ -541,8 +560,6 @@ void rotate_cached_rows_(Tensor& x, int64_t col, int64_t heads, RotaryEmbedding&
     const auto ua = static_cast<size_t>(a);
     const int64_t count = rows.count[ua], start = rows.start[ua];
     if (count == 0) continue;
-    ATTO_CHECK(start + count <= rotary.max_len, me, "row ", a, " reaches position ", start + count - 1,
-               " beyond the rotary table's max_len ", rotary.max_len);
     // The row's positions start .. start + count - 1 as one (count, heads * d) slice, rotated by the module (its
     // tables, so bit for bit its forward's values), then written back.
     Tensor slice = narrow(narrow(narrow(x, 0, a, 1), 1, 0, count), 2, col, heads * d);  // a copy

@@ -26,6 +26,8 @@
 
 namespace attograd::nn {
 
+struct KeyValueCache;
+
 /// Constructor options of MultiheadAttention (torch.nn.MultiheadAttention's keyword arguments):
 /// MultiheadAttention({.embed_dim = 64, .num_heads = 4, .dropout = 0.1}).
 struct MultiheadAttentionOptions {
@@ -48,7 +50,7 @@ struct MultiheadAttentionOptions {
   uint64_t block_seed = 0;   ///< BigBird layout: seed of the random blocks (fixed: the same layout every call)
   bool rope = false;            ///< rotary position embeddings (autograd/rope.h, interleaved pairs) on each head's
                                 ///< queries and keys after the in-projection; needs an even head_dim
-  int64_t rope_max_len = 2048;  ///< RoPE: positions in its cos/sin tables (a forward's offset + L must not exceed it)
+  int64_t rope_max_len = 2048;  ///< RoPE: positions in its cos/sin tables (later ones are computed per call)
   double rope_base = 10000.0;   ///< RoPE: theta_i = rope_base^(-2i / head_dim)
   /// FlexAttention's mask_mod (autograd/flex.h) in every forward, e.g. prefix_lm_mask(P): TRUE = the score EXISTS
   /// (the OPPOSITE of attn_mask's Bool). Its block mask is built once per shape and cached. Not with add_bias_kv /
@@ -83,6 +85,9 @@ struct MhaForwardOptions {
   ScoreMod score_mod = {};
   /// The absolute position of the first query as the mods see it (q_idx = mod_q_offset + i; keys at 0 .. Lk - 1).
   int64_t mod_q_offset = 0;
+  /// A sliding window of this call only (0 = none), combined with options().window (the smaller applies): the
+  /// reference of a ring decode past the context (AttentionCall::window).
+  int64_t window = 0;
 };
 
 /// What MultiheadAttention::forward returns.
@@ -136,8 +141,13 @@ class MultiheadAttention : public AttentionLayer {
   /// A KeyValueCache of H_kv heads for B rows and C positions (null, decode by recomputing, for random BigBird
   /// blocks, bias_kv / zero-attn keys or kdim / vdim other than E).
   std::shared_ptr<AttentionCache> make_cache(int64_t B, int64_t C) const override;
+  /// A KeyValueCache ring (AttentionCache::ring) of min(span, window) slots (span without a window): each query at
+  /// position p attends to p - slots < j <= p, RoPE at the true positions, the mods at the true distances. Null
+  /// with a block layout (its blocks are fixed from position 0) and where make_cache gives none.
+  std::shared_ptr<AttentionCache> make_ring_cache(int64_t B, int64_t span) const override;
   /// Decoding step (see AttentionLayer::forward_cached): causal, through cached_attention with the layer's
-  /// grouped heads, window or block layout, RoPE at each row's absolute positions.
+  /// grouped heads, window or block layout, RoPE at each row's absolute positions. A ring writes and attends one
+  /// position at a time once a row's positions wrap (each query still finds its last `slots` keys).
   Tensor forward_cached(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows) override;
 
   /// The constructor options with kdim/vdim and num_kv_heads resolved (never 0).
@@ -172,6 +182,9 @@ class MultiheadAttention : public AttentionLayer {
                                const MaskMod& step_mask, bool causal);
 
  private:
+  // forward_cached on a ring: the new positions' heads (A, N, E) from qkv (A, N, E + 2 Ekv), RoPE applied.
+  Tensor ring_attention(const Tensor& qkv, KeyValueCache& cache, const CachedAttentionRows& rows, double scale) const;
+
   MultiheadAttentionOptions opts_;
   bool same_embed_ = true;
   Generator* dropout_gen_ = nullptr;
@@ -218,6 +231,11 @@ struct CachedAttentionOptions {
   /// Not causal: row a's queries see the positions written so far, [0, start[a] + count[a]), instead of the whole
   /// cache (a mask_mod then picks among them: a prefix LM's prefill, whose queries see the later prompt positions).
   bool written_only = false;
+  /// The cache is a ring of C slots (a ring decode past the context, AttentionLayer::make_ring_cache): position j
+  /// is in slot j mod C. Needs causal attention and 0 < window <= C (the query at p reads positions p - window < j
+  /// <= p, which the writer must still hold: write_kv_cache with ring, one position at a time once it wraps); no
+  /// block layout, no key_tokens. The mods see the keys' absolute positions.
+  bool ring = false;
 };
 
 /// An empty cache for B rows, H heads, C positions: {key (B, H, d_k, C), value (B, H, C, d_v)} in `dtype`.
@@ -225,9 +243,10 @@ std::pair<Tensor, Tensor> make_kv_cache(int64_t B, int64_t H, int64_t C, int64_t
 
 /// Writes the new positions' keys k (A, N, Wk) features [k_col, k_col + H d_k) and values v (A, N, Wv) features
 /// [v_col, v_col + H d_v) (head h in [h d, (h + 1) d) of that range, as a projection writes them) into the caches.
-/// Error when a position falls outside the cache's C positions.
+/// Error when a position falls outside the cache's C positions. With `ring`, position p goes to slot p mod C
+/// (overwriting position p - C; at most C positions per row and call).
 void write_kv_cache(Tensor& key_cache, Tensor& value_cache, const Tensor& k, int64_t k_col, const Tensor& v,
-                    int64_t v_col, const CachedAttentionRows& rows);
+                    int64_t v_col, const CachedAttentionRows& rows, bool ring = false);
 
 /// Attention of the new queries q (A, N, Wq) features [q_col, q_col + H d_k) over the cached keys and values:
 /// out (A, N, H d_v) = softmax(q k^T * scale) v per head. causal: query i of row a sees cache positions

@@ -232,6 +232,7 @@ double attention_option(const AttentionSpec& spec, const std::string& name, doub
 // AttentionLayer
 
 std::shared_ptr<AttentionCache> AttentionLayer::make_cache(int64_t, int64_t) const { return nullptr; }
+std::shared_ptr<AttentionCache> AttentionLayer::make_ring_cache(int64_t, int64_t) const { return nullptr; }
 
 Tensor AttentionLayer::forward_cached(const Tensor&, AttentionCache&, const CachedAttentionRows&) {
   throw Error(type_name(), str_cat("attention \"", kind(), "\" has no decoding cache (decode by recomputing)"));

@@ -7,6 +7,7 @@
 //   forward(x, call)                 -> output (B, L, D), and the weights / row entropies the call asks for,
 //   make_cache(rows, capacity)       -> the layer's own decoding state (null: decode by recomputing),
 //   forward_cached(x, cache, rows)   -> the new positions' outputs, reading and extending that state,
+//   make_ring_cache(rows, span)      -> a state that slides past the model's max_len (null: the kind cannot),
 // and the kind's facts (AttentionFacts: weights, cache per token, whether it encodes positions itself, ...) come
 // from the registry without building a layer (memory estimates, benchmarks). Nothing outside a kind's own file asks
 // which kind it is. docs/ATTENTION.md, "Write your own attention", walks through a user's kind.
@@ -58,6 +59,10 @@ struct AttentionCall {
   bool need_weights = false;     ///< also return the per-head probabilities (B, H, L, L) (softmax kinds)
   bool need_entropy = false;     ///< also return each head's row entropies (B, H, L), with history
   int64_t rope_offset = 0;       ///< kinds with RoPE: the position of the first query and key
+  /// A sliding window of this call only (0 = none): causal query i also sees only keys i - window < j, on top of
+  /// the kind's own rule. The model's reference of a ring decode (AttentionFacts::slides) passes its max_len here;
+  /// a kind that slides honours it.
+  int64_t window = 0;
   // What a model knows of the rows beyond their features, for kinds whose masks depend on it (prefix-lm,
   // document); a kind that needs one refuses a call without it. Set by CausalLM; other models leave them empty.
   /// (B, L) Int64: the input tokens, position l of row b at x[b, l]; undefined when the model has none.
@@ -85,6 +90,8 @@ class AttentionCache {
   virtual int64_t bytes() const = 0;
   /// The rows B it was made for (set by the model that asked make_cache for it; a decode state checks it).
   int64_t rows = 0;
+  /// Made by make_ring_cache: a ring of capacity() slots (position p in slot p mod capacity()) that rows run past.
+  bool ring = false;
 };
 
 /// A kind's facts from its spec and the model's sizes alone, without building a layer (memory estimates, the
@@ -99,6 +106,12 @@ struct AttentionFacts {
   bool own_positions = false;  ///< positions come from inside the attention (RoPE): the model adds no table
   bool softmax = true;         ///< softmax rows: attention weights and row entropies exist
   bool key_padding = true;     ///< forward takes a key padding mask
+  /// Its decoding cache can slide as a ring past the model's max_len (AttentionLayer::make_ring_cache): its scores
+  /// depend on positions only through the distance q - kv (RoPE, ALiBi, a window) or not at all, and forward
+  /// honours AttentionCall::window. A model without an absolute position table then decodes every query over its
+  /// last max_len keys instead of cropping (docs/ATTENTION.md, "Decoding past the context"). Off by default: a kind
+  /// says so itself.
+  bool slides = false;
 };
 
 /// The facts of multi-head softmax attention with `kv_heads` key/value heads (0 = config.heads) over `pairs`
@@ -122,6 +135,11 @@ class AttentionLayer : public Module {
   /// CachedAttentionRows); writes what the cache keeps of them and returns their outputs (A, N, D), each query
   /// over the cached positions up to its own (as forward() gives them, within rounding). Default: Error.
   virtual Tensor forward_cached(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows);
+  /// A decoding state for B rows that slides (a kind whose facts say `slides`): it keeps each row's last `span`
+  /// positions (fewer when the kind's own window is shorter) in a ring (AttentionCache::ring), and forward_cached's
+  /// query at position p attends to the kept keys p - span < j <= p (within its own window), at any p: rows run
+  /// past `span` without recomputing. Null (the default) when the kind cannot.
+  virtual std::shared_ptr<AttentionCache> make_ring_cache(int64_t B, int64_t span) const;
 
   /// What forward's weights are when they are not softmax probabilities the layer forms (an explicit path for a
   /// figure: linear attention, MLA's plain path); empty (the default) for softmax kinds.

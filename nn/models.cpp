@@ -136,13 +136,11 @@ CausalLMBlock::CausalLMBlock(const CausalLMOptions& o, Generator& gen) {
 Tensor CausalLMBlock::forward(const Tensor& x) { return forward(x, Tensor()); }
 
 Tensor CausalLMBlock::forward(const Tensor& x, const Tensor& key_padding_mask) {
-  return forward(x, AttentionCall{.key_padding_mask = key_padding_mask});
+  return forward(x, AttentionCall{.key_padding_mask = key_padding_mask, .is_causal = true});
 }
 
-Tensor CausalLMBlock::forward(const Tensor& x, const AttentionCall& call_in) {
+Tensor CausalLMBlock::forward(const Tensor& x, AttentionCall call) {
   Tensor h = norm1->forward(x);  // (B, L, D)
-  AttentionCall call = call_in;
-  call.is_causal = true;
   call.need_weights = store_attention_;
   call.need_entropy = track_entropy_;
   AttentionOutput r = self_attn->forward(h, call);
@@ -228,6 +226,7 @@ CausalLM::CausalLM(const CausalLMOptions& o, Generator& gen) : options(o) {
     detail::gpt2_init(*this, residual, o.n_layers, gen);
   }
   if (o.dtype != kFloat32) to(o.dtype);
+  slides_ = !position_table().defined() && attention_facts(block_attention(), attention_config()).slides;
 }
 
 Tensor CausalLM::forward(const Tensor& tokens) { return forward(tokens, false); }
@@ -321,6 +320,28 @@ bool CausalLM::uses_position_table() const {
 }
 
 Tensor CausalLM::position_table() const { return pos_embed ? pos_embed->weight : pe; }
+
+bool CausalLM::slides() const { return slides_; }
+
+int64_t CausalLM::sliding_history() const {
+  // The last position's logits read max_len keys per layer, each computed from its own max_len keys one layer
+  // down: n_layers (max_len - 1) + 1 tokens in all.
+  return std::max<int64_t>(options.n_layers * (options.max_len - 1), 0) + 1;
+}
+
+Tensor CausalLM::sliding_forward(const Tensor& tokens, int64_t first) {
+  const int64_t L = tokens.size(1);
+  if (first == 0 && L <= options.max_len) return forward(tokens);  // no query reaches past max_len keys
+  const char* me = "CausalLM::decode_step";
+  check_tokens(tokens, options.vocab, std::numeric_limits<int64_t>::max(), me, "tokens", "max_len");
+  ATTO_CHECK(slides(), me, "internal error: a sequence longer than max_len ", options.max_len,
+             " is recomputed with a sliding window only without an absolute position table");
+  Tensor x = dropout->forward(embed_with_positions(embed->weight, tokens, Tensor(), embedding_scale()));  // (B, L, D)
+  const AttentionCall call{
+      .is_causal = true, .rope_offset = first, .window = L > options.max_len ? options.max_len : 0};
+  for (const auto& m : *blocks) x = static_cast<CausalLMBlock&>(*m).forward(x, call);
+  return output_logits(norm->forward(x), false);  // (B, L, V)
+}
 
 AttentionSpec CausalLM::block_attention() const { return lm_attention(options); }
 
@@ -455,7 +476,10 @@ std::vector<int64_t> CausalLM::sequence(const DecodeState& st, int64_t b) const 
   return r;
 }
 
-int64_t CausalLM::window_start(int64_t length) const { return std::max<int64_t>(0, length - options.max_len); }
+int64_t CausalLM::window_start(int64_t length) const {
+  if (slides() && length > options.max_len) return std::max<int64_t>(0, length - sliding_history());
+  return std::max<int64_t>(0, length - options.max_len);
+}
 
 DecodeState CausalLM::begin_decode(const TokenRows& sources) {
   for (size_t b = 0; b < sources.size(); ++b)
@@ -465,10 +489,13 @@ DecodeState CausalLM::begin_decode(const TokenRows& sources) {
   if (sources.empty()) return st;
   const int64_t capacity = decode_capacity(sources);
   const auto B = static_cast<int64_t>(sources.size());
+  const bool ring = slides();
   // Every block's attention makes its own state; a kind without one (or a layer that cannot cache, e.g. random
-  // BigBird blocks, whose layout depends on the length) makes the whole model decode by recomputing.
+  // BigBird blocks, whose layout depends on the length) makes the whole model decode by recomputing. A model that
+  // slides asks for rings of max_len keys instead: rows then run past max_len from the cache.
   for (const auto& m : *blocks) {
-    std::shared_ptr<AttentionCache> c = static_cast<CausalLMBlock&>(*m).self_attn->make_cache(B, capacity);
+    const AttentionLayer& at = *static_cast<CausalLMBlock&>(*m).self_attn;
+    std::shared_ptr<AttentionCache> c = ring ? at.make_ring_cache(B, options.max_len) : at.make_cache(B, capacity);
     if (c == nullptr) {
       st.cache.clear();
       return st;
@@ -505,20 +532,47 @@ void CausalLM::set_mla_absorbed_decode(bool absorbed) {
 
 Tensor CausalLM::recompute_logits(const DecodeState& st, const std::vector<int64_t>& rows_in) {
   // Each row is right-padded to the longest: with the causal mask the padding after a row's last token cannot
-  // change that token's logits.
+  // change that token's logits. One batched pass, except that a sliding model's rows past max_len run at their own
+  // absolute positions (RoPE), one pass per first position.
+  std::vector<int64_t> firsts;  // per row, the position of its first token recomputed
   TokenRows rows;
-  int64_t width = 0;
   for (int64_t b : rows_in) {
     std::vector<int64_t> r = sequence(st, b);
-    r.erase(r.begin(), r.begin() + window_start(static_cast<int64_t>(r.size())));
-    width = std::max<int64_t>(width, static_cast<int64_t>(r.size()));
+    const int64_t first = window_start(static_cast<int64_t>(r.size()));
+    r.erase(r.begin(), r.begin() + first);
+    firsts.push_back(slides() ? first : 0);  // a crop restarts its window's positions at 0
     rows.push_back(std::move(r));
   }
-  const Tensor logits = forward(pack_rows(rows, width, spec_.specials.pad));  // (A, width, V)
-  std::vector<std::pair<int64_t, int64_t>> at;
-  for (size_t i = 0; i < rows.size(); ++i)
-    at.emplace_back(static_cast<int64_t>(i), static_cast<int64_t>(rows[i].size()) - 1);
-  return gather_positions(logits, at);  // (A, V)
+  const auto A = static_cast<int64_t>(rows.size());
+  Tensor out;  // (A, V)
+  std::vector<bool> done(rows.size(), false);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (done[i]) continue;
+    std::vector<size_t> group;  // the rows recomputed from the same first position
+    int64_t width = 0;
+    for (size_t j = i; j < rows.size(); ++j)
+      if (!done[j] && firsts[j] == firsts[i]) {
+        group.push_back(j);
+        done[j] = true;
+        width = std::max<int64_t>(width, static_cast<int64_t>(rows[j].size()));
+      }
+    TokenRows packed;
+    std::vector<std::pair<int64_t, int64_t>> at;
+    for (size_t j : group) {
+      at.emplace_back(static_cast<int64_t>(packed.size()), static_cast<int64_t>(rows[j].size()) - 1);
+      packed.push_back(rows[j]);
+    }
+    const Tensor logits = slides() ? sliding_forward(pack_rows(packed, width, spec_.specials.pad), firsts[i])
+                                   : forward(pack_rows(packed, width, spec_.specials.pad));  // (G, width, V)
+    const Tensor last = gather_positions(logits, at);                                        // (G, V)
+    if (group.size() == rows.size()) return last;
+    if (!out.defined()) out = empty({A, last.size(1)}, {.dtype = last.dtype()});
+    const size_t bytes = static_cast<size_t>(last.size(1)) * dtype_size(last.dtype());
+    for (size_t g = 0; g < group.size(); ++g)
+      std::memcpy(static_cast<uint8_t*>(out.raw_data()) + group[g] * bytes,
+                  static_cast<const uint8_t*>(last.const_raw_data()) + g * bytes, bytes);
+  }
+  return out;
 }
 
 Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows_in) {
@@ -541,7 +595,10 @@ Tensor CausalLM::cached_logits(DecodeState& st, const std::vector<int64_t>& rows
     N = std::max(N, rows.count.back());
   }
   const Tensor tokens = pack_rows(fresh, N, spec_.specials.pad);  // (A, N)
-  check_tokens(tokens, options.vocab, options.max_len, me, "tokens", "max_len");
+  // A ring takes any number of new positions (a prompt longer than max_len among them).
+  const bool ring = !st.cache.empty() && st.cache[0].layer->ring;
+  check_tokens(tokens, options.vocab, ring ? std::numeric_limits<int64_t>::max() : options.max_len, me, "tokens",
+               "max_len");
   rows.tokens = tokens;
   // The embedding at each row's own positions: x[a, i] = embed[tokens[a, i]] * scale + table[start[a] + i].
   const int64_t D = options.d_model;
@@ -577,7 +634,8 @@ void CausalLM::check_decode_state(const DecodeState& st) const {
   const int64_t capacity = decode_capacity(st.sources);
   for (size_t i = 0; i < st.cache.size(); ++i) {
     const KVCache& c = st.cache[i];
-    const bool ok = c.layer != nullptr && c.layer->rows == st.rows && c.layer->capacity() == capacity;
+    const bool ok = c.layer != nullptr && c.layer->rows == st.rows && c.layer->ring == slides() &&
+                    (c.layer->ring || c.layer->capacity() == capacity);
     ATTO_CHECK(ok, me, "the decode state's cache ", i, " is not what begin_decode made for its ", st.rows, " rows");
   }
 }
@@ -586,6 +644,7 @@ Tensor CausalLM::decode_step(DecodeState& st) {
   check_decode_state(st);
   if (st.active.empty()) return empty({0, options.vocab}, {.dtype = embed->weight.dtype()});
   if (!st.use_cache || st.cache.size() != blocks->size()) return recompute_logits(st, st.active);
+  if (!st.cache.empty() && st.cache[0].layer->ring) return cached_logits(st, st.active);  // rings: any length
   // Rows whose sequence fits the cache decode from it; longer ones (cropped to max_len) recompute their window.
   const int64_t capacity = cache_capacity(st);
   std::vector<int64_t> from_cache, recompute;

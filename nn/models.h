@@ -72,9 +72,11 @@ class CausalLMBlock : public Module {
   Tensor forward(const Tensor& x) override;
   /// x (B, L, D) -> (B, L, D), causal, with keys blocked where key_padding_mask (B, L) Bool is TRUE (or undefined).
   Tensor forward(const Tensor& x, const Tensor& key_padding_mask);
-  /// x (B, L, D) -> (B, L, D) with the attention call's key padding mask and what it tells the attention of the rows
-  /// (AttentionCall::tokens, prompt_lengths); the block sets causality, weights and entropies itself.
-  Tensor forward(const Tensor& x, const AttentionCall& call);
+  /// x (B, L, D) -> (B, L, D) with the attention call's key padding mask, causality, RoPE offset and window (the
+  /// reference of a ring decode: positions first .. first + L - 1, each query over its last max_len keys) and what
+  /// it tells the attention of the rows (AttentionCall::tokens, prompt_lengths); weights and entropies as the block
+  /// keeps them.
+  Tensor forward(const Tensor& x, AttentionCall call);
   /// Decoding with the attention's own cache (eval mode, no gradients): x (A, N, D) holds the new positions of A
   /// rows (see CachedAttentionRows); the attention keeps what it needs of them in `cache` (made by
   /// self_attn->make_cache) and the queries attend to every cached position up to their own -> (A, N, D), the
@@ -153,16 +155,24 @@ class CausalLM : public SequenceModel {
   Tensor forward_batch(const SequenceBatch& batch) override;
   /// Prompts src SEP (a stream model: src alone), one per row; asks every block's attention for its cache
   /// (make_cache) for every row and min(max_len, longest prompt + max_decode_len()) positions; when one gives none,
-  /// the model decodes by recomputing.
+  /// the model decodes by recomputing. A model that slides (no absolute position table, and a kind whose facts say
+  /// `slides`: RoPE, ALiBi, a window, or no positions) asks for rings of max_len keys (make_ring_cache) instead.
   DecodeState begin_decode(const TokenRows& sources) override;
   /// The spec's max_target_len + 1; unbounded for a stream model (sampling asks for any number of tokens).
   int64_t max_decode_len() const override;
-  /// The active rows' next-token logits (A, vocab). A row's sequence is its prompt + decoded; the model sees its
-  /// last max_len tokens (nanoGPT's crop: beyond max_len the window slides and positions restart at 0 for it).
-  /// With state.use_cache, a row whose sequence fits the cache runs only its new positions against the cached
-  /// keys and values; a longer row (the window slides, so the cached keys' absolute positions no longer hold)
-  /// recomputes its cropped window. Without, every active row recomputes its window (right-padded: the causal
-  /// mask keeps padding out of a row's last position). Both give the same tokens.
+  /// The active rows' next-token logits (A, vocab). A row's sequence is its prompt + decoded. Past max_len:
+  /// - a model with an absolute position table (sinusoidal or learned) sees the row's last max_len tokens
+  ///   (nanoGPT's crop: the window slides and positions restart at 0 for it). With state.use_cache, a row whose
+  ///   sequence fits the cache runs only its new positions against the cached keys and values; a longer row
+  ///   recomputes its cropped window (all such rows in one batched pass per step).
+  /// - a model that slides (see begin_decode) keeps every position at its true place, and every layer's query
+  ///   attends to that layer's last max_len keys (a rolling window per layer, as Mistral's rolling buffer; for one
+  ///   layer exactly the crop, for more layers not: older keys were computed over their own windows). With
+  ///   state.use_cache, every row runs only its new positions against its rings, at any length.
+  /// Without state.use_cache, every active row recomputes (right-padded: the causal mask keeps padding out of a
+  /// row's last position): its cropped window, or for a sliding model its last n_layers (max_len - 1) + 1 tokens
+  /// (all the last position depends on) at their true positions under a sliding-window mask of max_len. Both give
+  /// the same tokens.
   Tensor decode_step(DecodeState& state) override;
   /// Every block computes its self-attention row entropies (on) or stops (off); softmax attention only (Error for
   /// linear attention). With attention.checkpoint the entropies of the checkpointed blocks come out of the
@@ -203,9 +213,16 @@ class CausalLM : public SequenceModel {
   std::vector<int64_t> prompt_tokens(const std::vector<int64_t>& src) const;
   // Row b's whole sequence so far: prompt_tokens(source) + decoded.
   std::vector<int64_t> sequence(const DecodeState& state, int64_t b) const;
-  // The visible-window rule: the index of the first token the model sees of a sequence of `length` tokens
-  // (length - max_len when longer than max_len, else 0).
+  // The visible-window rule: the index of the first token the model recomputes of a sequence of `length` tokens
+  // (length - max_len when longer than max_len, else 0; a sliding model: length - sliding_history()).
   int64_t window_start(int64_t length) const;
+  // Whether decoding slides past max_len: no absolute position table, and the kind's facts say `slides`.
+  bool slides() const;
+  // The tokens the last position's logits depend on in a sliding model: n_layers (max_len - 1) + 1.
+  int64_t sliding_history() const;
+  // Logits (B, L, V) of tokens (B, L) at positions first .. first + L - 1, each query over its last max_len keys
+  // (L may exceed max_len; forward(tokens) itself when first == 0 and L <= max_len). Sliding models only.
+  Tensor sliding_forward(const Tensor& tokens, int64_t first);
   // Logits (A, V) of the listed rows' last positions, recomputed over each row's visible window.
   Tensor recompute_logits(const DecodeState& state, const std::vector<int64_t>& rows);
   // Logits (A, V) of the listed rows' last positions from the cache, feeding only their new positions.
@@ -249,6 +266,7 @@ class CausalLM : public SequenceModel {
   Generator* generator_ = nullptr;  // the one set_generator() gave (the blocks' dropouts draw from it)
   bool track_entropy_ = false;
   Tensor entropy_rows_;  // (B, L) Bool of the last forward's non-padding tokens, when tracking
+  bool slides_ = false;  // slides(), fixed at construction (the table and the kind's facts)
 };
 
 }  // namespace attograd::nn

@@ -79,14 +79,17 @@ Tensor RotaryEmbedding::forward(const Tensor& x, int64_t offset) {
   ATTO_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat64, me, "x must be float32 or float64, got ",
              dtype_name(x.dtype()));
   const int64_t len = x.size(-2);
-  ATTO_CHECK(offset >= 0 && offset + len <= max_len, me, "positions ", offset, " .. ", offset + len - 1,
-             " are outside the table of max_len=", max_len);
+  ATTO_CHECK(offset >= 0, me, "offset must be >= 0, got ", offset);
   const bool f64 = x.dtype() == kFloat64;
   Tensor c, s;
   {
     NoGradGuard no_grad;
-    c = narrow(f64 ? cos64_ : cos32_, 0, offset, len);
-    s = narrow(f64 ? sin64_ : sin32_, 0, offset, len);
+    if (offset + len <= max_len) {
+      c = narrow(f64 ? cos64_ : cos32_, 0, offset, len);
+      s = narrow(f64 ? sin64_ : sin32_, 0, offset, len);
+    } else {  // beyond the tables: the rows a longer table would hold (the same double angles, rounded alike)
+      std::tie(c, s) = rotary_cos_sin(len, head_dim, offset, base, x.dtype());
+    }
   }
   return apply_rotary_emb(x, c, s);
 }

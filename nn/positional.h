@@ -53,13 +53,14 @@ class RotaryEmbedding : public Module {
   std::string type_name() const override { return "RotaryEmbedding"; }
   /// x (..., L, head_dim) (e.g. (B, H, L, d) queries or keys) rotated at positions 0 .. L-1.
   Tensor forward(const Tensor& x) override { return forward(x, 0); }
-  /// x (..., L, head_dim), or head-interleaved (..., L, heads * head_dim), rotated at positions offset .. offset+L-1 (an incremental decode step at position t passes
-  /// offset = t); bit for bit the rows offset .. offset+L-1 of the rotation of a longer sequence. offset + L must
-  /// not exceed max_len.
+  /// x (..., L, head_dim), or head-interleaved (..., L, heads * head_dim), rotated at positions offset ..
+  /// offset+L-1 (an incremental decode step at position t passes offset = t); bit for bit the rows offset ..
+  /// offset+L-1 of the rotation of a longer sequence. Positions past max_len (a ring decode past the context)
+  /// compute their angles on the fly: the same values a longer table would hold.
   Tensor forward(const Tensor& x, int64_t offset);
 
   const int64_t head_dim;  ///< features rotated (even)
-  const int64_t max_len;   ///< positions in the tables
+  const int64_t max_len;   ///< positions in the tables (later positions are computed per call)
   const double base;       ///< theta_i = base^(-2i / head_dim)
 
  protected:

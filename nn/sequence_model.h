@@ -173,7 +173,8 @@ struct DecodeState {
   std::vector<Tensor> memory = {};       ///< model-specific tensors computed once (e.g. the encoder output)
   bool use_cache = true;                 ///< decode from the key/value cache (false: recompute every step)
   std::vector<KVCache> cache = {};       ///< model-specific caches (e.g. per attention layer); empty without a cache
-  std::vector<int64_t> cached = {};      ///< per row, the positions of its sequence held in `cache`
+  std::vector<int64_t> cached = {};      ///< per row, the positions of its sequence fed through `cache` (all held,
+                                         ///< or for a ring, AttentionCache::ring, the last of them)
   // Who began the decode, set by start(model, sources) and checked by validate(): a built-in model's decode_step
   // refuses a state that its own begin_decode did not make, or whose rows changed since.
   const SequenceModel* model = nullptr;  ///< the model whose begin_decode made the state (compared, never followed)

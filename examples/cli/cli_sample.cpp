@@ -102,14 +102,16 @@ Command add_sample(CLI::App& app) {
       ->check(unsigned64())
       ->capture_default_str();
   sub->add_flag("--no-kv-cache", a->no_kv_cache,
-                "recompute the whole window every step instead of using the key/value cache (the same text, slower)");
+                "recompute every step instead of using the key/value cache (the same text, slower)");
   sub->add_option("--attention", a->attention,
                   "also write the attention of the prompt and its continuation: the explorer page for FILE.html "
                   "(as `attograd view`), else heatmaps as SVG");
   sub->footer(
       "Prints the prompt and its continuation, flushing after every token. A prompt character that is not in\n"
-      "the model's vocabulary is an error naming it. A text model continues for exactly --tokens tokens (the\n"
-      "model sees the last context characters); another model stops at its end token.\n\n"
+      "the model's vocabulary is an error naming it. A text model continues for exactly --tokens tokens (past\n"
+      "the context a model with a position table sees the last context characters; one with rope or no\n"
+      "positions slides its key/value cache, every layer attending to its last context positions); another\n"
+      "model stops at its end token.\n\n"
       "Examples:\n"
       "  attograd sample --weights runs/poem-lm/model.attograd --prompt \"The \" --tokens 300\n"
       "  attograd sample -w runs/poem-lm/model.attograd -t 0.8 --top-k 10 --seed 7\n"

@@ -32,6 +32,7 @@ AttentionKindEntry alibi_attention_kind() {
            [](const AttentionSpec&, const AttentionConfig& c) {
              AttentionFacts f = softmax_attention_facts(c);
              f.own_positions = true;  // the penalty is the position signal
+             f.slides = true;         // and it reads only the distance q - kv (the ring passes the true one)
              return f;
            },
        .multihead =

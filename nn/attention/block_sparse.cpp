@@ -35,6 +35,7 @@ AttentionKindEntry block_sparse_attention_kind() {
              AttentionFacts f = softmax_attention_facts(c, 0, pairs,
                                                         std::min(static_cast<double>(L), static_cast<double>(b)));
              f.own_positions = s.rope;
+             f.slides = false;  // the layout is fixed from position 0 (block 0 is global): it cannot slide
              return f;
            },
        .multihead =

@@ -20,6 +20,7 @@ AttentionKindEntry gqa_attention_kind() {
            [](const AttentionSpec& s, const AttentionConfig& c) {
              AttentionFacts f = softmax_attention_facts(c, s.kv_heads);
              f.own_positions = s.rope;
+             f.slides = true;  // as mha: RoPE is relative, or no positions at all
              return f;
            },
        .multihead =

@@ -19,6 +19,8 @@ AttentionOutput LinearAttention::forward(const Tensor& x, const AttentionCall& c
              "linear attention has no softmax rows, so no attention entropy to track or regularise");
   ATTO_CHECK(call.rope_offset == 0, me, "linear attention has no positions in it, got rope_offset=",
              call.rope_offset);
+  ATTO_CHECK(call.window == 0, me, "linear attention has no sliding window (its running sums keep every key), got ",
+             "window=", call.window);
   AttentionOutput r{.output = forward(x, x, x, call.is_causal)};  // (B, L, E)
   // The weights the causal form applies to the values, by an explicit path (B, H, L, L), for a figure.
   if (call.need_weights && call.is_causal) r.weights = attention_weights(x);
@@ -68,6 +70,7 @@ AttentionKindEntry linear_attention_kind() {
             f.state_per_row = H * d * (d + 1);
             f.softmax = false;
             f.key_padding = false;  // running sums have no per-key weights to block
+            f.slides = false;       // running sums cannot forget the oldest key: past the context it recomputes
             return f;
           }};
   return {"linear", std::move(factory), std::move(info)};

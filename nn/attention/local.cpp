@@ -25,6 +25,7 @@ AttentionKindEntry local_attention_kind() {
              AttentionFacts f = softmax_attention_facts(c, 0, w * (w + 1) / 2 + (l - w) * w,
                                                         std::min(l, static_cast<double>(s.window)));
              f.own_positions = s.rope;
+             f.slides = true;  // a window of relative positions: its ring keeps min(window, span) slots
              return f;
            },
        .multihead =

@@ -13,9 +13,9 @@ int64_t MlaLayerCache::bytes() const {
 }
 
 AttentionOutput MultiHeadLatentAttention::forward(const Tensor& x, const AttentionCall& call) {
-  ATTO_CHECK(call.is_causal && call.rope_offset == 0, "MultiHeadLatentAttention",
-             "mla is causal self-attention at positions 0 .. L-1, got is_causal=", call.is_causal,
-             ", rope_offset=", call.rope_offset);
+  ATTO_CHECK(call.is_causal && call.rope_offset == 0 && call.window == 0, "MultiHeadLatentAttention",
+             "mla is causal self-attention at positions 0 .. L-1 without a window, got is_causal=", call.is_causal,
+             ", rope_offset=", call.rope_offset, ", window=", call.window);
   if (!call.need_entropy && call.need_weights) {  // the plain path's probabilities (B, H, L, L), for a figure
     auto [out, weights] = forward_with_weights(x, call.key_padding_mask);
     return {.output = std::move(out), .weights = std::move(weights)};
@@ -83,6 +83,7 @@ AttentionKindEntry mla_attention_kind() {
             f.weights = q + D * (kv + rope) + kv * h * 2 * head + h * head * D;
             f.cache_per_token = kv + rope;  // [c_KV | k_R]
             f.own_positions = s.rope;
+            f.slides = false;  // its latent cache is not a ring (yet): past the context it recomputes
             return f;
           }};
   return {"mla", std::move(factory), std::move(info)};

@@ -31,6 +31,7 @@ AttentionKindEntry softcap_attention_kind() {
            [](const AttentionSpec& s, const AttentionConfig& c) {
              AttentionFacts f = softmax_attention_facts(c);
              f.own_positions = s.rope;
+             f.slides = true;  // the cap is per score: positions as mha (RoPE, relative, or none)
              return f;
            },
        .multihead =

@@ -149,6 +149,31 @@ TEST_F(CliData, SamplingPrintsExactlyTheTokensAskedForAndNeverAReservedId) {
   expect_one_line_error(attograd("sample -w " + tw + " --temperature 1e999"), "--temperature", "overflowing T");
 }
 
+TEST_F(CliData, SamplingPastTheContextFromTheRingIsTheRecomputedText) {
+  // Issue 25: a text model without a position table (rope, none) slides its key/value cache as a ring past the
+  // context; --no-kv-cache recomputes the same rolling window per layer, so the text is the same, character for
+  // character, 10x past an 8-character context.
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "the cat sat on the mat\n";
+  const std::string file = quote(write("cat.txt", text));
+  for (const char* positions : {"rope", "none"}) {
+    SCOPED_TRACE(positions);
+    const std::string out = (scratch() / (std::string("slide-") + positions)).string();
+    const std::string w = quote(out + "/model.attograd");
+    ASSERT_EQ(attograd("train -q --text " + file + " --positions " + positions +
+                       " --context 8 --steps 15 --d-model 16 --layers 2 --heads 2 --d-ff 32 --samples 0 --out " +
+                       quote(out))
+                  .status,
+              0);
+    const CliRun ring = attograd("sample -w " + w + " --prompt 'the ' --tokens 80 --seed 4");
+    const CliRun full = attograd("sample -w " + w + " --prompt 'the ' --tokens 80 --seed 4 --no-kv-cache");
+    ASSERT_EQ(ring.status, 0) << ring.err;
+    ASSERT_EQ(full.status, 0) << full.err;
+    EXPECT_EQ(ring.out, full.out);
+    EXPECT_EQ(attograd::data::decode_utf8(ring.out, "out").size(), 4u + 80u + 1u);
+  }
+}
+
 TEST_F(CliData, PairsGenerateEvalAndOtherFiles) {
   const std::string w = quote(pairs_weights());
   const json s = last_line_json(pairs_->out);

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "nn/attention.h"  // nn::KeyValueCache
 #include "nn/sequence_model.h"
 #include "testing.h"
 

@@ -1,4 +1,5 @@
-// nn::RotaryEmbedding: equal to apply_rotary_emb, nothing in the state_dict, offset decoding bit for bit, and errors.
+// nn::RotaryEmbedding: equal to apply_rotary_emb, nothing in the state_dict, offset decoding bit for bit (past the
+// table too), and errors.
 
 #include <gtest/gtest.h>
 
@@ -46,8 +47,22 @@ TEST(RotaryEmbedding, Errors) {
   EXPECT_THROW(rope.forward(zeros({2, 6})), Error);     // not a multiple of head_dim
   EXPECT_TRUE(testing::bitwise_equal(rope.forward(full({2, 8}, 0.5), 3),
                                      apply_rotary_emb(full({2, 8}, 0.5), 3, 10000.0, 4)));  // two heads
-  EXPECT_THROW(rope.forward(zeros({5, 4}), 4), Error);  // positions 4 .. 8 past max_len
+  EXPECT_THROW(rope.forward(zeros({5, 4}), -1), Error);  // a negative offset
   EXPECT_NO_THROW(rope.forward(zeros({5, 4}), 3));
+}
+
+TEST(RotaryEmbedding, PositionsPastTheTableAreWhatALongerTableHolds) {
+  // A ring decode past the context rotates at positions beyond max_len: bitwise the rows of a longer table, in
+  // float32 and float64, whether the rows straddle the table's end or lie wholly past it.
+  Generator gen(3);
+  RotaryEmbedding shorter(8, 16), longer(8, 4096);
+  for (Dtype dt : {kFloat32, kFloat64}) {
+    const Tensor x = testing::rand_leaf({2, 5, 16}, gen).detach().to(dt);  // two heads of 8
+    for (int64_t offset : {13, 16, 1000, 4000}) {
+      SCOPED_TRACE(offset);
+      EXPECT_TRUE(testing::bitwise_equal(shorter.forward(x, offset), longer.forward(x, offset)));
+    }
+  }
 }
 
 }  // namespace
