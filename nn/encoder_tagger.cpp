@@ -35,24 +35,18 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
   const AttentionSpec& at = o.attention;
   at.validate(o.n_head);
   // Every layer's self-attention is the AttentionLayer make_attention builds for `at` (TransformerEncoderLayer's
-  // options.attention), called bidirectionally (is_causal false). The kinds that can be are those that are a
-  // MultiheadAttention (the registry says which, AttentionKindInfo::multihead): mla and linear attention are causal
-  // only, so they are refused here, when the model is built, not at its first forward.
-  MultiheadAttentionOptions mo;
-  std::string supported;
-  ATTO_CHECK(attention_as_multihead(at, {.d_model = o.d_model, .heads = o.n_head, .dropout = o.dropout,
-                                         .max_len = o.max_len}, &mo, &supported),
-             me, "model kind \"encoder\" does not support attention ", at.kind, " (supported: ", supported,
-             "; use the lm model)");
+  // options.attention), called bidirectionally (is_causal false) with a key padding mask. The kinds that are a
+  // MultiheadAttention (the registry says which, AttentionKindInfo::multihead) can be; mla (causal only) and linear
+  // (no key padding mask) cannot, and are refused here, when the model is built, not at its first forward. A kind made
+  // of a score or mask function (alibi, softcap, a user's) is not taken yet: the model adds its own position table
+  // whatever the kind's facts say, and no mod has been checked bidirectionally here.
+  detail::plain_multihead_attention(at, {.d_model = o.d_model, .heads = o.n_head, .dropout = o.dropout,
+                                         .max_len = o.max_len}, me, "encoder",
+                                    "the encoder-only model keeps its own positions and has not been checked with mods");
   const ArchitectureSpec& arch = o.architecture;
   arch.validate();
   ATTO_CHECK(!at.rope && arch.positions != "rope", me, "model kind \"encoder\" does not support attention.rope "
              "(--rope) or positions 'rope': its positions are sinusoidal, learned or none");
-  // A kind made of a score or mask function (alibi, softcap, a user's) is not taken yet: the model adds its own
-  // position table whatever the kind's facts say, and no mod has been checked bidirectionally here.
-  ATTO_CHECK(!mo.mask_mod && !mo.score_mod, me, "model kind \"encoder\" does not support attention ", at.kind,
-             " (a score_mod / mask_mod kind: the encoder-only model keeps its own positions and has not been checked "
-             "with mods; use the lm model)");
   spec_ = {.vocab = o.vocab,
            .layers = o.n_layers,
            .d_model = o.d_model,

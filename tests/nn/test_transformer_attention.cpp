@@ -213,6 +213,10 @@ TEST(TransformerLayerAttention, EncoderModelPassesItsSpecAndRefusesCausalOnlyKin
   for (const char* kind : {"mla", "linear"}) {
     SCOPED_TRACE(kind);
     EXPECT_ATTO_ERROR(EncoderTagger({.vocab = 9, .d_model = 16, .n_head = 4, .attention = {.kind = kind}}, g),
-                      str_cat("model kind \"encoder\" does not support attention ", kind));
+                      str_cat("model kind \"encoder\" does not support attention ", kind,
+                              " (supported: mha, gqa, local, block-sparse"));
   }
+  // The list names the kinds it takes: not the score/mask-function kinds, which are refused for their mods.
+  EXPECT_ATTO_ERROR(EncoderTagger({.vocab = 9, .d_model = 16, .n_head = 4, .attention = {.kind = "softcap"}}, g),
+                    "does not support attention softcap (a score_mod / mask_mod kind");
 }
