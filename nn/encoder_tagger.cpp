@@ -42,7 +42,8 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
   // whatever the kind's facts say, and no mod has been checked bidirectionally here.
   detail::plain_multihead_attention(at, {.d_model = o.d_model, .heads = o.n_head, .dropout = o.dropout,
                                          .max_len = o.max_len}, me, "encoder",
-                                    "the encoder-only model keeps its own positions and has not been checked with mods");
+                                    "the encoder-only model keeps its own positions and has not been checked "
+                                    "with mods");
   const ArchitectureSpec& arch = o.architecture;
   arch.validate();
   ATTO_CHECK(!at.rope && arch.positions != "rope", me, "model kind \"encoder\" does not support attention.rope "

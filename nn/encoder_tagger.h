@@ -41,7 +41,8 @@ struct EncoderTaggerOptions {
   /// self_attn is the AttentionLayer make_attention builds, called non-causally: a window sees keys |i - j| <=
   /// window): mha, gqa, local, block-sparse, a user's MultiheadAttention kind; checkpoint (every layer but the
   /// last). An Error naming the model and the kind, when the model is built, for a kind that is not a
-  /// MultiheadAttention (mla: causal only; linear: no key padding mask), a score/mask-function kind (alibi, softcap) and rope.
+  /// MultiheadAttention (mla: causal only; linear: no key padding mask), a score/mask-function kind (alibi,
+  /// softcap) and rope.
   AttentionSpec attention = {};
   /// The recipe (ArchitectureSpec, nn/sequence_model.h): positions sinusoidal, learned or none (rope: Error), the
   /// layers' activation, norm and eps (default 1e-5, PyTorch's), biases, the embedding scale, init and the head

@@ -73,8 +73,8 @@ AttentionOutput attend(AttentionLayer& a, const Tensor& x, const Tensor& attn_ma
     return a.forward(x, {.key_padding_mask = key_padding_mask, .is_causal = is_causal, .need_weights = need_weights});
   auto* mha = dynamic_cast<MultiheadAttention*>(&a);
   ATTO_CHECK(mha != nullptr, me, "attention ", a.kind(), " takes no attn mask (", mask_name,
-             "): only a kind that is a MultiheadAttention (mha, gqa, local, block-sparse, ...) does; use the key padding "
-             "mask and is_causal");
+             "): only a kind that is a MultiheadAttention (mha, gqa, local, block-sparse, ...) does; use the key "
+             "padding mask and is_causal");
   MhaResult r = mha->forward(x, x, x,
                              {.key_padding_mask = key_padding_mask,
                               .attn_mask = attn_mask,

@@ -35,7 +35,9 @@ ProbeLog probe_log;
 // A user's kind that is not a MultiheadAttention: x -> proj(x) (no mixing of positions), recording each call.
 class ProbeAttention : public AttentionLayer {
  public:
-  ProbeAttention(int64_t D, Generator& gen) { proj = register_module("proj", std::make_shared<Linear>(D, D, true, gen)); }
+  ProbeAttention(int64_t D, Generator& gen) {
+    proj = register_module("proj", std::make_shared<Linear>(D, D, true, gen));
+  }
   AttentionOutput forward(const Tensor& x, const AttentionCall& call) override {
     ++probe_log.calls;
     probe_log.is_causal = call.is_causal;
