@@ -183,9 +183,9 @@ struct AttentionKindInfo {
   std::function<void(const AttentionSpec&, int64_t heads)> validate = {};
   /// The kind's facts; default: softmax_attention_facts(config).
   std::function<AttentionFacts(const AttentionSpec&, const AttentionConfig&)> facts = {};
-  /// For a kind that IS a MultiheadAttention with some options (mha, gqa, local, block-sparse): those options. Models
-  /// whose self-attention is their own MultiheadAttention (the encoder-only and seq2seq models) accept exactly the
-  /// kinds that have this.
+  /// For a kind that IS a MultiheadAttention with some options (mha, gqa, local, block-sparse): those options. The
+  /// encoder-only and seq2seq models accept the kinds that have this and no score or mask function
+  /// (detail::plain_multihead_attention).
   std::function<MultiheadAttentionOptions(const AttentionSpec&, const AttentionConfig&)> multihead = {};
 };
 

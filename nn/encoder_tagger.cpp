@@ -34,21 +34,20 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
              " and sep_idx ", o.sep_idx, " must be token ids below vocab=", o.vocab);
   const AttentionSpec& at = o.attention;
   at.validate(o.n_head);
-  // The self-attention is the layers' own MultiheadAttention: any kind that is one, with its options.
-  MultiheadAttentionOptions mo;
-  std::string supported;
-  ATTO_CHECK(attention_as_multihead(at, {.d_model = o.d_model, .heads = o.n_head, .dropout = o.dropout,
-                                         .max_len = o.max_len}, &mo, &supported),
-             me, "model kind \"encoder\" does not support attention ", at.kind, " (supported: ", supported,
-             "; use the lm model)");
+  // Every layer's self-attention is the AttentionLayer make_attention builds for `at` (TransformerEncoderLayer's
+  // options.attention), called bidirectionally (is_causal false) with a key padding mask. The kinds that are a
+  // MultiheadAttention (the registry says which, AttentionKindInfo::multihead) can be; mla (causal only) and linear
+  // (no key padding mask) cannot, and are refused here, when the model is built, not at its first forward. A kind made
+  // of a score or mask function (alibi, softcap, a user's) is not taken yet: the model adds its own position table
+  // whatever the kind's facts say, and no mod has been checked bidirectionally here.
+  detail::plain_multihead_attention(at, {.d_model = o.d_model, .heads = o.n_head, .dropout = o.dropout,
+                                         .max_len = o.max_len}, me, "encoder",
+                                    "the encoder-only model keeps its own positions and has not been checked "
+                                    "with mods");
   const ArchitectureSpec& arch = o.architecture;
   arch.validate();
   ATTO_CHECK(!at.rope && arch.positions != "rope", me, "model kind \"encoder\" does not support attention.rope "
              "(--rope) or positions 'rope': its positions are sinusoidal, learned or none");
-  // Its layers take a MultiheadAttention kind's key/value heads, window and block only: a kind made of a score or
-  // mask function (alibi, softcap, a user's) would be silently dropped, so it is refused.
-  ATTO_CHECK(!mo.mask_mod && !mo.score_mod, me, "model kind \"encoder\" does not support attention ", at.kind,
-             " (a score_mod / mask_mod kind: its layers take only key/value heads, window and block; use the lm model)");
   spec_ = {.vocab = o.vocab,
            .layers = o.n_layers,
            .d_model = o.d_model,
@@ -89,9 +88,8 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
                                        .bias = arch.bias,
                                        .norm = arch.norm,
                                        .norm_first = true,
-                                       .num_kv_heads = mo.num_kv_heads,
-                                       .window = mo.window,
-                                       .block_size = mo.block_size},
+                                       .attention = at,
+                                       .max_len = o.max_len},
         gen));
   norm = register_module("norm", detail::make_norm(arch, o.d_model, kEncoderNormEps));
   if (arch.head != "tied") head = register_module("head", std::make_shared<Linear>(o.d_model, o.vocab, arch.bias, gen));
@@ -99,7 +97,7 @@ EncoderTagger::EncoderTagger(const EncoderTaggerOptions& o, Generator& gen) : op
     std::vector<Tensor> residual;
     for (const auto& m : *layers) {
       const auto& layer = static_cast<TransformerEncoderLayer&>(*m);
-      residual.push_back(layer.self_attn->out_proj->weight);
+      residual.push_back(layer.self_attn->output_projection());
       residual.push_back(layer.linear2->weight);
     }
     detail::gpt2_init(*this, residual, o.n_layers, gen);

@@ -37,9 +37,12 @@ struct EncoderTaggerOptions {
   int64_t pad_idx = 0;    ///< padding token (a blocked key); < 0: none
   int64_t sep_idx = 3;    ///< the token appended to every source
   Dtype dtype = kFloat32; ///< parameter and buffer dtype (drawn as float32, then converted, as to() does)
-  /// The attention variant (docs/ATTENTION.md): mha, gqa, local, block-sparse (every layer's self-attention,
-  /// non-causal: a window sees keys |i - j| <= window) and checkpoint (every layer but the last); an Error naming
-  /// the option for mla, linear and rope.
+  /// The attention variant (docs/ATTENTION.md), every layer's TransformerEncoderLayerOptions::attention (its
+  /// self_attn is the AttentionLayer make_attention builds, called non-causally: a window sees keys |i - j| <=
+  /// window): mha, gqa, local, block-sparse, a user's MultiheadAttention kind; checkpoint (every layer but the
+  /// last). An Error naming the model and the kind, when the model is built, for a kind that is not a
+  /// MultiheadAttention (mla: causal only; linear: no key padding mask), a score/mask-function kind (alibi,
+  /// softcap) and rope.
   AttentionSpec attention = {};
   /// The recipe (ArchitectureSpec, nn/sequence_model.h): positions sinusoidal, learned or none (rope: Error), the
   /// layers' activation, norm and eps (default 1e-5, PyTorch's), biases, the embedding scale, init and the head

@@ -60,6 +60,27 @@ void gpt2_init(Module& model, const std::vector<Tensor>& residual, int64_t layer
   }
 }
 
+MultiheadAttentionOptions plain_multihead_attention(const AttentionSpec& spec, const AttentionConfig& config,
+                                                    const char* me, const char* model, const char* mods) {
+  // The kinds it takes: those the registry says are a MultiheadAttention, without score or mask functions.
+  auto plain = [&](const AttentionSpec& s, MultiheadAttentionOptions* out) {
+    return attention_as_multihead(s, config, out) && !out->mask_mod && !out->score_mod;
+  };
+  MultiheadAttentionOptions mo;
+  if (plain(spec, &mo)) return mo;
+  const bool multihead = attention_as_multihead(spec, config, &mo);
+  ATTO_CHECK(!multihead, me, "model kind \"", model, "\" does not support attention ", spec.kind,
+             " (a score_mod / mask_mod kind: ", mods, "; use the lm model)");
+  std::string supported;
+  for (const auto& [kind, description] : registered_attentions()) {
+    MultiheadAttentionOptions o;
+    if (plain({.kind = kind}, &o)) supported += (supported.empty() ? "" : ", ") + kind;
+  }
+  ATTO_CHECK(false, me, "model kind \"", model, "\" does not support attention ", spec.kind, " (supported: ", supported,
+             "; use the lm model)");
+  return mo;
+}
+
 void refuse_architecture(const ArchitectureSpec& a, const char* kind, const char* keeps) {
   const std::vector<std::string> d = a.differences();
   ATTO_CHECK(d.empty(), "ModelSpec", "model kind \"", kind, "\" keeps ", keeps, " and does not take the architecture option ",

@@ -9,6 +9,8 @@
 
 #include "autograd/random.h"
 #include "autograd/tensor.h"
+#include "nn/attention.h"
+#include "nn/attention_layer.h"
 #include "nn/module.h"
 #include "nn/sequence_model.h"
 
@@ -42,6 +44,14 @@ std::string architecture_words(const ArchitectureSpec& architecture);
 /// Error naming the model kind and the first architecture option that differs from the default, for a kind that
 /// keeps its own fixed recipe (`keeps` says which, e.g. "the paper's recipe").
 void refuse_architecture(const ArchitectureSpec& architecture, const char* kind, const char* keeps);
+
+/// The MultiheadAttention options of `spec` for a model whose self-attention must be a plain MultiheadAttention kind
+/// (one without score or mask functions: the encoder-only model, which calls it bidirectionally, and the seq2seq
+/// model, which maps its options onto the seed's sublayers). Error naming the model `me` (kind `model`) and the
+/// attention kind otherwise, listing the registered kinds it takes; `mods` says why a score/mask-function kind is not
+/// taken.
+MultiheadAttentionOptions plain_multihead_attention(const AttentionSpec& spec, const AttentionConfig& config,
+                                                    const char* me, const char* model, const char* mods);
 
 /// "True" or "False", as Python's repr prints a bool.
 inline const char* py_bool(bool b) { return b ? "True" : "False"; }

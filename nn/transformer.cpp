@@ -51,7 +51,37 @@ std::shared_ptr<Linear> gate_linear(const TransformerLayerOptions& o, Generator&
 std::string layer_repr(const TransformerLayerOptions& o) {
   return str_cat("d_model=", o.d_model, ", nhead=", o.nhead, ", dim_feedforward=", o.dim_feedforward,
              ", norm_first=", o.norm_first ? "True" : "False", ", activation=", o.activation,
-             o.bias ? "" : ", bias=False", o.norm == "layernorm" ? "" : ", norm=" + o.norm);
+             o.bias ? "" : ", bias=False", o.norm == "layernorm" ? "" : ", norm=" + o.norm,
+             o.attention == AttentionSpec{} ? std::string()
+                                            : ", attention=" + o.attention.kind + attention_fields_words(o.attention));
+}
+
+// The layer's self-attention: options.attention's kind from the registry, drawn from `gen` (PyTorch's
+// MultiheadAttention for the default "mha").
+std::shared_ptr<AttentionLayer> self_attention(const TransformerLayerOptions& o, Generator& gen) {
+  return make_attention(o.attention,
+                        {.d_model = o.d_model, .heads = o.nhead, .dropout = o.dropout, .max_len = o.max_len,
+                         .bias = o.bias},
+                        gen);
+}
+
+// Self-attention of x (B, L, D) through the AttentionLayer interface; an attn mask (which the interface does not take)
+// through a MultiheadAttention kind's own forward, with the same options otherwise.
+AttentionOutput attend(AttentionLayer& a, const Tensor& x, const Tensor& attn_mask, const Tensor& key_padding_mask,
+                       bool is_causal, bool need_weights, const char* me, const char* mask_name) {
+  if (!attn_mask.defined())
+    return a.forward(x, {.key_padding_mask = key_padding_mask, .is_causal = is_causal, .need_weights = need_weights});
+  auto* mha = dynamic_cast<MultiheadAttention*>(&a);
+  ATTO_CHECK(mha != nullptr, me, "attention ", a.kind(), " takes no attn mask (", mask_name,
+             "): only a kind that is a MultiheadAttention (mha, gqa, local, block-sparse, ...) does; use the key "
+             "padding mask and is_causal");
+  MhaResult r = mha->forward(x, x, x,
+                             {.key_padding_mask = key_padding_mask,
+                              .attn_mask = attn_mask,
+                              .need_weights = need_weights,
+                              .average_attn_weights = false,
+                              .is_causal = is_causal});
+  return {.output = std::move(r.output), .weights = std::move(r.weights)};
 }
 
 }  // namespace
@@ -64,17 +94,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOp
   check_options(options, "TransformerEncoderLayer");
   const int64_t D = options.d_model, F = options.dim_feedforward;
   const double p = options.dropout;
-  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(
-                                               MultiheadAttentionOptions{.embed_dim = D,
-                                                                         .num_heads = options.nhead,
-                                                                         .dropout = p,
-                                                                         .bias = options.bias,
-                                                                         .num_kv_heads = options.num_kv_heads,
-                                                                         .window = options.window,
-                                                                         .block_size = options.block_size,
-                                                                         .block_local = 1,
-                                                                         .block_global = options.block_size > 0 ? 1 : 0},
-                                               gen));
+  self_attn = register_module("self_attn", self_attention(options, gen));
   linear1 = register_module("linear1", std::make_shared<Linear>(D, F, options.bias, gen));
   if (auto l3 = gate_linear(options, gen)) linear3 = register_module("linear3", l3);
   dropout = register_module("dropout", std::make_shared<Dropout>(p));
@@ -90,13 +110,9 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src) { return forward(src,
 
 // The self-attention block without its residual: dropout1(self_attn(x, x, x)).
 Tensor TransformerEncoderLayer::sa_block(const Tensor& x, const EncoderForwardOptions& masks) {
-  MhaResult r = self_attn->forward(x, x, x,
-                                   {.key_padding_mask = masks.src_key_padding_mask,
-                                    .attn_mask = masks.src_mask,
-                                    .need_weights = store_attention_,
-                                    .average_attn_weights = false,
-                                    .is_causal = masks.is_causal});
-  if (store_attention_) last_attention_ = r.weights;  // (B, H, L, L)
+  AttentionOutput r = attend(*self_attn, x, masks.src_mask, masks.src_key_padding_mask, masks.is_causal,
+                             store_attention_, "TransformerEncoderLayer", "src_mask");
+  if (store_attention_) last_attention_ = r.weights;  // (B, H, L, L); undefined for a kind without weights
   return dropout1->forward(r.output);
 }
 
@@ -135,7 +151,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerDecoderLayerOp
   const int64_t D = options.d_model, F = options.dim_feedforward;
   const double p = options.dropout;
   const MultiheadAttentionOptions mha{.embed_dim = D, .num_heads = options.nhead, .dropout = p, .bias = options.bias};
-  self_attn = register_module("self_attn", std::make_shared<MultiheadAttention>(mha, gen));
+  self_attn = register_module("self_attn", self_attention(options, gen));
   multihead_attn = register_module("multihead_attn", std::make_shared<MultiheadAttention>(mha, gen));
   linear1 = register_module("linear1", std::make_shared<Linear>(D, F, options.bias, gen));
   if (auto l3 = gate_linear(options, gen)) linear3 = register_module("linear3", l3);
@@ -164,13 +180,9 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   const bool store = store_attention_;
   // Self-attention block: dropout1(self_attn(x, x, x)).
   auto sa_block = [&](const Tensor& x) {
-    MhaResult r = self_attn->forward(x, x, x,
-                                     {.key_padding_mask = masks.tgt_key_padding_mask,
-                                      .attn_mask = masks.tgt_mask,
-                                      .need_weights = store,
-                                      .average_attn_weights = false,
-                                      .is_causal = masks.tgt_is_causal});
-    if (store) last_self_attention_ = r.weights;  // (B, H, T, T)
+    AttentionOutput r = attend(*self_attn, x, masks.tgt_mask, masks.tgt_key_padding_mask, masks.tgt_is_causal, store,
+                               me, "tgt_mask");
+    if (store) last_self_attention_ = r.weights;  // (B, H, T, T); undefined for a kind without weights
     return dropout1->forward(r.output);
   };
   // Cross-attention block: dropout2(multihead_attn(x, memory, memory)).

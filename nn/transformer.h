@@ -21,6 +21,16 @@
 //
 // Masks are passed by keyword, with PyTorch's names: layer.forward(src, {.src_key_padding_mask = p}),
 // decoder.forward(tgt, memory, {.tgt_mask = m, .memory_key_padding_mask = p}).
+//
+// Self-attention: the child "self_attn" of both layers is the AttentionLayer (nn/attention_layer.h) that the registry
+// builds for options.attention, as CausalLM's blocks build theirs: by default ("mha") PyTorch's MultiheadAttention,
+// so the parameter names, their order and the initial draws are PyTorch's; "gqa", "local", "block-sparse" or a
+// user's kind through the same interface. The layers call AttentionLayer::forward(x, {key padding mask, is_causal,
+// need_weights}); an attn mask (src_mask / tgt_mask), which that interface does not take, goes to a MultiheadAttention
+// kind's own forward (Error naming the kind for any other). A kind that cannot give what a call asks for (e.g. a
+// causal-only kind without is_causal) is an Error from that kind. The decoder's cross-attention "multihead_attn" stays
+// a MultiheadAttention: its queries (tgt) and keys/values (memory) differ, which AttentionLayer (self-attention of one
+// x) does not express.
 
 #include <cstdint>
 #include <memory>
@@ -28,6 +38,7 @@
 #include <vector>
 
 #include "nn/attention.h"
+#include "nn/attention_layer.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 
@@ -48,10 +59,12 @@ struct TransformerLayerOptions {
   std::string norm = "layernorm";   ///< every norm: "layernorm" or, beyond PyTorch's, "rmsnorm" (eps layer_norm_eps)
   bool norm_first = false;          ///< pre-LN (true) or post-LN (false, PyTorch's default)
   Dtype dtype = kFloat32;           ///< parameter dtype (initialised in float32, then converted: see nn/layers.h)
-  // Attention variants of the self-attention (MultiheadAttentionOptions'; not PyTorch's, all off by default).
-  int64_t num_kv_heads = 0;  ///< self_attn's key/value heads (0 = nhead): grouped-query attention
-  int64_t window = 0;        ///< self_attn's sliding window (0 = off)
-  int64_t block_size = 0;    ///< self_attn's block-sparse BigBird layout, 1 local and 1 global block (0 = off)
+  /// The self-attention's kind and fields (not PyTorch's; default "mha": PyTorch's MultiheadAttention), built by
+  /// make_attention with d_model, nhead, dropout, max_len and bias: e.g. {.kind = "gqa", .kv_heads = 2},
+  /// {.kind = "local", .window = 4} (without is_causal: keys |i - j| <= window), {.kind = "block-sparse",
+  /// .block = 8}. (It replaces the fields num_kv_heads, window and block_size of earlier versions.)
+  AttentionSpec attention = {};
+  int64_t max_len = 2048;           ///< the longest sequence self_attn sees (RoPE tables with attention.rope)
 };
 /// Options of TransformerEncoderLayer.
 using TransformerEncoderLayerOptions = TransformerLayerOptions;
@@ -95,8 +108,14 @@ class TransformerEncoderLayer : public Module {
   /// Self-attention probabilities (B, nhead, L, L) of the last forward; undefined unless stored.
   const Tensor& last_attention() const { return last_attention_; }
 
+  /// The self-attention as its implementation's type (null when it is another): attention<MultiheadAttention>().
+  template <class A>
+  std::shared_ptr<A> attention() const {
+    return std::dynamic_pointer_cast<A>(self_attn);
+  }
+
   const TransformerEncoderLayerOptions options;   ///< the options it was built with
-  std::shared_ptr<MultiheadAttention> self_attn;  ///< "self_attn"
+  std::shared_ptr<AttentionLayer> self_attn;      ///< "self_attn": options.attention's kind (default mha)
   std::shared_ptr<Linear> linear1;                ///< d_model -> dim_feedforward
   std::shared_ptr<Dropout> dropout;               ///< inside the feed-forward block
   std::shared_ptr<Linear> linear2;                ///< dim_feedforward -> d_model
@@ -137,9 +156,16 @@ class TransformerDecoderLayer : public Module {
   /// Cross-attention probabilities (B, nhead, T, S) of the last forward; undefined unless stored.
   const Tensor& last_cross_attention() const { return last_cross_attention_; }
 
+  /// The self-attention as its implementation's type (null when it is another): attention<MultiheadAttention>().
+  template <class A>
+  std::shared_ptr<A> attention() const {
+    return std::dynamic_pointer_cast<A>(self_attn);
+  }
+
   const TransformerDecoderLayerOptions options;        ///< the options it was built with
-  std::shared_ptr<MultiheadAttention> self_attn;       ///< "self_attn"
-  std::shared_ptr<MultiheadAttention> multihead_attn;  ///< "multihead_attn" (queries tgt, keys/values memory)
+  std::shared_ptr<AttentionLayer> self_attn;           ///< "self_attn": options.attention's kind (default mha)
+  /// "multihead_attn": always a MultiheadAttention (queries tgt, keys/values memory: not a self-attention)
+  std::shared_ptr<MultiheadAttention> multihead_attn;
   std::shared_ptr<Linear> linear1;                     ///< d_model -> dim_feedforward
   std::shared_ptr<Dropout> dropout;                    ///< inside the feed-forward block
   std::shared_ptr<Linear> linear2;                     ///< dim_feedforward -> d_model

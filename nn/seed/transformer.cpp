@@ -370,20 +370,14 @@ std::shared_ptr<SequenceModel> Transformer::build(const ModelSpec& s, Generator&
   detail::refuse_architecture(s.architecture, "seq2seq", "the paper's recipe (the seed's Transformer)");
   const AttentionSpec& at = s.attention;
   at.validate(s.heads);
-  // The seed's attention sublayers are its own: any kind that is a MultiheadAttention, with its variant options.
-  MultiheadAttentionOptions mo;
-  std::string supported;
-  ATTO_CHECK(attention_as_multihead(at, {.d_model = s.d_model, .heads = s.heads, .dropout = s.dropout}, &mo,
-                                    &supported),
-             "Transformer", "model kind \"seq2seq\" does not support attention ", at.kind, " (supported: ", supported,
-             "; use the lm model)");
+  // The seed's attention sublayers are its own (parameters w_qs, w_ks, w_vs, fc, layer_norm; the residual and norm
+  // inside), not an AttentionLayer: it takes a MultiheadAttention kind's key/value heads, window and block. A kind
+  // made of a score or mask function (alibi, softcap, a user's) would be silently dropped, so it is refused.
+  const MultiheadAttentionOptions mo = detail::plain_multihead_attention(
+      at, {.d_model = s.d_model, .heads = s.heads, .dropout = s.dropout}, "Transformer", "seq2seq",
+      "its sublayers take only key/value heads, window and block");
   ATTO_CHECK(!at.rope, "Transformer", "model kind \"seq2seq\" does not support attention.rope (--rope): the seed's ",
              "model keeps its sinusoidal position tables");
-  // Its sublayers take a MultiheadAttention kind's key/value heads, window and block only: a kind made of a score or
-  // mask function (alibi, softcap, a user's) would be silently dropped, so it is refused.
-  ATTO_CHECK(!mo.mask_mod && !mo.score_mod, "Transformer", "model kind \"seq2seq\" does not support attention ",
-             at.kind, " (a score_mod / mask_mod kind: its sublayers take only key/value heads, window and block; use "
-             "the lm model)");
   auto m =
       std::make_shared<Transformer>(TransformerOptions{.src_vocab = s.vocab,
                                                        .tgt_vocab = s.vocab,

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -271,6 +272,7 @@ TEST(AttentionLayer, NoCodeOutsideAnImplementationComparesKindNames) {
   const std::regex compare("(kind|attention)[A-Za-z_.()]*\\s*[!=]=\\s*\"" + names + "\"|\"" + names +
                            "\"\\s*[!=]=\\s*[A-Za-z_.]*(kind|attention)|\\{\\s*\"mha\",\\s*\"gqa\"");
   int scanned = 0;
+  std::set<std::string> seen;
   for (const char* dir : {"nn", "train", "examples", "autograd"}) {
     for (const auto& e : std::filesystem::recursive_directory_iterator(root / dir)) {
       const std::string ext = e.path().extension().string();
@@ -278,6 +280,7 @@ TEST(AttentionLayer, NoCodeOutsideAnImplementationComparesKindNames) {
       const std::string rel = std::filesystem::relative(e.path(), root).generic_string();
       if (rel.rfind("nn/attention/", 0) == 0) continue;  // the implementations
       ++scanned;
+      seen.insert(rel);
       std::istringstream lines(slurp(e.path()));
       std::string line;
       for (int n = 1; std::getline(lines, line); ++n)
@@ -285,6 +288,12 @@ TEST(AttentionLayer, NoCodeOutsideAnImplementationComparesKindNames) {
     }
   }
   EXPECT_GT(scanned, 50);
+  // Among them the models' files: the decoder-only, encoder-only and seq2seq models and the layers they build on.
+  for (const char* f : {"nn/models.cpp", "nn/sequence_model.cpp", "nn/encoder_tagger.cpp", "nn/encoder_tagger.h",
+                        "nn/transformer.cpp", "nn/transformer.h", "nn/seed/transformer.cpp", "nn/seed/attention.cpp",
+                        "train/tools/bench.cpp", "train/tools/gradcheck_suite.cpp",
+                        "examples/cli/cli_bench.cpp"})
+    EXPECT_TRUE(seen.count(f) == 1) << f << " was not scanned";
   // The scan finds what it looks for.
   EXPECT_TRUE(std::regex_search(std::string("if (at.kind == \"mla\") {"), compare));
   EXPECT_TRUE(std::regex_search(std::string("c.attention != \"linear\""), compare));

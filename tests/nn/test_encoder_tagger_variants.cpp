@@ -44,15 +44,16 @@ std::vector<std::pair<std::string, Tensor>> gradients(AttentionSpec a, bool chec
 TEST(EncoderTaggerVariants, EveryMultiheadAttentionKindBuildsIntoEachLayer) {
   Generator gen(1);
   EncoderTagger gqa(small({.kind = "gqa", .kv_heads = 2}), gen);
-  const auto& attn = *gqa.layers->at<TransformerEncoderLayer>(0)->self_attn;
+  const auto& attn = *gqa.layers->at<TransformerEncoderLayer>(0)->attention<MultiheadAttention>();
+  EXPECT_EQ(gqa.layers->at<TransformerEncoderLayer>(0)->self_attn->kind(), "gqa");
   EXPECT_EQ(attn.num_kv_heads(), 2);
   EXPECT_EQ(attn.in_proj_weight.shape(), Shape({32 + 2 * 16, 32}));
   EXPECT_EQ(gqa.spec().attention.kind, "gqa");
   EncoderTagger local(small({.kind = "local", .window = 2}), gen);
-  EXPECT_EQ(local.layers->at<TransformerEncoderLayer>(1)->self_attn->options().window, 2);
+  EXPECT_EQ(local.layers->at<TransformerEncoderLayer>(1)->attention<MultiheadAttention>()->options().window, 2);
   EncoderTagger sparse(small({.kind = "block-sparse", .block = 3}), gen);
-  EXPECT_EQ(sparse.layers->at<TransformerEncoderLayer>(1)->self_attn->options().block_size, 3);
-  EXPECT_EQ(sparse.layers->at<TransformerEncoderLayer>(1)->self_attn->options().block_global, 1);
+  EXPECT_EQ(sparse.layers->at<TransformerEncoderLayer>(1)->attention<MultiheadAttention>()->options().block_size, 3);
+  EXPECT_EQ(sparse.layers->at<TransformerEncoderLayer>(1)->attention<MultiheadAttention>()->options().block_global, 1);
   // They run: a window of 2 changes the logits of a 6-token row, a window of 11 does not.
   const Tensor tokens = pack_rows({{4, 5, 6, 7, 8, 3}}, 6, 0);
   auto logits = [&](AttentionSpec a) {

@@ -214,7 +214,7 @@ TEST(TransformerEncoderLayer, PostAndPreLnDifferAndShapesHold) {
   EXPECT_TRUE(all_close(mean(a, {-1}), zeros({3, 4}), 1e-5));
   // Pre-LN's output is x plus the two branches computed by hand.
   Tensor n1 = pre.norm1->forward(x);
-  Tensor h = x + pre.self_attn->forward(n1, n1, n1, {.need_weights = false}).output;
+  Tensor h = x + pre.attention<MultiheadAttention>()->forward(n1, n1, n1, {.need_weights = false}).output;
   h = h + pre.linear2->forward(relu(pre.linear1->forward(pre.norm2->forward(h))));
   EXPECT_TRUE(all_close(b, h, 1e-6));
   // A batch of one sequence of length one passes through.

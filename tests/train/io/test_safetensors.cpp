@@ -133,7 +133,8 @@ TEST(Safetensors, ExportImportModule) {
   // Prefix renaming: the same file into a TransformerEncoder's first layer.
   nn::TransformerEncoder enc({.d_model = 8, .nhead = 2, .dim_feedforward = 16}, 1, false, g2);
   EXPECT_TRUE(io::import_safetensors(enc, dir.file("a.safetensors"), true, {{"", "layers.0."}}).ok());
-  EXPECT_TRUE(bitwise_equal(enc.layer(0)->self_attn->in_proj_weight, a.self_attn->in_proj_weight));
+  EXPECT_TRUE(bitwise_equal(enc.layer(0)->attention<nn::MultiheadAttention>()->in_proj_weight,
+                            a.attention<nn::MultiheadAttention>()->in_proj_weight));
 }
 
 TEST(Safetensors, ImportIsStrictAndConvertsDtypes) {
