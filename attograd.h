@@ -60,4 +60,5 @@
 #include "train/data/pairs.h"
 #include "train/data/tasks.h"
 #include "train/data/text.h"
+#include "train/data/tokenizer.h"
 #include "train/trainer.h"

@@ -976,7 +976,8 @@ void Trainer::load_checkpoint(const std::string& path) {
     if (!mine.empty()) {
       const data::DataSpec a = data::DataSpec::from_json(mine), b = data::DataSpec::from_json(run.data);
       ATTO_CHECK(a.format == b.format && a.vocabulary == b.vocabulary && a.max_source_len == b.max_source_len &&
-                     a.max_target_len == b.max_target_len && a.file_hash == b.file_hash,
+                     a.max_target_len == b.max_target_len && a.file_hash == b.file_hash &&
+                     a.tokenizer_hash == b.tokenizer_hash,
                  me, "'", path, "' was saved for another data file (", b.format, " '", b.path, "' of ",
                  b.vocabulary.size(), " tokens), this trainer reads ", a.format, " '", a.path, "' of ",
                  a.vocabulary.size(), " tokens");

@@ -44,7 +44,10 @@ struct TrainArgs {
   std::string text, pairs, tokenize = "char";  // a data file instead of a built-in task
   int64_t context = 64;
   double val_fraction = 0.1;
-  CLI::Option *context_opt = nullptr, *val_fraction_opt = nullptr, *tokenize_opt = nullptr;
+  std::string tokenizer = "char";  // --text: char, or a SentencePiece bpe / unigram tokenizer of vocab_size pieces
+  int64_t vocab_size = data::kDefaultSubwordVocab;
+  CLI::Option *context_opt = nullptr, *val_fraction_opt = nullptr, *tokenize_opt = nullptr, *tokenizer_opt = nullptr,
+              *vocab_size_opt = nullptr;
   int64_t samples = 8;
   bool json = false, quiet = false;
   // Data-parallel training under mpirun (docs/DISTRIBUTED.md).
@@ -148,6 +151,10 @@ std::shared_ptr<data::Dataset> file_dataset(const TrainArgs& a, const std::optio
   ATTO_CHECK(!(text && pairs), "train", "--text and --pairs exclude each other");
   ATTO_CHECK(text || a.context_opt->count() == 0, "train", "--context is for --text");
   ATTO_CHECK(pairs || a.tokenize_opt->count() == 0, "train", "--tokenize is for --pairs");
+  ATTO_CHECK(text || a.tokenizer_opt->count() == 0, "train", "--tokenizer is for --text",
+             pairs ? " (a pairs file keeps its char or word tokens: --tokenize)" : "");
+  ATTO_CHECK(a.tokenizer != "char" || a.vocab_size_opt->count() == 0, "train",
+             "--vocab-size is for --tokenizer bpe or unigram (char has a token per character of the file)");
   ATTO_CHECK(text || pairs || a.val_fraction_opt->count() == 0, "train", "--val-fraction is for --text and --pairs");
   if (resume_info) {
     ATTO_CHECK(!text && !pairs, "train",
@@ -163,7 +170,9 @@ std::shared_ptr<data::Dataset> file_dataset(const TrainArgs& a, const std::optio
                       .path = fs::absolute(text ? a.text : a.pairs).lexically_normal().string(),
                       .tokenize = text ? "char" : a.tokenize,
                       .context = a.context,
-                      .val_fraction = a.val_fraction};
+                      .val_fraction = a.val_fraction,
+                      .tokenizer = text ? a.tokenizer : "char",
+                      .vocab_size = text && a.tokenizer != "char" ? a.vocab_size : 0};
   cfg.task = spec.format;  // a label: the data comes from the file
   return data::open_data(spec);
 }
@@ -255,7 +264,16 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   const int64_t params = trainer.model().num_parameters();
   const bool stream = trainer.model().spec().stream;
   std::string data_line;
-  if (text_data)
+  if (text_data && text_data->tokenizer())
+    data_line = strf("text file %s (%s %s tokens: %s training, %s held-out; vocabulary %lld = %lld pieces + %lld "
+                     "reserved, trained on the training part; context %lld)",
+                     text_data->spec().path.c_str(), thousands(text_data->train_size() + text_data->val_size()).c_str(),
+                     text_data->spec().tokenizer.c_str(), thousands(text_data->train_size()).c_str(),
+                     thousands(text_data->val_size()).c_str(), static_cast<long long>(text_data->vocab_size()),
+                     static_cast<long long>(text_data->spec().vocab_size),
+                     static_cast<long long>(data::Vocabulary::kReserved),
+                     static_cast<long long>(text_data->spec().context));
+  else if (text_data)
     data_line = strf("text file %s (%s characters: %s training, %s held-out; vocabulary %lld, context %lld)",
                      text_data->spec().path.c_str(), thousands(text_data->train_size() + text_data->val_size()).c_str(),
                      thousands(text_data->train_size()).c_str(), thousands(text_data->val_size()).c_str(),
@@ -710,7 +728,17 @@ Command add_train(CLI::App& app) {
       ->check(CLI::ExistingFile);
   a->tokenize_opt = sub->add_option("--tokenize", a->tokenize, "--pairs: tokens are characters (char) or words (word)")
                         ->check(CLI::IsMember({"char", "word"}));
-  a->context_opt = sub->add_option("--context", a->context, "--text: characters the model sees (window length)")
+  a->tokenizer_opt =
+      sub->add_option("--tokenizer", a->tokenizer,
+                      "--text: a token per character (char, the default), or a SentencePiece subword tokenizer (bpe, "
+                      "unigram) trained on the training part and saved in the weights")
+          ->check(CLI::IsMember({"char", "bpe", "unigram"}));
+  a->vocab_size_opt = sub->add_option("--vocab-size", a->vocab_size,
+                                      "--tokenizer bpe|unigram: SentencePiece's pieces (the model has 4 more ids for "
+                                      "the reserved tokens; default " +
+                                          std::to_string(data::kDefaultSubwordVocab) + ")")
+                          ->check(integer_in(1, data::kMaxVocabulary - data::Vocabulary::kReserved));
+  a->context_opt = sub->add_option("--context", a->context, "--text: tokens the model sees (window length)")
                        ->check(integer_in(1, data::kMaxTextContext));
   a->val_fraction_opt =
       sub->add_option("--val-fraction", a->val_fraction,

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -19,6 +20,8 @@
 #include "cli_testing.h"
 #include "testing.h"
 #include "train/data/text.h"
+#include "train/data/tokenizer.h"
+#include "train/io/serialize.h"
 #include "train/trainer.h"
 
 namespace {
@@ -269,6 +272,89 @@ TEST_F(CliData, ChangedDataFileIsRefused) {
                         "changed since the model was trained", "changed file, resume");
   // Sampling needs only the saved vocabulary: it still works.
   EXPECT_EQ(attograd("sample -w " + quote(out + "/model.attograd") + " --tokens 5").status, 0);
+}
+
+TEST_F(CliData, BpeTokenizerIsTrainedSavedAndUsedByEveryCommand) {
+  const std::string out = (scratch() / "bpe").string(), w = quote(out + "/model.attograd");
+  const CliRun r = attograd("train --text " + quote(poems()) + " --tokenizer bpe --vocab-size 500 --context 16 " +
+                            kSmall + " --json --out " + quote(out));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");  // SentencePiece's logging is quiet
+  EXPECT_NE(r.out.find("bpe tokens: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vocabulary 504 = 500 pieces + 4 reserved, trained on the training part"), std::string::npos)
+      << r.out;
+  // The weights file alone: sampling encodes any UTF-8 prompt (Chinese and an emoji it never saw: byte fallback)
+  // and prints whole characters.
+  const std::string prompt = "床前 ð	Shall";
+  const CliRun a = attograd("sample -w " + w + " --prompt '" + prompt + "' --tokens 40 --seed 3");
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_EQ(a.out.rfind(prompt, 0), 0u) << a.out;
+  EXPECT_EQ(a.out, attograd("sample -w " + w + " --prompt '" + prompt + "' --tokens 40 --seed 3").out);
+  EXPECT_EQ(attograd("sample -w " + w + " --tokens 10 --temperature 0").status, 0);
+  // eval re-reads the file with the saved tokenizer: the run's numbers.
+  const CliRun e = attograd("eval --json --weights " + w);
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_EQ(last_line_json(e.out)["val_loss"], last_line_json(r.out)["val_loss"]);
+  EXPECT_EQ(attograd("inspect " + w).status, 0);
+  // Through export and import the tokenizer goes along.
+  const std::string st = (scratch() / "bpe.safetensors").string(), back = (scratch() / "bpe-back.attograd").string();
+  ASSERT_EQ(attograd("export -w " + w + " --to " + quote(st)).status, 0);
+  ASSERT_EQ(attograd("import --from " + quote(st) + " --to " + quote(back)).status, 0);
+  const std::string args = " --prompt 'So long' --tokens 30 --seed 9";
+  EXPECT_EQ(attograd("sample -w " + quote(back) + args).out, attograd("sample -w " + w + args).out);
+
+  // A damaged tokenizer in a weights file (its checksum right) is one line naming the file and the field.
+  const attograd::io::FileInfo info = attograd::io::inspect(out + "/model.attograd");
+  const attograd::train::RunMetadata run = attograd::train::parse_run_metadata(info.metadata, "w");
+  attograd::train::Trainer t(run.config, attograd::train::run_dataset(run, false));
+  attograd::io::load(t.model(), out + "/model.attograd");
+  auto damaged = [&](const std::string& name, const std::function<void(json&)>& change) {
+    json meta = json::parse(info.metadata);
+    json spec = json::parse(meta["attograd_data"].get<std::string>());
+    change(spec);
+    meta["attograd_data"] = spec.dump();
+    const std::string path = (scratch() / name).string();
+    attograd::io::save(t.model(), path, meta.dump());
+    return path;
+  };
+  const std::string bad_hash = damaged("bad-hash.attograd", [](json& s) {
+    s["tokenizer_hash"] = s["tokenizer_hash"].get<uint64_t>() ^ 1;
+  });
+  expect_one_line_error(attograd("sample -w " + quote(bad_hash) + " --tokens 5"),
+                        "'" + bad_hash + "': tokenizer: DataSpec field \"tokenizer_model\" does not match field "
+                        "\"tokenizer_hash\"",
+                        "damaged tokenizer hash");
+  const std::string bad_model = damaged("bad-model.attograd", [](json& s) {
+    s["tokenizer_model"] = attograd::data::base64_encode("not a model");
+    s["tokenizer_hash"] = attograd::io::detail::xxh64("not a model", 11);
+  });
+  expect_one_line_error(attograd("eval -w " + quote(bad_model)),
+                        "'" + bad_model + "': tokenizer: DataSpec field \"tokenizer_model\": not a SentencePiece model",
+                        "unparsable tokenizer");
+}
+
+TEST_F(CliData, TokenizerFlagErrorsAreOneLine) {
+  auto train = [](const std::string& flags) {
+    return attograd("train -q --steps 2 --d-model 16 --layers 1 --heads 2 --d-ff 16 " + flags + " --out " +
+                    quote((scratch() / "bad-tok").string()));
+  };
+  expect_one_line_error(train("--pairs " + quote(numbers()) + " --tokenizer bpe"),
+                        "train: --tokenizer is for --text (a pairs file keeps its char or word tokens: --tokenize)",
+                        "tokenizer with pairs");
+  expect_one_line_error(train("--tokenizer bpe"), "train: --tokenizer is for --text", "tokenizer with a task");
+  expect_one_line_error(train("--text " + quote(poems()) + " --vocab-size 500"),
+                        "train: --vocab-size is for --tokenizer bpe or unigram", "vocab size with char");
+  expect_one_line_error(train("--text " + quote(poems()) + " --tokenizer char --vocab-size 500"),
+                        "train: --vocab-size is for --tokenizer bpe or unigram", "vocab size with explicit char");
+  expect_one_line_error(train("--text " + quote(poems()) + " --tokenizer bpe --vocab-size 5000"),
+                        "SentencePiece cannot train a bpe tokenizer of --vocab-size 5000 on this text: Vocabulary "
+                        "size too high (5000). Please set it to a value <= ",
+                        "vocab size too large");
+  expect_one_line_error(train("--text " + quote(poems()) + " --tokenizer unigram --vocab-size 100"),
+                        "--vocab-size 100 on this text: Vocabulary size is smaller than required_chars",
+                        "vocab size too small");
+  expect_one_line_error(train("--text " + quote(poems()) + " --tokenizer wordpiece"), "--tokenizer",
+                        "unknown tokenizer");
 }
 
 TEST_F(CliData, BadDataIsOneLineExitTwo) {

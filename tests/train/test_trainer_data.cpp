@@ -92,6 +92,32 @@ TEST(TrainerData, TextRunEvaluatesTeacherForcedAndResumes) {
   EXPECT_ATTO_ERROR(builtin.load_checkpoint(ck), "was saved for a data file");
 }
 
+TEST(TrainerData, BpeTextRunResumesBitIdenticallyWithItsSavedTokenizer) {
+  const data::DataSpec spec{.path = data_path("train/poems.txt"), .context = 8, .tokenizer = "bpe", .vocab_size = 500};
+  TrainConfig c = small("text");
+  c.steps = 10;
+  Trainer straight(c, data::open_data(spec));
+  straight.train();
+  EXPECT_EQ(straight.model().vocab_size(), 504);
+  Trainer first(c, data::open_data(spec));
+  for (int i = 0; i < 6; ++i) first.step();
+  const std::string ck = scratch("bpe.ckpt");
+  first.save_checkpoint(ck);
+  std::unique_ptr<Trainer> resumed = Trainer::from_checkpoint(ck);  // the tokenizer from the checkpoint alone
+  const data::DataSpec saved = data::DataSpec::from_json(resumed->dataset().describe());
+  EXPECT_EQ(saved.tokenizer, "bpe");
+  EXPECT_EQ(saved.tokenizer_hash, data::DataSpec::from_json(first.dataset().describe()).tokenizer_hash);
+  EXPECT_EQ(resumed->dataset().position(), first.dataset().position());
+  resumed->train();
+  ASSERT_EQ(resumed->history().size(), straight.history().size());
+  for (size_t i = 0; i < straight.history().size(); ++i)
+    EXPECT_EQ(resumed->history()[i].loss, straight.history()[i].loss) << "step " << i + 1;
+  EXPECT_EQ(resumed->history().back().eval.loss, straight.history().back().eval.loss);
+  // A char run's checkpoint does not load into this bpe run (another token space).
+  Trainer chars(small("text"), data::open_data(data::DataSpec{.path = data_path("train/poems.txt"), .context = 8}));
+  EXPECT_ATTO_ERROR(chars.load_checkpoint(ck), "was saved for another data file");
+}
+
 TEST(TrainerData, PairsRunAndBuiltInMetadata) {
   const data::DataSpec spec{.format = "pairs", .path = data_path("train/numbers.tsv"), .tokenize = "word"};
   TrainConfig c = small("pairs");
