@@ -157,7 +157,10 @@ std::vector<std::pair<std::string, std::string>> run_summary(const std::string& 
   }
   if (const std::optional<train::StepMetrics> last = last_evaluation(csv)) {
     std::string v = strf("%.4f at step %lld", last->eval.loss, static_cast<long long>(last->step));
-    if (spec && spec->format == "text") v += strf(" (%.4f bits per character)", last->eval.loss / std::log(2.0));
+    if (spec && spec->format == "text") v += strf(" (%.4f bits per %s", last->eval.loss / std::log(2.0),
+                                                  spec->tokenizer == "char" ? "character" : "token");
+    if (spec && spec->format == "text")
+      v += last->eval.bits_per_byte > 0 ? strf(", %.4f bits per byte)", last->eval.bits_per_byte) : ")";
     if (std::isfinite(last->train_loss)) v += strf(", train loss %.4f", last->train_loss);
     rows.emplace_back("val loss", v + " (from " + csv_origin + ")");
   } else {

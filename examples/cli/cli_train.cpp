@@ -263,6 +263,8 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   const int64_t first_step = trainer.step_count();
   const int64_t params = trainer.model().num_parameters();
   const bool stream = trainer.model().spec().stream;
+  // What a text model's token is: a character, or a subword piece.
+  const char* unit = text_data && text_data->tokenizer() ? "token" : "character";
   std::string data_line;
   if (text_data && text_data->tokenizer())
     data_line = strf("text file %s (%s %s tokens: %s training, %s held-out; vocabulary %lld = %lld pieces + %lld "
@@ -334,10 +336,11 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     if (!m.evaluated) return;
     bar.set_accuracy(m.eval.token_accuracy);
     if (!a.quiet && stream)
-      bar.message(strf("eval @ step %lld: train loss %.4f, val loss %.4f, %.3f bits per character, next-character "
+      bar.message(strf("eval @ step %lld: train loss %.4f, val loss %.4f, %.3f bits per %s%s, next-%s "
                        "accuracy %s (%lld held-out windows)",
-                       static_cast<long long>(m.step), m.train_loss, m.eval.loss, m.eval.loss / std::log(2.0),
-                       percent(m.eval.token_accuracy).c_str(), static_cast<long long>(m.eval.n)));
+                       static_cast<long long>(m.step), m.train_loss, m.eval.loss, m.eval.loss / std::log(2.0), unit,
+                       m.eval.bits_per_byte > 0 ? strf(", %.3f bits per byte", m.eval.bits_per_byte).c_str() : "",
+                       unit, percent(m.eval.token_accuracy).c_str(), static_cast<long long>(m.eval.n)));
     else if (!a.quiet)
       bar.message(strf("eval @ step %lld: token accuracy %s, sequence accuracy %s, loss %.4f (%lld held-out), train "
                        "loss %.4f",
@@ -469,6 +472,7 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     if (stream) {
       j["val_loss"] = final_eval->loss;
       j["val_bpc"] = final_eval->loss / std::log(2.0);
+      if (final_eval->bits_per_byte > 0) j["val_bpb"] = final_eval->bits_per_byte;
     }
     if (file_data) j["data"] = text_data ? text_data->spec().path : pairs_data ? pairs_data->spec().path : "";
     j["eval_size"] = final_eval->n;
@@ -512,9 +516,10 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   std::printf("  final loss    %.4f (training batch), train estimate %.4f, held-out %.4f\n", final_loss,
               final_train_loss, final_eval->loss);
   if (stream)
-    std::printf("  held-out      val loss %.4f, %.3f bits per character, next-character accuracy %s (%lld windows)\n",
-                final_eval->loss, final_eval->loss / std::log(2.0), percent(final_eval->token_accuracy).c_str(),
-                static_cast<long long>(final_eval->n));
+    std::printf("  held-out      val loss %.4f, %.3f bits per %s%s, next-%s accuracy %s (%lld windows)\n",
+                final_eval->loss, final_eval->loss / std::log(2.0), unit,
+                final_eval->bits_per_byte > 0 ? strf(", %.4f bits per byte", final_eval->bits_per_byte).c_str() : "",
+                unit, percent(final_eval->token_accuracy).c_str(), static_cast<long long>(final_eval->n));
   else
     std::printf("  held-out      token accuracy %s, sequence accuracy %s (%lld sequences, seed %llu)\n",
                 percent(final_eval->token_accuracy).c_str(), percent(final_eval->sequence_accuracy).c_str(),

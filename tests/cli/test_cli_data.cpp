@@ -77,7 +77,7 @@ TEST_F(CliData, TextRunReportsValidationLossAndBitsPerCharacter) {
   EXPECT_LT(s["val_loss"].get<double>(), std::log(124.0));  // below a uniform guess over the 124 tokens
   EXPECT_NE(text_->out.find("bits per character"), std::string::npos);
   const std::string csv = slurp((scratch() / "text" / "metrics.csv").string());
-  EXPECT_EQ(lines(csv)[0].substr(lines(csv)[0].size() - 27), "val_loss,val_bpc,train_loss");
+  EXPECT_EQ(lines(csv)[0].substr(lines(csv)[0].size() - 35), "val_loss,val_bpc,train_loss,val_bpb");
   // The evaluation before the first update: step 0, its loss the training-loss estimate, no update (lr 0, 0 tokens).
   const std::vector<attograd::train::StepMetrics> rows = attograd::train::parse_metrics_csv(csv);
   ASSERT_EQ(rows.size(), 41u);
@@ -96,6 +96,12 @@ TEST_F(CliData, TextRunReportsValidationLossAndBitsPerCharacter) {
   const json j = last_line_json(e.out);
   EXPECT_EQ(j["val_loss"], s["val_loss"]);
   EXPECT_EQ(j["val_bpc"], s["val_bpc"]);
+  // Bits per byte: the poems have multi-byte characters (Chinese), so fewer bits per byte than per character.
+  ASSERT_TRUE(s.contains("val_bpb"));
+  EXPECT_EQ(j["val_bpb"], s["val_bpb"]);
+  EXPECT_LT(s["val_bpb"].get<double>(), s["val_bpc"].get<double>());
+  EXPECT_EQ(rows[40].eval.bits_per_byte, s["val_bpb"].get<double>());
+  EXPECT_NE(text_->out.find("bits per byte"), std::string::npos);
 }
 
 TEST_F(CliData, SampleStreamsTheSameTextForASeed) {
