@@ -475,6 +475,8 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
       if (final_eval->bits_per_byte > 0) j["val_bpb"] = final_eval->bits_per_byte;
     }
     if (file_data) j["data"] = text_data ? text_data->spec().path : pairs_data ? pairs_data->spec().path : "";
+    if (text_data) j["tokenizer"] = text_data->spec().tokenizer;
+    if (file_data) j["vocab"] = file_data->vocab_size();
     j["eval_size"] = final_eval->n;
     j["seed"] = cfg.seed;
     j["wall_seconds"] = wall;

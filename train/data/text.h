@@ -14,7 +14,10 @@
 // file and refuses it when its bytes changed (the hash differs). CRLF line ends are accepted (the \r is dropped).
 //
 // TextDataset: the file's characters as one token stream; the last val_fraction of it is held out (contiguous, as
-// nanoGPT's split). A training example is a random window of context + 1 characters of the training part
+// nanoGPT's split). With DataSpec::tokenizer "bpe" or "unigram" the tokens are a SentencePiece tokenizer's pieces
+// (train/data/tokenizer.h) instead: the text is split at byte (1 - val_fraction) (moved back to a character's
+// start), the tokenizer is trained on the training part alone (or loaded from the spec's tokenizer_model, checked
+// against tokenizer_hash), and both parts are encoded with it; below, "characters" are then those tokens. A training example is a random window of context + 1 characters of the training part
 // (nanoGPT's get_batch): src = its first `context`, tgt = its last one; the model frames it as a stream
 // (ModelSpec::stream: inputs window[:-1], targets window[1:], loss at every position). The held-out examples are
 // the windows of context + 1 characters starting every `context` characters of the held-out part (the last one
@@ -99,7 +102,7 @@ struct DataSpec {
   std::string format = "text";             ///< "text" (TextDataset) or "pairs" (PairsDataset)
   std::string path = {};                   ///< the file
   std::string tokenize = "char";           ///< "char" or "word" (pairs; text is always char)
-  int64_t context = 64;                    ///< text: characters a model sees, in [1, kMaxTextContext]
+  int64_t context = 64;                    ///< text: tokens (characters) a model sees, in [1, kMaxTextContext]
   double val_fraction = 0.1;               ///< held-out share, in (0, 1)
   uint64_t max_bytes = kMaxDataFileBytes;  ///< largest file read
   int64_t max_vocab = kMaxVocabulary;      ///< largest vocabulary (reserved ids included)
