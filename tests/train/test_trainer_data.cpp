@@ -110,6 +110,20 @@ TEST(TrainerData, BitsPerByteOfAsciiCharsIsBitsPerCharacter) {
   const std::vector<StepMetrics> rows = parse_metrics_csv(t.metrics_csv());
   EXPECT_EQ(rows.back().eval.bits_per_byte, r.bits_per_byte);
   EXPECT_EQ(rows[1].eval.bits_per_byte, 0);  // not evaluated at step 1
+  // With the entropy columns after it.
+  TrainConfig logged = small("text");
+  logged.log_entropy = true;
+  Trainer e(logged, data::open_data(data::DataSpec{.path = path, .context = 16}));
+  e.train();
+  const std::string csv = e.metrics_csv();
+  EXPECT_EQ(csv.substr(0, csv.find(",entropy,")),
+            "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss,"
+            "val_loss,val_bpc,train_loss,val_bpb");
+  std::vector<std::string> columns;
+  const std::vector<StepMetrics> back = parse_metrics_csv(csv, &columns);
+  EXPECT_EQ(columns.size(), 2u);  // 1 layer, 2 heads
+  EXPECT_EQ(back.back().eval.bits_per_byte, e.history().back().eval.bits_per_byte);
+  EXPECT_EQ(back.back().entropies.size(), 2u);
   // A built-in task's tokens have no bytes: no val_bpb column, no bits per byte.
   Trainer task(small("reverse"));
   task.train();

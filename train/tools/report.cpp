@@ -312,14 +312,12 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
       if (m.evaluated && m.eval.bits_per_byte > 0)
         bpb.x.push_back(static_cast<double>(m.step)), bpb.y.push_back(m.eval.bits_per_byte);
     Panel bp;
-    bp.title = bpb.x.empty() ? "Validation bits per character" : "Validation bits per token and per byte";
+    // (A subword model's "character" is its token.)
+    bp.title = bpb.x.empty() ? "Validation bits per character" : "Validation bits per character and per byte";
     bp.x_label = "step";
     bp.y_label = bpb.x.empty() ? "bits per character" : "bits";
     bp.series = {bpc};
-    if (!bpb.x.empty()) {
-      bp.series[0].label = "val bits per token (loss / ln 2)";
-      bp.series.push_back(bpb);
-    }
+    if (!bpb.x.empty()) bp.series.push_back(bpb);
     extra = bp;
   }
   Panel ap;

@@ -88,7 +88,7 @@ TEST(Report, BitsPerByteEqualToBitsPerCharacterDrawsAFlatPanel) {
   }
   const std::string svg = report::curves_svg(h, "flat", true);
   EXPECT_NE(svg.find("val bits per byte"), std::string::npos);
-  EXPECT_NE(svg.find("Validation bits per token and per byte"), std::string::npos);
+  EXPECT_NE(svg.find("Validation bits per character and per byte"), std::string::npos);
 }
 
 TEST(Report, LogTicks) {
