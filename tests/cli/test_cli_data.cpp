@@ -301,7 +301,23 @@ TEST_F(CliData, BpeTokenizerIsTrainedSavedAndUsedByEveryCommand) {
   const CliRun e = attograd("eval --json --weights " + w);
   ASSERT_EQ(e.status, 0) << e.err;
   EXPECT_EQ(last_line_json(e.out)["val_loss"], last_line_json(r.out)["val_loss"]);
-  EXPECT_EQ(attograd("inspect " + w).status, 0);
+  const CliRun ins = attograd("inspect " + w);
+  ASSERT_EQ(ins.status, 0) << ins.err;
+  EXPECT_NE(ins.out.find("bpe (SentencePiece), 500 pieces + 4 reserved ids, saved in the file (xxh64 "),
+            std::string::npos)
+      << ins.out;
+  EXPECT_NE(ins.out.find("504 tokens"), std::string::npos) << ins.out;
+  EXPECT_NE(ins.out.find("16 tokens"), std::string::npos) << ins.out;
+  // predict lists the next pieces as text (valid UTF-8 JSON: a non-ASCII byte piece is "<0xNN>"); view draws the
+  // prompt's pieces.
+  const CliRun p = attograd("predict --json -w " + w + " --prompt '床前 Shall I' --top 600");
+  ASSERT_EQ(p.status, 0) << p.err;
+  const json pj = last_line_json(p.out);
+  ASSERT_TRUE(pj.is_object()) << p.out;
+  const std::string view = (scratch() / "bpe-view.html").string();
+  const CliRun v = attograd("view -w " + w + " --prompt 'Shall I compare thee' --out " + quote(view));
+  ASSERT_EQ(v.status, 0) << v.err;
+  EXPECT_GT(slurp(view).size(), 1000u);
   // Through export and import the tokenizer goes along.
   const std::string st = (scratch() / "bpe.safetensors").string(), back = (scratch() / "bpe-back.attograd").string();
   ASSERT_EQ(attograd("export -w " + w + " --to " + quote(st)).status, 0);
