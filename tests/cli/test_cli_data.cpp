@@ -295,6 +295,7 @@ TEST_F(CliData, BpeTokenizerIsTrainedSavedAndUsedByEveryCommand) {
   const CliRun a = attograd("sample -w " + w + " --prompt '" + prompt + "' --tokens 40 --seed 3");
   ASSERT_EQ(a.status, 0) << a.err;
   EXPECT_EQ(a.out.rfind(prompt, 0), 0u) << a.out;
+  EXPECT_NO_THROW(attograd::data::decode_utf8(a.out, "sample"));  // whole characters (U+FFFD for a stray byte)
   EXPECT_EQ(a.out, attograd("sample -w " + w + " --prompt '" + prompt + "' --tokens 40 --seed 3").out);
   EXPECT_EQ(attograd("sample -w " + w + " --tokens 10 --temperature 0").status, 0);
   // eval re-reads the file with the saved tokenizer: the run's numbers.
