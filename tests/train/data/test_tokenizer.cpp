@@ -144,6 +144,17 @@ TEST(Tokenizer, UnigramRoundTripsAndTrainingIsRepeatable) {
   EXPECT_EQ(Tokenizer::train(poems(), "bpe", 700).proto(), poems_bpe().proto());
 }
 
+TEST(Tokenizer, LinesLongerThanSentencePieceTakesAreCutAtCharacterStarts) {
+  // One line of 24,000 bytes of three-byte characters: cut into pieces of at most 4,096 bytes (4,096 is not a
+  // multiple of 3: the cut moves back to a character's start), all of them learned from.
+  std::string line;
+  for (int i = 0; i < 4000; ++i) line += "\xE4\xB8\xAD\xE6\x96\x87";  // 中文
+  const Tokenizer t = Tokenizer::train(line + " ab\n" + line, "bpe", 265);
+  const std::vector<int64_t> ids = t.encode(line, "t");
+  EXPECT_EQ(t.decode(ids), line);
+  EXPECT_LT(ids.size(), 4000u);  // merged: 中文 and longer runs are pieces
+}
+
 TEST(Tokenizer, LoadsItsSerializedModel) {
   const Tokenizer& t = poems_bpe();
   const Tokenizer again = Tokenizer::load(t.proto(), "bpe", "x");
