@@ -60,5 +60,6 @@
 #include "train/data/pairs.h"
 #include "train/data/tasks.h"
 #include "train/data/text.h"
+#include "train/data/tokenizer.h"
 #include "train/data/tokens.h"
 #include "train/trainer.h"

@@ -144,7 +144,8 @@ EvalResult evaluate_examples(nn::SequenceModel& model, const std::vector<Example
   return {.token_accuracy = static_cast<double>(tokens_right) / static_cast<double>(tokens_total),
           .sequence_accuracy = static_cast<double>(sequences_right) / static_cast<double>(n),
           .loss = loss_count > 0 ? loss_sum / static_cast<double>(loss_count) : 0.0,
-          .n = n};
+          .n = n,
+          .nats = loss_sum};
 }
 
 }  // namespace
@@ -219,10 +220,23 @@ double teacher_forced_loss(nn::SequenceModel& model, const std::vector<Example>&
   return count > 0 ? loss_sum / static_cast<double>(count) : 0.0;
 }
 
+double bits_per_byte(const EvalResult& r, const std::vector<Example>& examples, const data::Dataset& dataset) {
+  int64_t bytes = 0;
+  for (const Example& e : examples) {
+    // The stream framing's targets: the window (src then tgt) after its first token.
+    for (size_t i = 1; i < e.src.size(); ++i) bytes += dataset.token_bytes(e.src[i]);
+    for (size_t i = e.src.empty() ? 1 : 0; i < e.tgt.size(); ++i) bytes += dataset.token_bytes(e.tgt[i]);
+  }
+  return bytes > 0 ? r.nats / std::log(2.0) / static_cast<double>(bytes) : 0.0;
+}
+
 EvalResult evaluate(nn::SequenceModel& model, const data::Dataset& dataset, int64_t n, uint64_t seed, int64_t batch,
                     const DecodeOptions& options) {
   ATTO_CHECK(n >= 1, "evaluate", "n must be >= 1, got ", n);
-  return evaluate_examples(model, dataset.heldout(n, seed), batch, options);
+  const std::vector<Example> examples = dataset.heldout(n, seed);
+  EvalResult r = evaluate_examples(model, examples, batch, options);
+  if (model.spec().stream) r.bits_per_byte = bits_per_byte(r, examples, dataset);
+  return r;
 }
 
 }  // namespace attograd::train
@@ -268,7 +282,8 @@ EvalResult evaluate_stream(nn::SequenceModel& model, const std::vector<Example>&
   return {.token_accuracy = count > 0 ? static_cast<double>(right) / static_cast<double>(count) : 0.0,
           .sequence_accuracy = static_cast<double>(windows_right) / static_cast<double>(n),
           .loss = count > 0 ? loss_sum / static_cast<double>(count) : 0.0,
-          .n = n};
+          .n = n,
+          .nats = loss_sum};
 }
 
 }  // namespace

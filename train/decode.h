@@ -54,6 +54,8 @@ struct EvalResult {
   double sequence_accuracy = 0;  ///< fraction of examples decoded exactly (target then EOS)
   double loss = 0;               ///< teacher-forced cross-entropy per target token (no label smoothing)
   int64_t n = 0;                 ///< number of examples
+  double nats = 0;               ///< the summed cross-entropy of every target token (loss = nats / their count)
+  double bits_per_byte = 0;      ///< a text's: nats / ln 2 / the targets' UTF-8 bytes (0: unknown; bits_per_byte())
 };
 
 /// Evaluates a model on `examples`, decoding `batch` examples at a time (grouped by length).
@@ -62,6 +64,10 @@ EvalResult evaluate(nn::SequenceModel& model, const std::vector<data::Example>& 
 /// The teacher-forced cross-entropy per target token (no label smoothing, no decoding) of `examples`, `batch` at a
 /// time, in eval mode without gradients: nanoGPT's estimate_loss for one split.
 double teacher_forced_loss(nn::SequenceModel& model, const std::vector<data::Example>& examples, int64_t batch);
+/// The bits per byte of a stream model's evaluation `r` of `examples`: r.nats / ln 2 / the UTF-8 bytes of every
+/// target token (each window's tokens after its first, dataset.token_bytes()); 0 when the dataset does not know
+/// its tokens' bytes (their sum is 0).
+double bits_per_byte(const EvalResult& r, const std::vector<data::Example>& examples, const data::Dataset& dataset);
 /// Evaluates a model on the first n held-out examples of `dataset` for `seed`.
 EvalResult evaluate(nn::SequenceModel& model, const data::Dataset& dataset, int64_t n, uint64_t seed,
                     int64_t batch = 250, const DecodeOptions& options = {});

@@ -163,6 +163,10 @@ constexpr const char* kCsvHeader =
 constexpr const char* kCsvHeaderV3 =
     "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss,val_loss,"
     "val_bpc,train_loss";
+// The header of a text's run, whose tokens know their bytes: val_bpb, the val loss in bits per byte, too.
+constexpr const char* kCsvHeaderV4 =
+    "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss,val_loss,"
+    "val_bpc,train_loss,val_bpb";
 // The header before the val_loss and val_bpc columns (still read).
 constexpr const char* kCsvHeaderV1 =
     "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss";
@@ -732,7 +736,9 @@ EvalResult Trainer::evaluate(int64_t n, const DecodeOptions& decode) {
   // Decoding needs no entropies: stop tracking them while evaluating.
   if (config_.tracks_entropy()) model_->track_attention_entropy(false);
   // In batches of at most the training batch (and 250): evaluating never needs more memory than a training step.
-  EvalResult r = train::evaluate(*model_, heldout_examples(n > 0 ? n : config_.eval_size), eval_batch(), decode);
+  const std::vector<data::Example> examples = heldout_examples(n > 0 ? n : config_.eval_size);
+  EvalResult r = train::evaluate(*model_, examples, eval_batch(), decode);
+  if (model_->spec().stream) r.bits_per_byte = bits_per_byte(r, examples, *data_);
   if (config_.tracks_entropy()) model_->track_attention_entropy(true);
   return r;
 }
@@ -780,7 +786,10 @@ std::string Trainer::metrics_csv() const {
   const bool stream = model_->spec().stream;
   // The entropy columns, when entropies are (or were) tracked: the mean, then one per layer and head.
   const bool entropy = config_.tracks_entropy() || !entropy_columns_.empty();
-  std::string s = kCsvHeaderV3;
+  // A text's run (its tokens know their bytes) has the val_bpb column too.
+  bool bpb = false;
+  for (int64_t t = 0; stream && !bpb && t < data_->vocab_size(); ++t) bpb = data_->token_bytes(t) > 0;
+  std::string s = bpb ? kCsvHeaderV4 : kCsvHeaderV3;
   if (entropy) {
     s += ",entropy";
     for (const std::string& c : entropy_columns_) s += "," + c;
@@ -803,6 +812,7 @@ std::string Trainer::metrics_csv() const {
     else
       s += ",,";
     s += m.evaluated && std::isfinite(m.train_loss) ? "," + exact(m.train_loss) : ",";
+    if (bpb) s += m.evaluated && m.eval.bits_per_byte > 0 ? "," + exact(m.eval.bits_per_byte) : ",";
     if (entropy) {
       const bool have = !m.entropies.empty() && m.entropies.size() == entropy_columns_.size();
       s += have ? "," + exact(m.entropy) : ",";
@@ -828,14 +838,15 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv, std::vector<s
   // The header: the base columns (with train_loss, or without it, or the 10 from before val_loss), then optionally
   // entropy and its per-head columns.
   ATTO_CHECK(std::getline(in, line), me, "line 1 must be the header \"", kCsvHeaderV3, "\", got nothing");
-  const std::string v3 = kCsvHeaderV3, v2 = kCsvHeader;
+  const std::string v4 = kCsvHeaderV4, v3 = kCsvHeaderV3, v2 = kCsvHeader;
   auto starts = [&](const std::string& base) {
     return line == base || line == base + ",entropy" || line.rfind(base + ",entropy,entropy.", 0) == 0;
   };
-  const bool has_train_loss = starts(v3);
+  const bool has_bpb = starts(v4);
+  const bool has_train_loss = has_bpb || starts(v3);
   ATTO_CHECK(has_train_loss || starts(v2) || line == kCsvHeaderV1, me, "line 1 must be the header \"", kCsvHeaderV3,
              "\" (optionally followed by entropy columns), got \"", line.substr(0, 200), "\"");
-  const std::string base = line == kCsvHeaderV1 ? std::string(kCsvHeaderV1) : has_train_loss ? v3 : v2;
+  const std::string base = line == kCsvHeaderV1 ? std::string(kCsvHeaderV1) : has_bpb ? v4 : has_train_loss ? v3 : v2;
   const std::string entropy_prefix = base + ",entropy";
   std::vector<std::string> columns;
   if (line.size() > entropy_prefix.size()) {
@@ -846,7 +857,7 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv, std::vector<s
     }
   }
   const bool has_entropy = line.size() >= entropy_prefix.size();
-  const size_t base_fields = line == kCsvHeaderV1 ? 10 : has_train_loss ? 13 : 12;
+  const size_t base_fields = line == kCsvHeaderV1 ? 10 : has_bpb ? 14 : has_train_loss ? 13 : 12;
   const size_t fields = base_fields + (has_entropy ? 1 + columns.size() : 0);
   if (entropy_columns) *entropy_columns = columns;
   std::vector<StepMetrics> out;
@@ -881,6 +892,7 @@ std::vector<StepMetrics> parse_metrics_csv(const std::string& csv, std::vector<s
     m.evaluated = !f[6].empty();
     if (m.evaluated) m.eval = {.token_accuracy = num(7), .sequence_accuracy = num(8), .loss = num(9), .n = integer(6)};
     m.train_loss = has_train_loss && !f[12].empty() ? num(12) : std::numeric_limits<double>::quiet_NaN();
+    if (has_bpb && m.evaluated && !f[13].empty()) m.eval.bits_per_byte = num(13);
     if (has_entropy && !f[base_fields].empty()) {
       m.entropy = num(base_fields);
       for (size_t i = 0; i < columns.size(); ++i) m.entropies.push_back(num(base_fields + 1 + i));
@@ -976,7 +988,8 @@ void Trainer::load_checkpoint(const std::string& path) {
     if (!mine.empty()) {
       const data::DataSpec a = data::DataSpec::from_json(mine), b = data::DataSpec::from_json(run.data);
       ATTO_CHECK(a.format == b.format && a.vocabulary == b.vocabulary && a.max_source_len == b.max_source_len &&
-                     a.max_target_len == b.max_target_len && a.file_hash == b.file_hash,
+                     a.max_target_len == b.max_target_len && a.file_hash == b.file_hash &&
+                     a.tokenizer_hash == b.tokenizer_hash,
                  me, "'", path, "' was saved for another data file (", b.format, " '", b.path, "' of ",
                  b.vocabulary.size(), " tokens), this trainer reads ", a.format, " '", a.path, "' of ",
                  a.vocabulary.size(), " tokens");

@@ -296,8 +296,9 @@ class Trainer {
   /// One record per step so far (restored from checkpoints).
   const std::vector<StepMetrics>& history() const { return history_; }
   /// The history as CSV: step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,
-  /// eval_loss,val_loss,val_bpc (eval columns empty when not evaluated; val_loss = eval_loss and val_bpc =
-  /// eval_loss / ln 2 only for a stream model, whose evaluation is teacher-forced), then, when entropies are
+  /// eval_loss,val_loss,val_bpc,train_loss (eval columns empty when not evaluated; val_loss = eval_loss and val_bpc =
+  /// eval_loss / ln 2 only for a stream model, whose evaluation is teacher-forced), then val_bpb (EvalResult::
+  /// bits_per_byte) for a stream whose dataset knows its tokens' bytes (a text file), then, when entropies are
   /// tracked, entropy and one column per layer and head (entropy_columns()); numbers printed to round-trip exactly.
   std::string metrics_csv() const;
   /// The per-layer, per-head entropy columns of metrics.csv ("entropy.layer0.h0", ...; from the model's
@@ -377,8 +378,8 @@ RunMetadata parse_run_metadata(const std::string& metadata, const std::string& o
 std::shared_ptr<data::Dataset> run_dataset(const RunMetadata& run, bool read_file = true);
 
 /// Parses Trainer::metrics_csv() back into records (Error naming the line on malformed input); files without the
-/// entropy columns, without train_loss (train_loss NaN), or with only the first 10 columns (before val_loss) still
-/// parse. A row of step 0 is the evaluation before the first update (Trainer::initial_evaluation()). `entropy_columns`, when given,
+/// entropy columns, without val_bpb (bits_per_byte 0), without train_loss (train_loss NaN), or with only the first 10
+/// columns (before val_loss) still parse. A row of step 0 is the evaluation before the first update (Trainer::initial_evaluation()). `entropy_columns`, when given,
 /// receives the per-layer, per-head entropy column names.
 std::vector<StepMetrics> parse_metrics_csv(const std::string& csv,
                                            std::vector<std::string>* entropy_columns = nullptr);

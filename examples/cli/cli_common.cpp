@@ -236,10 +236,18 @@ std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optiona
              strf("%016llx", static_cast<unsigned long long>(info.computed_checksum)), ")");
   train::RunMetadata run = train::parse_run_metadata(info.metadata, "'" + path + "'");
   if (seed) run.config.seed = *seed;
-  check_config_against_tensors(run.config, info, path, run.data);
-  // A built-in task is drawn from its config; a data file is re-read only when its examples are needed.
+  // A data file is re-read only when its examples are needed; a saved tokenizer that is damaged names the file.
   const bool read = read_data || info.kind == "checkpoint";
-  auto trainer = std::make_unique<train::Trainer>(run.config, train::run_dataset(run, read));
+  std::shared_ptr<data::Dataset> dataset;
+  try {
+    check_config_against_tensors(run.config, info, path, run.data);
+    dataset = train::run_dataset(run, read);
+  } catch (const Error& e) {
+    if (e.op() != "tokenizer" && e.op() != "base64") throw;
+    throw Error("load", str_cat("'", path, "': ", e.what()));
+  }
+  // A built-in task is drawn from its config.
+  auto trainer = std::make_unique<train::Trainer>(run.config, std::move(dataset));
   if (info.kind == "checkpoint")
     trainer->load_checkpoint(path);
   else if (info.kind == "safetensors")

@@ -118,8 +118,15 @@ std::vector<std::pair<std::string, std::string>> run_summary(const std::string& 
     rows.emplace_back("vocabulary", strf("%s tokens", thousands(train::run_dataset(run, false)->vocab_size()).c_str()));
   } catch (const Error&) {
   }
+  if (spec && spec->format == "text" && spec->tokenizer != "char")
+    rows.emplace_back("tokenizer", strf("%s (SentencePiece), %lld pieces + %lld reserved ids, saved in the file "
+                                        "(xxh64 %016llx)",
+                                        spec->tokenizer.c_str(), static_cast<long long>(spec->vocab_size),
+                                        static_cast<long long>(data::Vocabulary::kReserved),
+                                        static_cast<unsigned long long>(spec->tokenizer_hash)));
   if (spec && (spec->format == "text" || spec->format == "tokens")) {
-    rows.emplace_back("context", strf("%lld characters", static_cast<long long>(spec->context)));
+    rows.emplace_back("context", strf("%lld %s", static_cast<long long>(spec->context),
+                                      spec->tokenizer == "char" ? "characters" : "tokens"));
   } else if (spec) {
     rows.emplace_back("lengths", strf("sources up to %lld tokens, targets up to %lld (%s tokens)",
                                       static_cast<long long>(spec->max_source_len),
@@ -157,7 +164,10 @@ std::vector<std::pair<std::string, std::string>> run_summary(const std::string& 
   }
   if (const std::optional<train::StepMetrics> last = last_evaluation(csv)) {
     std::string v = strf("%.4f at step %lld", last->eval.loss, static_cast<long long>(last->step));
-    if (spec && (spec->format == "text" || spec->format == "tokens")) v += strf(" (%.4f bits per character)", last->eval.loss / std::log(2.0));
+    if (spec && (spec->format == "text" || spec->format == "tokens")) v += strf(" (%.4f bits per %s", last->eval.loss / std::log(2.0),
+                                                  spec->tokenizer == "char" ? "character" : "token");
+    if (spec && (spec->format == "text" || spec->format == "tokens"))
+      v += last->eval.bits_per_byte > 0 ? strf(", %.4f bits per byte)", last->eval.bits_per_byte) : ")";
     if (std::isfinite(last->train_loss)) v += strf(", train loss %.4f", last->train_loss);
     rows.emplace_back("val loss", v + " (from " + csv_origin + ")");
   } else {

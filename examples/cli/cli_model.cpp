@@ -79,6 +79,7 @@ int run_eval(const EvalArgs& a) {
     if (stream) {
       j["val_loss"] = r.loss;
       j["val_bpc"] = r.loss / std::log(2.0);
+      if (r.bits_per_byte > 0) j["val_bpb"] = r.bits_per_byte;
     }
     j["token_accuracy"] = r.token_accuracy;
     j["sequence_accuracy"] = r.sequence_accuracy;
@@ -103,6 +104,7 @@ int run_eval(const EvalArgs& a) {
     std::printf("held-out windows   %lld\n", static_cast<long long>(r.n));
     std::printf("val loss           %.4f\n", r.loss);
     std::printf("bits per character %.4f\n", r.loss / std::log(2.0));
+    if (r.bits_per_byte > 0) std::printf("bits per byte      %.4f\n", r.bits_per_byte);
     std::printf("next-character acc %.2f%%\n", 100 * r.token_accuracy);
     std::printf("time               %.2f s\n", seconds);
     return kExitOk;

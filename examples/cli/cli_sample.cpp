@@ -35,23 +35,41 @@ int run_sample(const SampleArgs& a) {
     const auto* text = dynamic_cast<const data::TextDataset*>(&data);
     ATTO_CHECK(text != nullptr, "sample", "--prompt is required for a model not trained on a text file");
     const std::optional<int64_t> newline = text->vocabulary().find("\n");
-    prompt = {newline ? *newline : data::Vocabulary::kReserved};
+    // A subword tokenizer encodes any text: its newline.
+    prompt = text->tokenizer() ? text->parse_source("\n")
+                               : std::vector<int64_t>{newline ? *newline : data::Vocabulary::kReserved};
   }
   const int64_t budget = std::min(a.tokens, model.max_decode_len());
   const int64_t eos = model.special_tokens().eos;
   if (a.prompt_opt->count() > 0) std::printf("%s", a.prompt.c_str());
   Generator gen(a.seed);
   std::vector<int64_t> produced;
+  // A text's tokens are decoded together until they make whole characters (a subword tokenizer's byte pieces: at
+  // most 4 for one character; U+FFFD stands for a part of one).
+  std::vector<int64_t> pending;
+  auto flush = [&] {
+    const std::string piece = data.to_text(pending);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    pending.clear();
+  };
   train::sample(model, {prompt}, budget, {.temperature = a.temperature, .top_k = a.top_k, .top_p = a.top_p}, gen,
                 [&](int64_t, int64_t token) {
                   if (model.spec().stream || token != eos) produced.push_back(token);
                   if (!model.spec().stream && token == eos) return;
+                  if (data.stream()) {
+                    pending.push_back(token);
+                    if (pending.size() >= 4 || data.to_text(pending).find("\xEF\xBF\xBD") == std::string::npos)
+                      flush();
+                    return;
+                  }
                   std::string piece = data.to_text({token});
-                  if (!data.stream() && !piece.empty()) piece = " " + piece;  // words and numbers apart
+                  if (!piece.empty()) piece = " " + piece;  // words and numbers apart
                   std::fwrite(piece.data(), 1, piece.size(), stdout);
                   std::fflush(stdout);
                 },
                 {.use_cache = !a.no_kv_cache});
+  if (!pending.empty()) flush();
   std::printf("\n");
   std::fflush(stdout);
   if (!a.attention.empty()) {  // the prompt and its continuation (a text model: the last context characters)

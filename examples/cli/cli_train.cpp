@@ -46,7 +46,10 @@ struct TrainArgs {
   std::string data_dir;                         // a directory written by attograd prepare
   int64_t context = 64;
   double val_fraction = 0.1;
-  CLI::Option *context_opt = nullptr, *val_fraction_opt = nullptr, *tokenize_opt = nullptr;
+  std::string tokenizer = "char";  // --text: char, or a SentencePiece bpe / unigram tokenizer of vocab_size pieces
+  int64_t vocab_size = data::kDefaultSubwordVocab;
+  CLI::Option *context_opt = nullptr, *val_fraction_opt = nullptr, *tokenize_opt = nullptr, *tokenizer_opt = nullptr,
+              *vocab_size_opt = nullptr;
   int64_t samples = 8;
   bool json = false, quiet = false;
   // Data-parallel training under mpirun (docs/DISTRIBUTED.md).
@@ -150,6 +153,12 @@ std::shared_ptr<data::Dataset> file_dataset(const TrainArgs& a, const std::optio
   ATTO_CHECK(int{text} + int{pairs} + int{tokens} <= 1, "train", "--text, --pairs and --data exclude each other");
   ATTO_CHECK(text || tokens || a.context_opt->count() == 0, "train", "--context is for --text and --data");
   ATTO_CHECK(pairs || a.tokenize_opt->count() == 0, "train", "--tokenize is for --pairs");
+  ATTO_CHECK(text || a.tokenizer_opt->count() == 0, "train", "--tokenizer is for --text",
+             pairs    ? " (a pairs file keeps its char or word tokens: --tokenize)"
+             : tokens ? " (--data has the tokenizer `attograd prepare --tokenizer` trained)"
+                      : "");
+  ATTO_CHECK(a.tokenizer != "char" || a.vocab_size_opt->count() == 0, "train",
+             "--vocab-size is for --tokenizer bpe or unigram (char has a token per character of the file)");
   ATTO_CHECK(text || pairs || a.val_fraction_opt->count() == 0, "train",
              tokens ? "--val-fraction is for --text and --pairs (--data holds out what `attograd prepare "
                       "--val-fraction` split off)"
@@ -169,7 +178,9 @@ std::shared_ptr<data::Dataset> file_dataset(const TrainArgs& a, const std::optio
                       .path = fs::absolute(path).lexically_normal().string(),
                       .tokenize = pairs ? a.tokenize : "char",
                       .context = a.context,
-                      .val_fraction = a.val_fraction};
+                      .val_fraction = a.val_fraction,
+                      .tokenizer = text ? a.tokenizer : "char",
+                      .vocab_size = text && a.tokenizer != "char" ? a.vocab_size : 0};
   cfg.task = pairs ? "pairs" : "text";  // a label: the data comes from the file (a token directory is text too)
   return data::open_data(spec);
 }
@@ -261,8 +272,19 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   const int64_t first_step = trainer.step_count();
   const int64_t params = trainer.model().num_parameters();
   const bool stream = trainer.model().spec().stream;
+  // What a text model's token is: a character, or a subword piece.
+  const char* unit = text_data && text_data->tokenizer() ? "token" : "character";
   std::string data_line;
-  if (text_data)
+  if (text_data && text_data->tokenizer())
+    data_line = strf("text file %s (%s %s tokens: %s training, %s held-out; vocabulary %lld = %lld pieces + %lld "
+                     "reserved, trained on the training part; context %lld)",
+                     text_data->spec().path.c_str(), thousands(text_data->train_size() + text_data->val_size()).c_str(),
+                     text_data->spec().tokenizer.c_str(), thousands(text_data->train_size()).c_str(),
+                     thousands(text_data->val_size()).c_str(), static_cast<long long>(text_data->vocab_size()),
+                     static_cast<long long>(text_data->spec().vocab_size),
+                     static_cast<long long>(data::Vocabulary::kReserved),
+                     static_cast<long long>(text_data->spec().context));
+  else if (text_data)
     data_line = strf("text file %s (%s characters: %s training, %s held-out; vocabulary %lld, context %lld)",
                      text_data->spec().path.c_str(), thousands(text_data->train_size() + text_data->val_size()).c_str(),
                      thousands(text_data->train_size()).c_str(), thousands(text_data->val_size()).c_str(),
@@ -330,10 +352,11 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     if (!m.evaluated) return;
     bar.set_accuracy(m.eval.token_accuracy);
     if (!a.quiet && stream)
-      bar.message(strf("eval @ step %lld: train loss %.4f, val loss %.4f, %.3f bits per character, next-character "
+      bar.message(strf("eval @ step %lld: train loss %.4f, val loss %.4f, %.3f bits per %s%s, next-%s "
                        "accuracy %s (%lld held-out windows)",
-                       static_cast<long long>(m.step), m.train_loss, m.eval.loss, m.eval.loss / std::log(2.0),
-                       percent(m.eval.token_accuracy).c_str(), static_cast<long long>(m.eval.n)));
+                       static_cast<long long>(m.step), m.train_loss, m.eval.loss, m.eval.loss / std::log(2.0), unit,
+                       m.eval.bits_per_byte > 0 ? strf(", %.3f bits per byte", m.eval.bits_per_byte).c_str() : "",
+                       unit, percent(m.eval.token_accuracy).c_str(), static_cast<long long>(m.eval.n)));
     else if (!a.quiet)
       bar.message(strf("eval @ step %lld: token accuracy %s, sequence accuracy %s, loss %.4f (%lld held-out), train "
                        "loss %.4f",
@@ -465,12 +488,16 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
     if (stream) {
       j["val_loss"] = final_eval->loss;
       j["val_bpc"] = final_eval->loss / std::log(2.0);
+      if (final_eval->bits_per_byte > 0) j["val_bpb"] = final_eval->bits_per_byte;
     }
     if (file_data)
       j["data"] = text_data    ? text_data->spec().path
                   : pairs_data ? pairs_data->spec().path
                   : token_data ? token_data->spec().path
                                : "";
+    if (text_data) j["tokenizer"] = text_data->spec().tokenizer;
+    if (token_data) j["tokenizer"] = token_data->spec().tokenizer;
+    if (file_data) j["vocab"] = file_data->vocab_size();
     j["eval_size"] = final_eval->n;
     j["seed"] = cfg.seed;
     j["wall_seconds"] = wall;
@@ -512,9 +539,10 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
   std::printf("  final loss    %.4f (training batch), train estimate %.4f, held-out %.4f\n", final_loss,
               final_train_loss, final_eval->loss);
   if (stream)
-    std::printf("  held-out      val loss %.4f, %.3f bits per character, next-character accuracy %s (%lld windows)\n",
-                final_eval->loss, final_eval->loss / std::log(2.0), percent(final_eval->token_accuracy).c_str(),
-                static_cast<long long>(final_eval->n));
+    std::printf("  held-out      val loss %.4f, %.3f bits per %s%s, next-%s accuracy %s (%lld windows)\n",
+                final_eval->loss, final_eval->loss / std::log(2.0), unit,
+                final_eval->bits_per_byte > 0 ? strf(", %.4f bits per byte", final_eval->bits_per_byte).c_str() : "",
+                unit, percent(final_eval->token_accuracy).c_str(), static_cast<long long>(final_eval->n));
   else
     std::printf("  held-out      token accuracy %s, sequence accuracy %s (%lld sequences, seed %llu)\n",
                 percent(final_eval->token_accuracy).c_str(), percent(final_eval->sequence_accuracy).c_str(),
@@ -732,6 +760,16 @@ Command add_train(CLI::App& app) {
       ->check(CLI::ExistingDirectory);
   a->tokenize_opt = sub->add_option("--tokenize", a->tokenize, "--pairs: tokens are characters (char) or words (word)")
                         ->check(CLI::IsMember({"char", "word"}));
+  a->tokenizer_opt =
+      sub->add_option("--tokenizer", a->tokenizer,
+                      "--text: a token per character (char, the default), or a SentencePiece subword tokenizer (bpe, "
+                      "unigram) trained on the training part and saved in the weights")
+          ->check(CLI::IsMember({"char", "bpe", "unigram"}));
+  a->vocab_size_opt = sub->add_option("--vocab-size", a->vocab_size,
+                                      "--tokenizer bpe|unigram: SentencePiece's pieces (the model has 4 more ids for "
+                                      "the reserved tokens; default " +
+                                          std::to_string(data::kDefaultSubwordVocab) + ")")
+                          ->check(integer_in(1, data::kMaxVocabulary - data::Vocabulary::kReserved));
   a->context_opt = sub->add_option("--context", a->context, "--text, --data: tokens the model sees (window length)")
                        ->check(integer_in(1, data::kMaxTextContext));
   a->val_fraction_opt =

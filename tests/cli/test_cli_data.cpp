@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -20,6 +21,7 @@
 #include "testing.h"
 #include "train/data/text.h"
 #include "train/data/tokens.h"
+#include "train/data/tokenizer.h"
 #include "train/io/serialize.h"
 #include "train/trainer.h"
 
@@ -76,7 +78,7 @@ TEST_F(CliData, TextRunReportsValidationLossAndBitsPerCharacter) {
   EXPECT_LT(s["val_loss"].get<double>(), std::log(124.0));  // below a uniform guess over the 124 tokens
   EXPECT_NE(text_->out.find("bits per character"), std::string::npos);
   const std::string csv = slurp((scratch() / "text" / "metrics.csv").string());
-  EXPECT_EQ(lines(csv)[0].substr(lines(csv)[0].size() - 27), "val_loss,val_bpc,train_loss");
+  EXPECT_EQ(lines(csv)[0].substr(lines(csv)[0].size() - 35), "val_loss,val_bpc,train_loss,val_bpb");
   // The evaluation before the first update: step 0, its loss the training-loss estimate, no update (lr 0, 0 tokens).
   const std::vector<attograd::train::StepMetrics> rows = attograd::train::parse_metrics_csv(csv);
   ASSERT_EQ(rows.size(), 41u);
@@ -95,6 +97,12 @@ TEST_F(CliData, TextRunReportsValidationLossAndBitsPerCharacter) {
   const json j = last_line_json(e.out);
   EXPECT_EQ(j["val_loss"], s["val_loss"]);
   EXPECT_EQ(j["val_bpc"], s["val_bpc"]);
+  // Bits per byte: the poems have multi-byte characters (Chinese), so fewer bits per byte than per character.
+  ASSERT_TRUE(s.contains("val_bpb"));
+  EXPECT_EQ(j["val_bpb"], s["val_bpb"]);
+  EXPECT_LT(s["val_bpb"].get<double>(), s["val_bpc"].get<double>());
+  EXPECT_EQ(rows[40].eval.bits_per_byte, s["val_bpb"].get<double>());
+  EXPECT_NE(text_->out.find("bits per byte"), std::string::npos);
 }
 
 TEST_F(CliData, SampleStreamsTheSameTextForASeed) {
@@ -298,6 +306,106 @@ TEST_F(CliData, ChangedDataFileIsRefused) {
   EXPECT_EQ(attograd("sample -w " + quote(out + "/model.attograd") + " --tokens 5").status, 0);
 }
 
+TEST_F(CliData, BpeTokenizerIsTrainedSavedAndUsedByEveryCommand) {
+  const std::string out = (scratch() / "bpe").string(), w = quote(out + "/model.attograd");
+  const CliRun r = attograd("train --text " + quote(poems()) + " --tokenizer bpe --vocab-size 500 --context 16 " +
+                            kSmall + " --json --out " + quote(out));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");  // SentencePiece's logging is quiet
+  EXPECT_NE(r.out.find("bpe tokens: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vocabulary 504 = 500 pieces + 4 reserved, trained on the training part"), std::string::npos)
+      << r.out;
+  // The weights file alone: sampling encodes any UTF-8 prompt (Chinese and an emoji it never saw: byte fallback)
+  // and prints whole characters.
+  const std::string prompt = "床前 ð	Shall";
+  const CliRun a = attograd("sample -w " + w + " --prompt '" + prompt + "' --tokens 40 --seed 3");
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_EQ(a.out.rfind(prompt, 0), 0u) << a.out;
+  EXPECT_NO_THROW(attograd::data::decode_utf8(a.out, "sample"));  // whole characters (U+FFFD for a stray byte)
+  EXPECT_EQ(a.out, attograd("sample -w " + w + " --prompt '" + prompt + "' --tokens 40 --seed 3").out);
+  EXPECT_EQ(attograd("sample -w " + w + " --tokens 10 --temperature 0").status, 0);
+  // eval re-reads the file with the saved tokenizer: the run's numbers.
+  const CliRun e = attograd("eval --json --weights " + w);
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_EQ(last_line_json(e.out)["val_loss"], last_line_json(r.out)["val_loss"]);
+  const CliRun ins = attograd("inspect " + w);
+  ASSERT_EQ(ins.status, 0) << ins.err;
+  EXPECT_NE(ins.out.find("bpe (SentencePiece), 500 pieces + 4 reserved ids, saved in the file (xxh64 "),
+            std::string::npos)
+      << ins.out;
+  EXPECT_NE(ins.out.find("504 tokens"), std::string::npos) << ins.out;
+  EXPECT_NE(ins.out.find("16 tokens"), std::string::npos) << ins.out;
+  // predict lists the next pieces as text (valid UTF-8 JSON: a non-ASCII byte piece is "<0xNN>"); view draws the
+  // prompt's pieces.
+  const CliRun p = attograd("predict --json -w " + w + " --prompt '床前 Shall I' --top 600");
+  ASSERT_EQ(p.status, 0) << p.err;
+  const json pj = last_line_json(p.out);
+  ASSERT_TRUE(pj.is_object()) << p.out;
+  const std::string view = (scratch() / "bpe-view.html").string();
+  const CliRun v = attograd("view -w " + w + " --prompt 'Shall I compare thee' --out " + quote(view));
+  ASSERT_EQ(v.status, 0) << v.err;
+  EXPECT_GT(slurp(view).size(), 1000u);
+  // Through export and import the tokenizer goes along.
+  const std::string st = (scratch() / "bpe.safetensors").string(), back = (scratch() / "bpe-back.attograd").string();
+  ASSERT_EQ(attograd("export -w " + w + " --to " + quote(st)).status, 0);
+  ASSERT_EQ(attograd("import --from " + quote(st) + " --to " + quote(back)).status, 0);
+  const std::string args = " --prompt 'So long' --tokens 30 --seed 9";
+  EXPECT_EQ(attograd("sample -w " + quote(back) + args).out, attograd("sample -w " + w + args).out);
+
+  // A damaged tokenizer in a weights file (its checksum right) is one line naming the file and the field.
+  const attograd::io::FileInfo info = attograd::io::inspect(out + "/model.attograd");
+  const attograd::train::RunMetadata run = attograd::train::parse_run_metadata(info.metadata, "w");
+  attograd::train::Trainer t(run.config, attograd::train::run_dataset(run, false));
+  attograd::io::load(t.model(), out + "/model.attograd");
+  auto damaged = [&](const std::string& name, const std::function<void(json&)>& change) {
+    json meta = json::parse(info.metadata);
+    json spec = json::parse(meta["attograd_data"].get<std::string>());
+    change(spec);
+    meta["attograd_data"] = spec.dump();
+    const std::string path = (scratch() / name).string();
+    attograd::io::save(t.model(), path, meta.dump());
+    return path;
+  };
+  const std::string bad_hash = damaged("bad-hash.attograd", [](json& s) {
+    s["tokenizer_hash"] = s["tokenizer_hash"].get<uint64_t>() ^ 1;
+  });
+  expect_one_line_error(attograd("sample -w " + quote(bad_hash) + " --tokens 5"),
+                        "'" + bad_hash + "': tokenizer: DataSpec field \"tokenizer_model\" does not match field "
+                        "\"tokenizer_hash\"",
+                        "damaged tokenizer hash");
+  const std::string bad_model = damaged("bad-model.attograd", [](json& s) {
+    s["tokenizer_model"] = attograd::data::base64_encode("not a model");
+    s["tokenizer_hash"] = attograd::io::detail::xxh64("not a model", 11);
+  });
+  expect_one_line_error(attograd("eval -w " + quote(bad_model)),
+                        "'" + bad_model + "': tokenizer: DataSpec field \"tokenizer_model\": not a SentencePiece model",
+                        "unparsable tokenizer");
+}
+
+TEST_F(CliData, TokenizerFlagErrorsAreOneLine) {
+  auto train = [](const std::string& flags) {
+    return attograd("train -q --steps 2 --d-model 16 --layers 1 --heads 2 --d-ff 16 " + flags + " --out " +
+                    quote((scratch() / "bad-tok").string()));
+  };
+  expect_one_line_error(train("--pairs " + quote(numbers()) + " --tokenizer bpe"),
+                        "train: --tokenizer is for --text (a pairs file keeps its char or word tokens: --tokenize)",
+                        "tokenizer with pairs");
+  expect_one_line_error(train("--tokenizer bpe"), "train: --tokenizer is for --text", "tokenizer with a task");
+  expect_one_line_error(train("--text " + quote(poems()) + " --vocab-size 500"),
+                        "train: --vocab-size is for --tokenizer bpe or unigram", "vocab size with char");
+  expect_one_line_error(train("--text " + quote(poems()) + " --tokenizer char --vocab-size 500"),
+                        "train: --vocab-size is for --tokenizer bpe or unigram", "vocab size with explicit char");
+  expect_one_line_error(train("--text " + quote(poems()) + " --tokenizer bpe --vocab-size 5000"),
+                        "SentencePiece cannot train a bpe tokenizer of --vocab-size 5000 on this text: Vocabulary "
+                        "size too high (5000). Please set it to a value <= ",
+                        "vocab size too large");
+  expect_one_line_error(train("--text " + quote(poems()) + " --tokenizer unigram --vocab-size 100"),
+                        "--vocab-size 100 on this text: Vocabulary size is smaller than required_chars",
+                        "vocab size too small");
+  expect_one_line_error(train("--text " + quote(poems()) + " --tokenizer wordpiece"), "--tokenizer",
+                        "unknown tokenizer");
+}
+
 TEST_F(CliData, BadDataIsOneLineExitTwo) {
   auto train = [](const std::string& flag, const std::string& path, const std::string& extra = "") {
     return attograd("train -q --steps 2 --d-model 16 --layers 1 --heads 2 --d-ff 16 " + flag + " " + quote(path) + " " +
@@ -399,6 +507,31 @@ TEST_F(CliData, BadTokenDirectoriesAreOneLineExitTwo) {
                         "NUL byte", "prepare of binary data");
   expect_one_line_error(attograd("prepare --text " + quote(poems()) + " --out " + quote(dir) + " --val-fraction 1"),
                         "--val-fraction must be in (0, 1)", "prepare --val-fraction 1");
+}
+
+TEST_F(CliData, APreparedBpeDirectoryTrainsAndSamplesWithItsTokenizer) {
+  const std::string dir = (scratch() / "poems-bpe").string();
+  const CliRun p = attograd("prepare --json --tokenizer bpe --vocab-size 400 --text " + quote(poems()) + " --out " +
+                            quote(dir));
+  ASSERT_EQ(p.status, 0) << p.err;
+  EXPECT_EQ(last_line_json(p.out)["vocab_size"], 404);
+  const std::string out = (scratch() / "bpe-tokens-run").string();
+  const CliRun r = attograd("train --data " + quote(dir) + " --context 16 " + kSmall + " --json --out " + quote(out));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json j = last_line_json(r.out);
+  EXPECT_EQ(j["tokenizer"], "bpe");
+  EXPECT_EQ(j["vocab"], 404);
+  ASSERT_TRUE(j.contains("val_bpb")) << r.out;
+  EXPECT_GT(j["val_bpb"].get<double>(), 0);
+  // The tokenizer travels in the weights: a prompt with a character the text never had still encodes (bytes).
+  const CliRun s = attograd("sample -w " + quote(out + "/model.attograd") + " --prompt 'Shall I \xe2\x9d\xa4' --tokens 20 --seed 1");
+  ASSERT_EQ(s.status, 0) << s.err;
+  EXPECT_EQ(s.out.rfind("Shall I \xe2\x9d\xa4", 0), 0u) << s.out;
+  expect_one_line_error(attograd("prepare --vocab-size 300 --text " + quote(poems()) + " --out " + quote(dir)),
+                        "--vocab-size is for --tokenizer bpe or unigram", "prepare --vocab-size with char");
+  expect_one_line_error(attograd("train --data " + quote(dir) + " --tokenizer bpe --steps 1 --out " +
+                                 quote((scratch() / "bad").string())),
+                        "--tokenizer is for --text (--data has the tokenizer", "train --data --tokenizer");
 }
 
 }  // namespace

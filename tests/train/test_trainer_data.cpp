@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "testing.h"
 #include "train/data/pairs.h"
@@ -53,7 +55,7 @@ TEST(TrainerData, TextRunEvaluatesTeacherForcedAndResumes) {
   const std::string csv = t.metrics_csv();
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
             "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss,"
-            "val_loss,val_bpc,train_loss");
+            "val_loss,val_bpc,train_loss,val_bpb");
   const std::string last_line = csv.substr(csv.rfind('\n', csv.size() - 2) + 1);
   char bpc[64];
   std::snprintf(bpc, sizeof bpc, "%.17g", last.eval.loss / std::log(2.0));
@@ -90,6 +92,93 @@ TEST(TrainerData, TextRunEvaluatesTeacherForcedAndResumes) {
   // A checkpoint of a built-in task does not load into a text run, nor the reverse.
   Trainer builtin(small("reverse"));
   EXPECT_ATTO_ERROR(builtin.load_checkpoint(ck), "was saved for a data file");
+}
+
+TEST(TrainerData, BitsPerByteOfAsciiCharsIsBitsPerCharacter) {
+  // One byte per character: bits per byte = nats / ln 2 / targets = val loss / ln 2.
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "the quick brown fox " + std::to_string(i * 7919 % 1000) + "\n";
+  const std::string path = scratch("ascii.txt");
+  std::ofstream(path, std::ios::binary) << text;
+  Trainer t(small("text"), data::open_data(data::DataSpec{.path = path, .context = 16}));
+  t.train();
+  const EvalResult r = t.evaluate();
+  ASSERT_GT(r.bits_per_byte, 0);
+  EXPECT_DOUBLE_EQ(r.bits_per_byte, r.loss / std::log(2.0));
+  EXPECT_EQ(r.bits_per_byte, t.history().back().eval.bits_per_byte);
+  // metrics.csv's val_bpb column, read back exactly.
+  const std::vector<StepMetrics> rows = parse_metrics_csv(t.metrics_csv());
+  EXPECT_EQ(rows.back().eval.bits_per_byte, r.bits_per_byte);
+  EXPECT_EQ(rows[1].eval.bits_per_byte, 0);  // not evaluated at step 1
+  // With the entropy columns after it.
+  TrainConfig logged = small("text");
+  logged.log_entropy = true;
+  Trainer e(logged, data::open_data(data::DataSpec{.path = path, .context = 16}));
+  e.train();
+  const std::string csv = e.metrics_csv();
+  EXPECT_EQ(csv.substr(0, csv.find(",entropy,")),
+            "step,loss,lr,grad_norm,tokens,seconds,eval_n,eval_token_accuracy,eval_sequence_accuracy,eval_loss,"
+            "val_loss,val_bpc,train_loss,val_bpb");
+  std::vector<std::string> columns;
+  const std::vector<StepMetrics> back = parse_metrics_csv(csv, &columns);
+  EXPECT_EQ(columns.size(), 2u);  // 1 layer, 2 heads
+  EXPECT_EQ(back.back().eval.bits_per_byte, e.history().back().eval.bits_per_byte);
+  EXPECT_EQ(back.back().entropies.size(), 2u);
+  // A built-in task's tokens have no bytes: no val_bpb column, no bits per byte.
+  Trainer task(small("reverse"));
+  task.train();
+  EXPECT_EQ(task.history().back().eval.bits_per_byte, 0);
+  EXPECT_EQ(task.metrics_csv().find("val_bpb"), std::string::npos);
+}
+
+TEST(TrainerData, BitsPerByteOfABpeRunCountsEachTokensBytes) {
+  const data::DataSpec spec{.path = data_path("train/poems.txt"), .context = 8, .tokenizer = "bpe", .vocab_size = 500};
+  TrainConfig c = small("text");
+  c.eval_size = 1000;  // every held-out window
+  Trainer t(c, data::open_data(spec));
+  t.train();
+  const EvalResult r = t.evaluate();
+  const auto& d = static_cast<const data::TextDataset&>(t.dataset());
+  ASSERT_LT(r.n, 1000);
+  // The targets are every held-out token but the first; their bytes are the held-out text's but the first token's.
+  const std::string text = attograd::testing::data_path("train/poems.txt");
+  std::ifstream in(text, std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(in)), {});
+  size_t split = all.size() - static_cast<size_t>(static_cast<double>(all.size()) * 0.1);
+  while ((static_cast<unsigned char>(all[split]) & 0xC0) == 0x80) --split;
+  const std::vector<data::Example> held = d.heldout(1000, 0);
+  const int64_t bytes = static_cast<int64_t>(all.size() - split) - d.token_bytes(held[0].src[0]);
+  const int64_t targets = d.val_size() - 1;
+  EXPECT_DOUBLE_EQ(r.nats, r.loss * static_cast<double>(targets));
+  EXPECT_EQ(r.bits_per_byte, r.nats / std::log(2.0) / static_cast<double>(bytes));
+  // Fewer bits per byte than per token: a token holds more than a byte on average.
+  EXPECT_LT(r.bits_per_byte, r.loss / std::log(2.0));
+}
+
+TEST(TrainerData, BpeTextRunResumesBitIdenticallyWithItsSavedTokenizer) {
+  const data::DataSpec spec{.path = data_path("train/poems.txt"), .context = 8, .tokenizer = "bpe", .vocab_size = 500};
+  TrainConfig c = small("text");
+  c.steps = 10;
+  Trainer straight(c, data::open_data(spec));
+  straight.train();
+  EXPECT_EQ(straight.model().vocab_size(), 504);
+  Trainer first(c, data::open_data(spec));
+  for (int i = 0; i < 6; ++i) first.step();
+  const std::string ck = scratch("bpe.ckpt");
+  first.save_checkpoint(ck);
+  std::unique_ptr<Trainer> resumed = Trainer::from_checkpoint(ck);  // the tokenizer from the checkpoint alone
+  const data::DataSpec saved = data::DataSpec::from_json(resumed->dataset().describe());
+  EXPECT_EQ(saved.tokenizer, "bpe");
+  EXPECT_EQ(saved.tokenizer_hash, data::DataSpec::from_json(first.dataset().describe()).tokenizer_hash);
+  EXPECT_EQ(resumed->dataset().position(), first.dataset().position());
+  resumed->train();
+  ASSERT_EQ(resumed->history().size(), straight.history().size());
+  for (size_t i = 0; i < straight.history().size(); ++i)
+    EXPECT_EQ(resumed->history()[i].loss, straight.history()[i].loss) << "step " << i + 1;
+  EXPECT_EQ(resumed->history().back().eval.loss, straight.history().back().eval.loss);
+  // A char run's checkpoint does not load into this bpe run (another token space).
+  Trainer chars(small("text"), data::open_data(data::DataSpec{.path = data_path("train/poems.txt"), .context = 8}));
+  EXPECT_ATTO_ERROR(chars.load_checkpoint(ck), "was saved for another data file");
 }
 
 TEST(TrainerData, PairsRunAndBuiltInMetadata) {

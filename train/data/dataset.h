@@ -72,6 +72,9 @@ class Dataset {
   virtual std::string to_text(const std::vector<int64_t>& tokens) const;
   /// Parses a source typed by a user (default: token ids separated by spaces; Error naming a bad word).
   virtual std::vector<int64_t> parse_source(const std::string& text) const;
+  /// The UTF-8 bytes of the text a token stands for, for val bits per byte (default 0: unknown, no bits per byte;
+  /// a text file's tokens know theirs, the reserved ids have 0).
+  virtual int64_t token_bytes(int64_t /*token*/) const { return 0; }
   /// The model spec for this data: sizes from `base` (layers, d_model, heads, d_ff, dropout), the token space and
   /// stream() from the dataset.
   nn::ModelSpec model_spec(const nn::ModelSpec& base) const;

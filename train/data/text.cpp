@@ -34,6 +34,13 @@ std::string hex_byte(unsigned char b) {
   return buf;
 }
 
+// "0123456789abcdef" for an error message.
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -234,6 +241,10 @@ void for_each_field(S& s, F&& f) {
   f("max_target_len", s.max_target_len);
   f("file_hash", s.file_hash);
   f("aligned", s.aligned);
+  f("tokenizer", s.tokenizer);
+  f("vocab_size", s.vocab_size);
+  f("tokenizer_model", s.tokenizer_model);
+  f("tokenizer_hash", s.tokenizer_hash);
 }
 
 template <class T>
@@ -273,6 +284,11 @@ std::string DataSpec::to_json() const {
   json j = json::object();
   for_each_field(*this, [&](const char* name, const auto& v) { j[name] = v; });
   if (!aligned) j.erase("aligned");  // only when true: a text model's file stays as older readers know it
+  // The tokenizer's fields only when not char: a char model's spec stays as before.
+  if (tokenizer == "char") j.erase("tokenizer");
+  if (vocab_size == 0) j.erase("vocab_size");
+  if (tokenizer_model.empty()) j.erase("tokenizer_model");
+  if (tokenizer_hash == 0) j.erase("tokenizer_hash");
   return j.dump();
 }
 
@@ -299,6 +315,20 @@ void DataSpec::validate() const {
              tokenize.substr(0, 60), "\"");
   ATTO_CHECK(format == "pairs" || tokenize == "char", kDataSpec,
              "a text file is modelled by character: tokenize must be \"char\", got \"", tokenize, "\"");
+  ATTO_CHECK(tokenizer == "char" || tokenizer == "bpe" || tokenizer == "unigram", kDataSpec,
+             "tokenizer must be \"char\", \"bpe\" or \"unigram\", got \"", tokenizer.substr(0, 60), "\"");
+  ATTO_CHECK(format != "pairs" || tokenizer == "char", kDataSpec,
+             "a pairs file keeps its char or word tokens: tokenizer must be \"char\", got \"", tokenizer, "\"");
+  if (tokenizer == "char") {
+    ATTO_CHECK(vocab_size == 0 && tokenizer_model.empty() && tokenizer_hash == 0, kDataSpec,
+               "vocab_size, tokenizer_model and tokenizer_hash are for a subword tokenizer (bpe, unigram), not char");
+  } else {
+    ATTO_CHECK(vocab_size >= 1 && vocab_size + Vocabulary::kReserved <= max_vocab, kDataSpec,
+               "vocab_size must be in [1, ", max_vocab - Vocabulary::kReserved, "] (max_vocab ", max_vocab,
+               " less the ", Vocabulary::kReserved, " reserved ids), got ", vocab_size);
+    ATTO_CHECK(vocabulary.empty(), kDataSpec, "a ", tokenizer, " tokenizer keeps its pieces in tokenizer_model: "
+               "vocabulary must be empty");
+  }
   ATTO_CHECK(context >= 1 && context <= kMaxTextContext, kDataSpec, "context must be in [1, ", kMaxTextContext,
              "], got ", context);
   ATTO_CHECK(val_fraction > 0 && val_fraction < 1, kDataSpec, "val_fraction must be in (0, 1), got ", val_fraction);
@@ -362,6 +392,10 @@ TextDataset::TextDataset(const DataSpec& spec, bool read_file) : spec_(spec) {
   ATTO_CHECK(spec_.format == "text", me, "spec format must be \"text\", got \"", spec_.format, "\"");
   spec_.max_source_len = spec_.context;
   spec_.max_target_len = 1;
+  if (spec_.tokenizer != "char") {
+    open_subword(read_file);
+    return;
+  }
   if (!read_file) {
     ATTO_CHECK(!spec_.vocabulary.empty(), me, "a dataset without its file needs the saved vocabulary");
     vocab_ = Vocabulary(spec_.vocabulary, Tokenize::Char);
@@ -399,6 +433,64 @@ TextDataset::TextDataset(const DataSpec& spec, bool read_file) : spec_(spec) {
              " characters: too few for context ", spec_.context, " and val_fraction ", spec_.val_fraction,
              " (the training part needs at least context + 1 = ", spec_.context + 1,
              ", the held-out part at least 2; it would get ", n_train_, " and ", n_val, ")");
+}
+
+void TextDataset::open_subword(bool read_file) {
+  const char* me = "TextDataset";
+  if (!spec_.tokenizer_model.empty()) {
+    // The saved tokenizer: its hash is checked before it is parsed.
+    const std::string origin = "DataSpec field \"tokenizer_model\"";
+    std::string proto = base64_decode(spec_.tokenizer_model, origin);
+    const uint64_t hash = io::detail::xxh64(proto.data(), proto.size());
+    ATTO_CHECK(hash == spec_.tokenizer_hash, "tokenizer", origin, " does not match field \"tokenizer_hash\" (",
+               hex64(hash), " != ", hex64(spec_.tokenizer_hash),
+               "): the saved tokenizer is damaged");
+    tokenizer_ = Tokenizer::load(std::move(proto), spec_.tokenizer, origin);
+    ATTO_CHECK(tokenizer_->pieces() == spec_.vocab_size, "tokenizer", origin, " has ", tokenizer_->pieces(),
+               " pieces, field \"vocab_size\" says ", spec_.vocab_size);
+  }
+  if (!read_file) {
+    ATTO_CHECK(tokenizer_.has_value(), me, "a dataset without its file needs the saved tokenizer (tokenizer_model)");
+    return;
+  }
+  const std::string text = detail::read_spec_file(spec_);
+  const std::string origin = "'" + spec_.path + "'";
+  decode_utf8(text, origin);  // valid UTF-8, no NUL byte
+  // The held-out part is the last val_fraction of the bytes (the split moved back to a character's start), so
+  // that the tokenizer is trained on the training part alone.
+  const auto n_bytes = static_cast<int64_t>(text.size());
+  auto split = static_cast<size_t>(n_bytes - static_cast<int64_t>(static_cast<double>(n_bytes) * spec_.val_fraction));
+  while (split > 0 && split < text.size() && (static_cast<unsigned char>(text[split]) & 0xC0) == 0x80) --split;
+  const std::string_view train_text = std::string_view(text).substr(0, split);
+  const std::string_view val_text = std::string_view(text).substr(split);
+  if (!tokenizer_) {
+    ATTO_CHECK(!train_text.empty(), me, origin, " has ", n_bytes, " bytes: no training part for val_fraction ",
+               spec_.val_fraction);
+    tokenizer_ = Tokenizer::train(train_text, spec_.tokenizer, spec_.vocab_size);
+    spec_.tokenizer_model = base64_encode(tokenizer_->proto());
+    spec_.tokenizer_hash = tokenizer_->hash();
+  }
+  for (int64_t id : tokenizer_->encode(train_text, origin)) tokens_.push_back(static_cast<int32_t>(id));
+  n_train_ = static_cast<int64_t>(tokens_.size());
+  for (int64_t id : tokenizer_->encode(val_text, origin)) tokens_.push_back(static_cast<int32_t>(id));
+  const int64_t n_val = static_cast<int64_t>(tokens_.size()) - n_train_;
+  ATTO_CHECK(n_train_ >= spec_.context + 1 && n_val >= 2, me, origin, " has ", tokens_.size(), " ", spec_.tokenizer,
+             " tokens: too few for context ", spec_.context, " and val_fraction ", spec_.val_fraction,
+             " (the training part needs at least context + 1 = ", spec_.context + 1,
+             ", the held-out part at least 2; it would get ", n_train_, " and ", n_val, ")");
+}
+
+std::string TextDataset::token_text(int64_t token) const {
+  return tokenizer_ ? tokenizer_->token_text(token) : vocab_.token(token);
+}
+
+std::string TextDataset::to_text(const std::vector<int64_t>& tokens) const {
+  return tokenizer_ ? tokenizer_->decode(tokens) : vocab_.decode(tokens);
+}
+
+int64_t TextDataset::token_bytes(int64_t token) const {
+  if (tokenizer_) return tokenizer_->token_bytes(token);
+  return token < Vocabulary::kReserved ? 0 : static_cast<int64_t>(vocab_.token(token).size());
 }
 
 std::string TextDataset::name() const { return std::filesystem::path(spec_.path).filename().string(); }
@@ -442,7 +534,7 @@ void TextDataset::set_position(const DataPosition& p) {
 }
 
 std::vector<int64_t> TextDataset::parse_source(const std::string& text) const {
-  std::vector<int64_t> ids = vocab_.encode(text, "the prompt");
+  std::vector<int64_t> ids = tokenizer_ ? tokenizer_->encode(text, "the prompt") : vocab_.encode(text, "the prompt");
   ATTO_CHECK(!ids.empty(), "parse_source", "the prompt is empty");
   return ids;
 }

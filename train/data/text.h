@@ -14,7 +14,10 @@
 // file and refuses it when its bytes changed (the hash differs). CRLF line ends are accepted (the \r is dropped).
 //
 // TextDataset: the file's characters as one token stream; the last val_fraction of it is held out (contiguous, as
-// nanoGPT's split). A training example is a random window of context + 1 characters of the training part
+// nanoGPT's split). With DataSpec::tokenizer "bpe" or "unigram" the tokens are a SentencePiece tokenizer's pieces
+// (train/data/tokenizer.h) instead: the text is split at byte (1 - val_fraction) (moved back to a character's
+// start), the tokenizer is trained on the training part alone (or loaded from the spec's tokenizer_model, checked
+// against tokenizer_hash), and both parts are encoded with it; below, "characters" are then those tokens. A training example is a random window of context + 1 characters of the training part
 // (nanoGPT's get_batch): src = its first `context`, tgt = its last one; the model frames it as a stream
 // (ModelSpec::stream: inputs window[:-1], targets window[1:], loss at every position). The held-out examples are
 // the windows of context + 1 characters starting every `context` characters of the held-out part (the last one
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "train/data/dataset.h"
+#include "train/data/tokenizer.h"
 
 namespace attograd::data {
 
@@ -99,7 +103,7 @@ struct DataSpec {
                                            ///< of token files: TokenFileDataset, train/data/tokens.h)
   std::string path = {};                   ///< the file
   std::string tokenize = "char";           ///< "char" or "word" (pairs; text is always char)
-  int64_t context = 64;                    ///< text: characters a model sees, in [1, kMaxTextContext]
+  int64_t context = 64;                    ///< text: tokens (characters) a model sees, in [1, kMaxTextContext]
   double val_fraction = 0.1;               ///< held-out share, in (0, 1)
   uint64_t max_bytes = kMaxDataFileBytes;  ///< largest file read
   int64_t max_vocab = kMaxVocabulary;      ///< largest vocabulary (reserved ids included)
@@ -109,7 +113,13 @@ struct DataSpec {
   int64_t max_target_len = 0;                ///< longest target (pairs) / 1 (text)
   uint64_t file_hash = 0;                    ///< XXH64 of the file's bytes (0: not yet read)
   bool aligned = false;                      ///< pairs: every target has its source's length (an encoder needs it)
-  /// Every field as one JSON object ("aligned" only when true, so that older readers still read other specs).
+  // A text's subword tokenizer (train/data/tokenizer.h); written to JSON only when not the default.
+  std::string tokenizer = "char";   ///< text: "char" (a token per character), "bpe" or "unigram" (SentencePiece)
+  int64_t vocab_size = 0;           ///< bpe/unigram: SentencePiece's piece count (the model has 4 more ids); char: 0
+  std::string tokenizer_model = {};  ///< bpe/unigram: the serialized SentencePiece model, base64 (empty: train it)
+  uint64_t tokenizer_hash = 0;      ///< bpe/unigram: XXH64 of the serialized model (checked when it is loaded)
+  /// Every field as one JSON object ("aligned" only when true, the tokenizer fields only when not char, so that
+  /// older readers still read other specs).
   std::string to_json() const;
   /// Parses to_json()'s output (Error naming an unknown field or a wrong type).
   static DataSpec from_json(const std::string& text);
@@ -126,7 +136,7 @@ std::string read_data_file(const std::string& path, uint64_t max_bytes);
 /// and heldout() are then errors).
 std::shared_ptr<Dataset> open_data(const DataSpec& spec, bool read_file = true);
 
-/// A character-level language-modelling dataset of a UTF-8 text file (see the file comment).
+/// A language-modelling dataset of a UTF-8 text file, by character or by subword (see the file comment).
 class TextDataset : public Dataset {
  public:
   /// Reads spec.path (see open_data); spec.format must be "text".
@@ -145,34 +155,42 @@ class TextDataset : public Dataset {
   DataPosition position() const override { return {gen_.get_state(), offset_}; }
   /// Restores position().
   void set_position(const DataPosition& p) override;
-  /// The vocabulary's size.
-  int64_t vocab_size() const override { return vocab_.size(); }
+  /// The vocabulary's size (the tokenizer's with a subword tokenizer).
+  int64_t vocab_size() const override { return tokenizer_ ? tokenizer_->size() : vocab_.size(); }
   /// The context.
   int64_t max_source_len() const override { return spec_.context; }
   /// 1.
   int64_t max_target_len() const override { return 1; }
   /// true: language modelling of a text stream.
   bool stream() const override { return true; }
-  /// The character.
-  std::string token_text(int64_t token) const override { return vocab_.token(token); }
-  /// The characters concatenated.
-  std::string to_text(const std::vector<int64_t>& tokens) const override { return vocab_.decode(tokens); }
-  /// Raw text as character ids (Error naming a character outside the vocabulary).
+  /// The character (a subword tokenizer's Tokenizer::token_text).
+  std::string token_text(int64_t token) const override;
+  /// The characters concatenated (a subword tokenizer's exact decode).
+  std::string to_text(const std::vector<int64_t>& tokens) const override;
+  /// Raw text as character ids (Error naming a character outside the vocabulary), or encoded by the subword
+  /// tokenizer (any UTF-8).
   std::vector<int64_t> parse_source(const std::string& text) const override;
+  /// The UTF-8 bytes of a token (0 for the reserved ids).
+  int64_t token_bytes(int64_t token) const override;
   /// The spec with the vocabulary, lengths and hash filled in.
   std::string describe() const override { return spec_.to_json(); }
   /// The spec with the vocabulary, lengths and hash filled in.
   const DataSpec& spec() const { return spec_; }
-  /// The vocabulary.
+  /// The vocabulary (empty with a subword tokenizer).
   const Vocabulary& vocabulary() const { return vocab_; }
-  /// Characters in the training part.
+  /// The subword tokenizer (null for char).
+  const Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
+  /// Tokens (characters for char) in the training part.
   int64_t train_size() const { return n_train_; }
-  /// Characters in the held-out part.
+  /// Tokens (characters for char) in the held-out part.
   int64_t val_size() const { return static_cast<int64_t>(tokens_.size()) - n_train_; }
 
  private:
+  void open_subword(bool read_file);
+
   DataSpec spec_;
   Vocabulary vocab_;
+  std::optional<Tokenizer> tokenizer_;
   std::vector<int32_t> tokens_;  // the whole file as ids (at most kMaxVocabulary: 4 bytes per character)
   int64_t n_train_ = 0;
   Generator gen_;

@@ -266,7 +266,7 @@ uint64_t char_tokenizer_hash(const Vocabulary& vocabulary) {
 
 namespace {
 
-// Reads a text file in chunks of complete UTF-8 characters with CRLF read as LF (as TextDataset reads a file).
+// Reads a text file in blocks of complete UTF-8 characters with CRLF read as LF (as TextDataset reads a file).
 class ChunkReader {
  public:
   ChunkReader(const std::string& path, uint64_t chunk) : path_(path), chunk_(chunk) {
@@ -277,15 +277,14 @@ class ChunkReader {
       ::close(fd_);
       throw Error("prepare", str_cat("'", path, "' is not a regular file"));
     }
-    size_ = static_cast<uint64_t>(st.st_size);
-    ATTO_CHECK(size_ > 0, "prepare", "'", path, "' is empty");
+    ATTO_CHECK(st.st_size > 0, "prepare", "'", path, "' is empty");
   }
   ~ChunkReader() { ::close(fd_); }
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
 
-  // The code points of the next chunk; false at the end. `bytes` counts the bytes read.
-  bool next(std::vector<char32_t>& cps) {
+  // The next block as text (CRLF read as LF) and its code points (checked: strict UTF-8, no NUL); false at the end.
+  bool next(std::string& text, std::vector<char32_t>& cps) {
     if (done_) return false;
     buf_.resize(carry_.size() + chunk_);
     std::memcpy(buf_.data(), carry_.data(), carry_.size());
@@ -318,25 +317,77 @@ class ChunkReader {
       if (keep > 0 && buf_[keep - 1] == '\r') --keep;
     }
     carry_.assign(buf_.begin() + static_cast<std::ptrdiff_t>(keep), buf_.begin() + static_cast<std::ptrdiff_t>(have));
-    std::string text;
+    text.clear();
     text.reserve(keep);
     for (size_t i = 0; i < keep; ++i)
       if (!(buf_[i] == '\r' && i + 1 < keep && buf_[i + 1] == '\n')) text += buf_[i];
     cps = decode_utf8(text, str_cat("'", path_, "' (in the block from byte ", base, ")"));
-    bytes_ += keep;
     if (done_) ATTO_CHECK(carry_.empty(), "prepare", "'", path_, "': invalid UTF-8 at its end");
     return true;
   }
-  uint64_t bytes() const { return bytes_; }
 
  private:
   std::string path_;
   uint64_t chunk_;
   int fd_ = -1;
-  uint64_t size_ = 0, pos_ = 0, bytes_ = 0;
+  uint64_t pos_ = 0;
   bool done_ = false;
   std::string buf_, carry_;
 };
+
+// Calls fn(path, text, cps) for every block of every input, in order.
+template <class F>
+void for_each_block(const std::vector<std::string>& inputs, uint64_t chunk, F&& fn) {
+  std::string text;
+  std::vector<char32_t> cps;
+  for (const std::string& in : inputs) {
+    ChunkReader rd(in, chunk);
+    while (rd.next(text, cps)) fn(in, text, cps);
+  }
+}
+
+// Encodes a stream of text with a subword tokenizer into a token file, line by line: Tokenizer::encode encodes each
+// line alone, so cutting the stream after a newline gives the tokens of the whole. A line longer than kLongLine
+// bytes is encoded in pieces of about that (cut at a character start).
+class LineEncoder {
+ public:
+  static constexpr size_t kLongLine = size_t{4} << 20;
+  LineEncoder(const Tokenizer& t, TokenFileWriter& w) : t_(t), w_(w) {}
+  void add(std::string_view s) {
+    pending_ += s;
+    const size_t nl = pending_.rfind('\n');
+    if (nl != std::string::npos) {
+      emit(std::string_view(pending_).substr(0, nl + 1));
+      pending_.erase(0, nl + 1);
+    } else if (pending_.size() > kLongLine) {
+      size_t cut = pending_.size();
+      while (cut > 0 && (static_cast<unsigned char>(pending_[cut - 1]) & 0xC0) == 0x80) --cut;
+      if (cut > 0 && static_cast<unsigned char>(pending_[cut - 1]) >= 0xC0) --cut;  // a lead byte: keep it whole
+      emit(std::string_view(pending_).substr(0, cut));
+      pending_.erase(0, cut);
+    }
+  }
+  void finish() {
+    if (!pending_.empty()) emit(pending_);
+    pending_.clear();
+  }
+
+ private:
+  void emit(std::string_view text) {
+    const std::vector<int64_t> ids = t_.encode(text, "the text");
+    w_.write(ids.data(), static_cast<int64_t>(ids.size()));
+  }
+  const Tokenizer& t_;
+  TokenFileWriter& w_;
+  std::string pending_;
+};
+
+void write_meta(const std::string& out, const json& meta) {
+  const std::string text = meta.dump(1) + "\n";
+  io::detail::AtomicFile mf((fs::path(out) / "meta.json").string(), "prepare");
+  mf.write(text.data(), text.size());
+  mf.commit();
+}
 
 }  // namespace
 
@@ -344,95 +395,169 @@ PrepareResult prepare(const PrepareOptions& opts) {
   const char* me = "prepare";
   ATTO_CHECK(!opts.inputs.empty(), me, "no input text file (--text FILE...)");
   ATTO_CHECK(!opts.out.empty(), me, "no output directory (--out DIR)");
-  ATTO_CHECK(opts.tokenizer == "char", me, "--tokenizer must be \"char\", got \"", opts.tokenizer.substr(0, 60),
-             "\"");
+  ATTO_CHECK(opts.tokenizer == "char" || opts.tokenizer == "bpe" || opts.tokenizer == "unigram", me,
+             "--tokenizer must be \"char\", \"bpe\" or \"unigram\", got \"", opts.tokenizer.substr(0, 60), "\"");
+  ATTO_CHECK(opts.tokenizer != "char" || opts.vocab_size == 0, me,
+             "--vocab-size is for --tokenizer bpe or unigram (char has a token per character of the text)");
   ATTO_CHECK(opts.val_fraction > 0 && opts.val_fraction < 1, me, "--val-fraction must be in (0, 1), got ",
              opts.val_fraction);
   ATTO_CHECK(opts.chunk_bytes >= 4, me, "chunk_bytes must be >= 4, got ", opts.chunk_bytes);
   ATTO_CHECK(opts.max_vocab > Vocabulary::kReserved && opts.max_vocab <= kMaxVocabulary, me, "max_vocab must be in [",
              Vocabulary::kReserved + 1, ", ", kMaxVocabulary, "], got ", opts.max_vocab);
-  std::vector<json> sources;
-  for (const std::string& in : opts.inputs) {
+  for (const std::string& in : opts.inputs)
     ATTO_CHECK(fs::absolute(in).lexically_normal() != fs::absolute(opts.out).lexically_normal(), me, "'", in,
                "' is the output directory");
-  }
-  // Pass 1: the characters and their count.
-  std::vector<bool> seen(0x110000, false);
+  const bool subword = opts.tokenizer != "char";
+  // Pass 1: the characters, their count and the bytes (CRLF read as LF).
+  std::vector<bool> seen(subword ? 0 : 0x110000, false);
   int64_t n = 0;
   PrepareResult r;
-  std::vector<char32_t> cps;
-  for (const std::string& in : opts.inputs) {
-    ChunkReader rd(in, opts.chunk_bytes);
-    while (rd.next(cps)) {
-      for (char32_t c : cps) seen[c] = true;
+  std::vector<json> sources;
+  {
+    std::string last;
+    uint64_t file_bytes = 0;
+    for_each_block(opts.inputs, opts.chunk_bytes, [&](const std::string& in, const std::string& text,
+                                                      const std::vector<char32_t>& cps) {
+      if (in != last && !last.empty()) {
+        sources.push_back({{"path", fs::absolute(last).lexically_normal().string()}, {"bytes", file_bytes}});
+        file_bytes = 0;
+      }
+      last = in;
+      if (!subword)
+        for (char32_t c : cps) seen[c] = true;
       n += static_cast<int64_t>(cps.size());
-    }
-    r.bytes += rd.bytes();
+      file_bytes += text.size();
+      r.bytes += text.size();
+    });
+    sources.push_back({{"path", fs::absolute(last).lexically_normal().string()}, {"bytes", file_bytes}});
   }
-  std::vector<std::string> tokens;
-  std::vector<int32_t> id(0x110000, -1);
-  for (char32_t c = 0; c < 0x110000; ++c)
-    if (seen[c]) {
-      id[c] = static_cast<int32_t>(Vocabulary::kReserved + static_cast<int64_t>(tokens.size()));
-      tokens.push_back(encode_utf8(c));
-    }
-  const Vocabulary vocab(tokens, Tokenize::Char);
-  ATTO_CHECK(vocab.size() <= opts.max_vocab, me, "the text has ", tokens.size(), " distinct characters; with the ",
-             Vocabulary::kReserved, " reserved ids that is ", vocab.size(), ", more than the limit of ",
-             opts.max_vocab);
-  const auto n_val = static_cast<int64_t>(static_cast<double>(n) * opts.val_fraction);
-  const int64_t n_train = n - n_val;
-  ATTO_CHECK(n_train >= 2 && n_val >= 2, me, "the text has ", n, " characters: too few to hold out ",
-             opts.val_fraction, " of them (each part needs at least 2; they would get ", n_train, " and ", n_val,
-             ")");
-  const uint64_t th = char_tokenizer_hash(vocab);
-  const uint32_t width = vocab.size() <= (int64_t{1} << 16) ? 2 : 4;
   fs::create_directories(opts.out);
-  // Pass 2: the tokens, the first n_train into train.bin, the rest into val.bin.
-  TokenFileWriter train((fs::path(opts.out) / "train.bin").string(), width, th);
-  TokenFileWriter val((fs::path(opts.out) / "val.bin").string(), width, th);
-  std::vector<int64_t> ids;
-  int64_t done = 0;
-  for (const std::string& in : opts.inputs) {
-    ChunkReader rd(in, opts.chunk_bytes);
-    while (rd.next(cps)) {
-      ids.resize(cps.size());
-      for (size_t i = 0; i < cps.size(); ++i) ids[i] = id[cps[i]];
-      const int64_t m = static_cast<int64_t>(ids.size());
-      const int64_t to_train = std::clamp<int64_t>(n_train - done, 0, m);
-      // A character that pass 1 did not see means the file changed while it was read.
-      for (int64_t t : ids)
-        ATTO_CHECK(t >= 0, me, "'", in, "' changed while it was being prepared; run prepare again");
-      train.write(ids.data(), to_train);
-      val.write(ids.data() + to_train, m - to_train);
-      done += m;
-    }
-    sources.push_back({{"path", fs::absolute(in).lexically_normal().string()}, {"bytes", rd.bytes()}});
-  }
-  ATTO_CHECK(done == n, me, "the input changed while it was being prepared; run prepare again");
-  train.commit();
-  val.commit();
   json meta = json::object();
   meta["format"] = "attograd-tokens";
   meta["version"] = kTokenFileVersion;
   meta["tokenizer"] = opts.tokenizer;
-  meta["vocabulary"] = vocab.tokens();
-  meta["tokenizer_hash"] = hex64(th);
+  if (!subword) {
+    std::vector<std::string> tokens;
+    std::vector<int32_t> id(0x110000, -1);
+    for (char32_t c = 0; c < 0x110000; ++c)
+      if (seen[c]) {
+        id[c] = static_cast<int32_t>(Vocabulary::kReserved + static_cast<int64_t>(tokens.size()));
+        tokens.push_back(encode_utf8(c));
+      }
+    const Vocabulary vocab(tokens, Tokenize::Char);
+    ATTO_CHECK(vocab.size() <= opts.max_vocab, me, "the text has ", tokens.size(), " distinct characters; with the ",
+               Vocabulary::kReserved, " reserved ids that is ", vocab.size(), ", more than the limit of ",
+               opts.max_vocab);
+    const auto n_val = static_cast<int64_t>(static_cast<double>(n) * opts.val_fraction);
+    const int64_t n_train = n - n_val;
+    ATTO_CHECK(n_train >= 2 && n_val >= 2, me, "the text has ", n, " characters: too few to hold out ",
+               opts.val_fraction, " of them (each part needs at least 2; they would get ", n_train, " and ", n_val,
+               ")");
+    const uint64_t th = char_tokenizer_hash(vocab);
+    const uint32_t width = vocab.size() <= (int64_t{1} << 16) ? 2 : 4;
+    // Pass 2: the tokens, the first n_train into train.bin, the rest into val.bin.
+    TokenFileWriter train((fs::path(opts.out) / "train.bin").string(), width, th);
+    TokenFileWriter val((fs::path(opts.out) / "val.bin").string(), width, th);
+    std::vector<int64_t> ids;
+    int64_t done = 0;
+    for_each_block(opts.inputs, opts.chunk_bytes, [&](const std::string& in, const std::string&,
+                                                      const std::vector<char32_t>& cps) {
+      ids.resize(cps.size());
+      for (size_t i = 0; i < cps.size(); ++i) {
+        ids[i] = id[cps[i]];
+        // A character that pass 1 did not see: the file changed while it was read.
+        ATTO_CHECK(ids[i] >= 0, me, "'", in, "' changed while it was being prepared; run prepare again");
+      }
+      const auto m = static_cast<int64_t>(ids.size());
+      const int64_t to_train = std::clamp<int64_t>(n_train - done, 0, m);
+      train.write(ids.data(), to_train);
+      val.write(ids.data() + to_train, m - to_train);
+      done += m;
+    });
+    ATTO_CHECK(done == n, me, "the input changed while it was being prepared; run prepare again");
+    train.commit();
+    val.commit();
+    meta["vocabulary"] = vocab.tokens();
+    meta["tokenizer_hash"] = hex64(th);
+    r.train_tokens = n_train;
+    r.val_tokens = n_val;
+    r.vocab_size = vocab.size();
+    r.tokenizer_hash = th;
+    r.vocabulary = vocab.tokens();
+  } else {
+    // TextDataset's split: the held-out part is the last val_fraction of the bytes, moved back to a character start.
+    const auto total = static_cast<int64_t>(r.bytes);
+    const int64_t raw = total - static_cast<int64_t>(static_cast<double>(total) * opts.val_fraction);
+    // Pass 2: the training part's first kMaxDataFileBytes (all of it, for a text --text could read) train the
+    // tokenizer; the exact split is found on the way.
+    std::string sample;
+    int64_t offset = 0, split = -1;
+    for_each_block(opts.inputs, opts.chunk_bytes, [&](const std::string&, const std::string& text,
+                                                      const std::vector<char32_t>&) {
+      const auto m = static_cast<int64_t>(text.size());
+      if (split < 0 && offset + m > raw) {  // blocks hold whole characters: the start at or before raw is here
+        int64_t s = raw - offset;
+        while (s > 0 && (static_cast<unsigned char>(text[static_cast<size_t>(s)]) & 0xC0) == 0x80) --s;
+        split = offset + s;
+      }
+      const int64_t end = split >= 0 ? split : offset + m;
+      const int64_t take = std::min<int64_t>(end - offset, static_cast<int64_t>(kMaxDataFileBytes) -
+                                                               static_cast<int64_t>(sample.size()));
+      if (take > 0) sample.append(text, 0, static_cast<size_t>(take));
+      offset += m;
+    });
+    if (split < 0) split = total;
+    if (static_cast<int64_t>(sample.size()) < split)  // cut: end the sample at a character start
+      while (!sample.empty() && (static_cast<unsigned char>(sample.back()) & 0xC0) == 0x80) sample.pop_back();
+    if (!sample.empty() && static_cast<int64_t>(sample.size()) < split &&
+        static_cast<unsigned char>(sample.back()) >= 0xC0)
+      sample.pop_back();
+    ATTO_CHECK(!sample.empty(), me, "the text has ", total, " bytes: no training part for --val-fraction ",
+               opts.val_fraction);
+    const Tokenizer tok = Tokenizer::train(sample, opts.tokenizer, opts.vocab_size);
+    sample = {};
+    const uint64_t th = tok.hash();
+    const uint32_t width = tok.size() <= (int64_t{1} << 16) ? 2 : 4;
+    // Pass 3: [0, split) encoded into train.bin, the rest into val.bin.
+    TokenFileWriter train((fs::path(opts.out) / "train.bin").string(), width, th);
+    TokenFileWriter val((fs::path(opts.out) / "val.bin").string(), width, th);
+    LineEncoder te(tok, train), ve(tok, val);
+    offset = 0;
+    for_each_block(opts.inputs, opts.chunk_bytes, [&](const std::string&, const std::string& text,
+                                                      const std::vector<char32_t>&) {
+      const auto m = static_cast<int64_t>(text.size());
+      const int64_t to_train = std::clamp<int64_t>(split - offset, 0, m);
+      if (to_train > 0) te.add(std::string_view(text).substr(0, static_cast<size_t>(to_train)));
+      if (to_train == m && offset + m == split) te.finish();
+      if (to_train < m) {
+        te.finish();
+        ve.add(std::string_view(text).substr(static_cast<size_t>(to_train)));
+      }
+      offset += m;
+    });
+    ATTO_CHECK(offset == total, me, "the input changed while it was being prepared; run prepare again");
+    te.finish();
+    ve.finish();
+    ATTO_CHECK(train.count() >= 2 && val.count() >= 2, me, "the text has ", train.count() + val.count(), " ",
+               opts.tokenizer, " tokens: too few to hold out ", opts.val_fraction,
+               " of it (each part needs at least 2; they would get ", train.count(), " and ", val.count(), ")");
+    r.train_tokens = train.count();
+    r.val_tokens = val.count();
+    train.commit();
+    val.commit();
+    meta["vocab_size"] = tok.pieces();
+    meta["tokenizer_model"] = base64_encode(tok.proto());
+    meta["tokenizer_hash"] = hex64(th);
+    r.vocab_size = tok.size();
+    r.tokenizer_hash = th;
+  }
   meta["val_fraction"] = opts.val_fraction;
-  meta["train_tokens"] = n_train;
-  meta["val_tokens"] = n_val;
+  meta["train_tokens"] = r.train_tokens;
+  meta["val_tokens"] = r.val_tokens;
   meta["bytes"] = r.bytes;
   meta["sources"] = sources;
-  const std::string text = meta.dump(1) + "\n";
-  io::detail::AtomicFile mf((fs::path(opts.out) / "meta.json").string(), me);
-  mf.write(text.data(), text.size());
-  mf.commit();
+  write_meta(opts.out, meta);
   r.out = opts.out;
-  r.train_tokens = n_train;
-  r.val_tokens = n_val;
-  r.vocab_size = vocab.size();
-  r.tokenizer_hash = th;
-  r.vocabulary = vocab.tokens();
   return r;
 }
 
@@ -443,7 +568,10 @@ namespace {
 
 struct Meta {
   std::string tokenizer;
-  std::vector<std::string> vocabulary;
+  std::vector<std::string> vocabulary;  // char
+  std::optional<Tokenizer> subword;     // bpe, unigram
+  int64_t vocab_size = 0;               // bpe, unigram: pieces
+  std::string model;                    // bpe, unigram: base64
   uint64_t tokenizer_hash = 0;
   double val_fraction = 0.1;
 };
@@ -453,22 +581,19 @@ Meta read_meta(const std::string& dir) {
   const char* me = "data";
   ATTO_CHECK(fs::is_directory(dir), me, "'", dir, "' is not a directory (--data takes what attograd prepare wrote)");
   const std::vector<uint8_t> bytes = io::detail::read_file(path, me, uint64_t{64} << 20);
-  const json j = json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  const std::string text(bytes.begin(), bytes.end());
+  io::check_json_depth(text, me, "'" + path + "'");
+  const json j = json::parse(text, nullptr, false);
   ATTO_CHECK(!j.is_discarded() && j.is_object() && j.value("format", "") == "attograd-tokens", me, "'", path,
              "' is not an attograd prepare meta.json");
-  ATTO_CHECK(j.contains("version") && j["version"].is_number_unsigned() && j["version"].get<uint64_t>() ==
-                                                                             kTokenFileVersion,
+  ATTO_CHECK(j.contains("version") && j["version"].is_number_unsigned() &&
+                 j["version"].get<uint64_t>() == kTokenFileVersion,
              me, "'", path, "' has another version than ", kTokenFileVersion, " (prepare the text again)");
   Meta m;
   ATTO_CHECK(j.contains("tokenizer") && j["tokenizer"].is_string(), me, "'", path, "': \"tokenizer\" must be a string");
   m.tokenizer = j["tokenizer"].get<std::string>();
-  ATTO_CHECK(m.tokenizer == "char", me, "'", path, "': unknown tokenizer \"", m.tokenizer.substr(0, 60), "\"");
-  ATTO_CHECK(j.contains("vocabulary") && j["vocabulary"].is_array(), me, "'", path,
-             "': \"vocabulary\" must be an array of strings");
-  for (const json& t : j["vocabulary"]) {
-    ATTO_CHECK(t.is_string(), me, "'", path, "': \"vocabulary\" must be an array of strings");
-    m.vocabulary.push_back(t.get<std::string>());
-  }
+  ATTO_CHECK(m.tokenizer == "char" || m.tokenizer == "bpe" || m.tokenizer == "unigram", me, "'", path,
+             "': unknown tokenizer \"", m.tokenizer.substr(0, 60), "\"");
   ATTO_CHECK(j.contains("tokenizer_hash") && j["tokenizer_hash"].is_string(), me, "'", path,
              "': \"tokenizer_hash\" must be a hex string");
   const std::string hs = j["tokenizer_hash"].get<std::string>();
@@ -476,6 +601,28 @@ Meta read_meta(const std::string& dir) {
   m.tokenizer_hash = std::strtoull(hs.c_str(), &end, 16);
   ATTO_CHECK(hs.size() == 16 && end == hs.c_str() + hs.size(), me, "'", path,
              "': \"tokenizer_hash\" must be 16 hex digits");
+  if (m.tokenizer == "char") {
+    ATTO_CHECK(j.contains("vocabulary") && j["vocabulary"].is_array(), me, "'", path,
+               "': \"vocabulary\" must be an array of strings");
+    for (const json& t : j["vocabulary"]) {
+      ATTO_CHECK(t.is_string(), me, "'", path, "': \"vocabulary\" must be an array of strings");
+      m.vocabulary.push_back(t.get<std::string>());
+    }
+  } else {
+    ATTO_CHECK(j.contains("tokenizer_model") && j["tokenizer_model"].is_string() && j.contains("vocab_size") &&
+                   j["vocab_size"].is_number_integer(),
+               me, "'", path, "': a ", m.tokenizer, " tokenizer needs \"tokenizer_model\" and \"vocab_size\"");
+    m.model = j["tokenizer_model"].get<std::string>();
+    m.vocab_size = j["vocab_size"].get<int64_t>();
+    const std::string origin = "'" + path + "' (\"tokenizer_model\")";
+    std::string proto = base64_decode(m.model, origin);
+    ATTO_CHECK(io::detail::xxh64(proto.data(), proto.size()) == m.tokenizer_hash, me, "'", path,
+               "': its tokenizer does not match its tokenizer_hash (the tokenizer was changed since attograd "
+               "prepare; prepare the text again)");
+    m.subword = Tokenizer::load(std::move(proto), m.tokenizer, origin);
+    ATTO_CHECK(m.subword->pieces() == m.vocab_size, me, "'", path, "': the tokenizer has ", m.subword->pieces(),
+               " pieces, \"vocab_size\" says ", m.vocab_size);
+  }
   if (j.contains("val_fraction") && j["val_fraction"].is_number()) m.val_fraction = j["val_fraction"].get<double>();
   return m;
 }
@@ -488,40 +635,79 @@ TokenFileDataset::TokenFileDataset(const DataSpec& spec, bool read_file) : spec_
   ATTO_CHECK(spec_.format == "tokens", me, "spec format must be \"tokens\", got \"", spec_.format, "\"");
   spec_.max_source_len = spec_.context;
   spec_.max_target_len = 1;
+  if (!spec_.tokenizer_model.empty()) {  // the saved tokenizer, checked against its hash before it is parsed
+    const std::string origin = "DataSpec field \"tokenizer_model\"";
+    std::string proto = base64_decode(spec_.tokenizer_model, origin);
+    const uint64_t hash = io::detail::xxh64(proto.data(), proto.size());
+    ATTO_CHECK(hash == spec_.tokenizer_hash, "tokenizer", origin, " does not match field \"tokenizer_hash\" (",
+               hex64(hash), " != ", hex64(spec_.tokenizer_hash), "): the saved tokenizer is damaged");
+    tokenizer_ = Tokenizer::load(std::move(proto), spec_.tokenizer, origin);
+  }
   if (!read_file) {
-    ATTO_CHECK(!spec_.vocabulary.empty(), me, "a dataset without its files needs the saved vocabulary");
-    vocab_ = Vocabulary(spec_.vocabulary, Tokenize::Char);
+    ATTO_CHECK(tokenizer_.has_value() || !spec_.vocabulary.empty(), me,
+               "a dataset without its files needs the saved vocabulary or tokenizer");
+    if (!tokenizer_) vocab_ = Vocabulary(spec_.vocabulary, Tokenize::Char);
     return;
   }
-  const Meta meta = read_meta(spec_.path);
-  vocab_ = Vocabulary(meta.vocabulary, Tokenize::Char);
+  Meta meta = read_meta(spec_.path);
   const std::string meta_path = (fs::path(spec_.path) / "meta.json").string();
-  for (const std::string& t : meta.vocabulary)
-    ATTO_CHECK(decode_utf8(t, "'" + meta_path + "'").size() == 1, me, "'", meta_path, "': vocabulary token \"",
-               t.substr(0, 20), "\" is not one character");
-  ATTO_CHECK(char_tokenizer_hash(vocab_) == meta.tokenizer_hash, "data", "'", meta_path,
-             "': its tokenizer does not match its tokenizer_hash (the vocabulary was edited since attograd prepare; "
-             "prepare the text again)");
-  ATTO_CHECK(vocab_.size() <= spec_.max_vocab, "data", "'", meta_path, "' has a vocabulary of ", vocab_.size(),
-             " tokens, more than the limit of ", spec_.max_vocab);
-  ATTO_CHECK(spec_.vocabulary.empty() || spec_.vocabulary == meta.vocabulary, "data", "'", spec_.path,
-             "' has another vocabulary than the model was trained with (it was prepared again with other text); give "
-             "the original directory");
-  spec_.vocabulary = meta.vocabulary;
+  const bool was_char = spec_.tokenizer == "char" && spec_.tokenizer_model.empty();
+  const bool given = !spec_.vocabulary.empty() || !spec_.tokenizer_model.empty();
+  if (meta.tokenizer == "char") {
+    vocab_ = Vocabulary(meta.vocabulary, Tokenize::Char);
+    for (const std::string& t : meta.vocabulary)
+      ATTO_CHECK(decode_utf8(t, "'" + meta_path + "'").size() == 1, me, "'", meta_path, "': vocabulary token \"",
+                 t.substr(0, 20), "\" is not one character");
+    ATTO_CHECK(char_tokenizer_hash(vocab_) == meta.tokenizer_hash, "data", "'", meta_path,
+               "': its tokenizer does not match its tokenizer_hash (the vocabulary was edited since attograd "
+               "prepare; prepare the text again)");
+    ATTO_CHECK(vocab_.size() <= spec_.max_vocab, "data", "'", meta_path, "' has a vocabulary of ", vocab_.size(),
+               " tokens, more than the limit of ", spec_.max_vocab);
+    ATTO_CHECK(!given || (was_char && spec_.vocabulary == meta.vocabulary), "data", "'", spec_.path,
+               "' has another tokenizer than the model was trained with (it was prepared again); give the original "
+               "directory");
+    spec_.vocabulary = meta.vocabulary;
+  } else {
+    ATTO_CHECK(!given || (spec_.tokenizer == meta.tokenizer && spec_.tokenizer_hash == meta.tokenizer_hash), "data",
+               "'", spec_.path,
+               "' has another tokenizer than the model was trained with (it was prepared again); give the original "
+               "directory");
+    tokenizer_ = std::move(meta.subword);
+    ATTO_CHECK(tokenizer_->size() <= spec_.max_vocab, "data", "'", meta_path, "' has a vocabulary of ",
+               tokenizer_->size(), " tokens, more than the limit of ", spec_.max_vocab);
+    spec_.tokenizer = meta.tokenizer;
+    spec_.vocab_size = meta.vocab_size;
+    spec_.tokenizer_model = meta.model;
+    spec_.tokenizer_hash = meta.tokenizer_hash;
+  }
   train_ = std::make_unique<TokenFile>((fs::path(spec_.path) / "train.bin").string(), meta.tokenizer_hash,
-                                       vocab_.size());
+                                       vocab_size());
   val_ = std::make_unique<TokenFile>((fs::path(spec_.path) / "val.bin").string(), meta.tokenizer_hash,
-                                     vocab_.size());
+                                     vocab_size());
   const uint64_t digest = train_->digest() ^ (val_->digest() * 0x9E3779B97F4A7C15ull);
   ATTO_CHECK(spec_.file_hash == 0 || spec_.file_hash == digest, "data", "'", spec_.path,
              "' changed since the model was trained on it (its token files hash differs); give the original "
              "directory");
   spec_.file_hash = digest;
   spec_.val_fraction = meta.val_fraction;
+  spec_.validate();
   ATTO_CHECK(train_->size() >= spec_.context + 1 && val_->size() >= 2, me, "'", spec_.path, "' has ",
              train_->size(), " training and ", val_->size(), " held-out tokens: too few for context ", spec_.context,
              " (the training part needs at least context + 1 = ", spec_.context + 1,
              ", the held-out part at least 2)");
+}
+
+std::string TokenFileDataset::token_text(int64_t token) const {
+  return tokenizer_ ? tokenizer_->token_text(token) : vocab_.token(token);
+}
+
+std::string TokenFileDataset::to_text(const std::vector<int64_t>& tokens) const {
+  return tokenizer_ ? tokenizer_->decode(tokens) : vocab_.decode(tokens);
+}
+
+int64_t TokenFileDataset::token_bytes(int64_t token) const {
+  if (tokenizer_) return tokenizer_->token_bytes(token);
+  return token < Vocabulary::kReserved ? 0 : static_cast<int64_t>(vocab_.token(token).size());
 }
 
 std::string TokenFileDataset::name() const {
@@ -573,7 +759,7 @@ void TokenFileDataset::set_position(const DataPosition& p) {
 }
 
 std::vector<int64_t> TokenFileDataset::parse_source(const std::string& text) const {
-  std::vector<int64_t> ids = vocab_.encode(text, "the prompt");
+  std::vector<int64_t> ids = tokenizer_ ? tokenizer_->encode(text, "the prompt") : vocab_.encode(text, "the prompt");
   ATTO_CHECK(!ids.empty(), "parse_source", "the prompt is empty");
   return ids;
 }

@@ -11,7 +11,8 @@
 //                         bytes 16-23  token count, uint64
 //                         bytes 24-31  the tokenizer's hash (XXH64 of its description, below), uint64
 //                         then count tokens of `width` bytes, little-endian
-//   meta.json           the tokenizer (its kind and vocabulary, its hash), the source files and what was counted.
+//   meta.json           the tokenizer (char: its vocabulary; bpe/unigram: SentencePiece's serialized model, base64),
+//                       its hash, the source files and what was counted.
 //
 // TokenFileDataset maps both files read-only, checks every header, size and token once when it opens them (streaming,
 // so a file of any size is checked without being held), and draws random windows of the training tokens exactly as
@@ -24,7 +25,10 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "train/data/text.h"
+#include "train/data/tokenizer.h"
 
 namespace attograd::data {
 
@@ -107,7 +111,9 @@ TokenFileHeader read_token_file_header(const std::string& path);
 struct PrepareOptions {
   std::vector<std::string> inputs = {};  ///< UTF-8 text files, concatenated in this order (CRLF read as LF)
   std::string out = {};                  ///< the directory to write (created; its token files are replaced)
-  std::string tokenizer = "char";        ///< "char": one token per Unicode character
+  std::string tokenizer = "char";        ///< "char" (a token per character), "bpe" or "unigram" (SentencePiece,
+                                         ///< trained on the training part's first kMaxDataFileBytes)
+  int64_t vocab_size = 0;                ///< bpe/unigram: SentencePiece's pieces (0 with char)
   double val_fraction = 0.1;             ///< the held-out share of the tokens, in (0, 1)
   int64_t max_vocab = kMaxVocabulary;    ///< largest vocabulary (reserved ids included)
   uint64_t chunk_bytes = uint64_t{4} << 20;  ///< bytes read at a time (memory does not grow with the corpus)
@@ -153,19 +159,21 @@ class TokenFileDataset : public Dataset {
   DataPosition position() const override { return {gen_.get_state(), offset_}; }
   /// Restores position().
   void set_position(const DataPosition& p) override;
-  /// The vocabulary's size.
-  int64_t vocab_size() const override { return vocab_.size(); }
+  /// The vocabulary's size (the tokenizer's with a subword tokenizer).
+  int64_t vocab_size() const override { return tokenizer_ ? tokenizer_->size() : vocab_.size(); }
   /// The context.
   int64_t max_source_len() const override { return spec_.context; }
   /// 1.
   int64_t max_target_len() const override { return 1; }
   /// true: language modelling of a token stream.
   bool stream() const override { return true; }
-  /// The token's text.
-  std::string token_text(int64_t token) const override { return vocab_.token(token); }
-  /// The tokens' text concatenated.
-  std::string to_text(const std::vector<int64_t>& tokens) const override { return vocab_.decode(tokens); }
-  /// A prompt as token ids (Error naming a character outside the vocabulary).
+  /// The token's text (a subword tokenizer's Tokenizer::token_text).
+  std::string token_text(int64_t token) const override;
+  /// The tokens' text (a subword tokenizer's exact decode).
+  std::string to_text(const std::vector<int64_t>& tokens) const override;
+  /// The UTF-8 bytes a token stands for (0 for the reserved ids).
+  int64_t token_bytes(int64_t token) const override;
+  /// A prompt as token ids (Error naming a character outside a char vocabulary).
   std::vector<int64_t> parse_source(const std::string& text) const override;
   /// The spec with the vocabulary, lengths and hash filled in.
   std::string describe() const override { return spec_.to_json(); }
@@ -179,6 +187,7 @@ class TokenFileDataset : public Dataset {
  private:
   DataSpec spec_;
   Vocabulary vocab_;
+  std::optional<Tokenizer> tokenizer_;
   std::unique_ptr<TokenFile> train_, val_;
   Generator gen_;
   int64_t offset_ = 0;

@@ -87,7 +87,8 @@ std::string draw_panel(const Panel& p, int width, int top, int height) {
       ylo = std::min(ylo, mid / std::sqrt(10.0)), yhi = std::max(yhi, mid * std::sqrt(10.0));
     }
   } else {
-    if (yhi - ylo <= 0) ylo -= 0.5, yhi += 0.5;
+    // A range of a few ulps (two series equal but for rounding) is a flat line too.
+    if (yhi - ylo <= 1e-9 * std::max(std::fabs(ylo), std::fabs(yhi))) ylo -= 0.5, yhi += 0.5;
     const double pad = 0.05 * (yhi - ylo);
     ylo -= pad, yhi += pad;
   }
@@ -193,6 +194,7 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
   const double r = raw / mag;
   const double step = (r <= 1 ? 1 : r <= 2 ? 2 : r <= 5 ? 5 : 10) * mag;
   const double first = std::ceil(lo / step - 1e-9) * step;
+  if (!(first + step > first) || (hi - lo) / step > 1000) return {lo, hi};  // a step below the values' precision
   for (double t = first; t <= hi + 1e-9 * step; t += step) out.push_back(std::fabs(t) < 1e-12 * step ? 0.0 : t);
   return out;
 }
@@ -304,11 +306,18 @@ std::string curves_svg(const std::vector<train::StepMetrics>& history, const std
     Series bpc = make_series("val bits per character", "#9467bd", true);
     for (size_t i = 0; i < eval_loss.x.size(); ++i)
       bpc.x.push_back(eval_loss.x[i]), bpc.y.push_back(eval_loss.y[i] / std::log(2.0));
+    // And, when the data knows its tokens' bytes (a text file), in bits per byte: comparable across tokenizers.
+    Series bpb = make_series("val bits per byte", "#8c564b", true);
+    for (const train::StepMetrics& m : history)
+      if (m.evaluated && m.eval.bits_per_byte > 0)
+        bpb.x.push_back(static_cast<double>(m.step)), bpb.y.push_back(m.eval.bits_per_byte);
     Panel bp;
-    bp.title = "Validation bits per character";
+    // (A subword model's "character" is its token.)
+    bp.title = bpb.x.empty() ? "Validation bits per character" : "Validation bits per character and per byte";
     bp.x_label = "step";
-    bp.y_label = "bits per character";
+    bp.y_label = bpb.x.empty() ? "bits per character" : "bits";
     bp.series = {bpc};
+    if (!bpb.x.empty()) bp.series.push_back(bpb);
     extra = bp;
   }
   Panel ap;

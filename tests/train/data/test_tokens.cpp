@@ -71,6 +71,12 @@ std::string prepared(const std::string& name, const std::vector<std::string>& in
   return out;
 }
 
+std::string repeat_lines(const std::string& line, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += line + " " + std::to_string(i) + "\n";
+  return s;
+}
+
 // VmRSS of this process in kB.
 int64_t resident_kb() {
   std::ifstream f("/proc/self/status");
@@ -235,7 +241,7 @@ TEST(TokenFiles, BadFilesAreErrorsNamingWhatIsWrong) {
     std::string other = mixed_text(40);
     other[0] = 'L';
     prepare({.inputs = {scratch_file("changed.txt", other)}, .out = dir});
-    EXPECT_NE(error_of([&] { TokenFileDataset again(saved); }).find("another vocabulary than the model was trained"),
+    EXPECT_NE(error_of([&] { TokenFileDataset again(saved); }).find("another tokenizer than the model was trained"),
               std::string::npos);
     prepare({.inputs = {scratch_file("changed2.txt", mixed_text(41))}, .out = dir});
     EXPECT_NE(error_of([&] { TokenFileDataset again(saved); }).find("changed since the model was trained on it"),
@@ -276,4 +282,71 @@ TEST(TokenFiles, TheTextFileBoundPointsToPrepare) {
             std::string::npos)
       << e;
   fs::remove(big);
+}
+
+TEST(TokenFiles, APreparedSubwordTextDrawsTheSameWindowsAsTheTextFile) {
+  // bpe and unigram: the tokenizer is trained on the same training part (the split by bytes, moved back to a
+  // character start) and the text encoded line by line across blocks, so the tokens equal TextDataset's.
+  std::string text;
+  for (int i = 0; i < 120; ++i)
+    text += "the cat sat on the mat " + std::to_string(i % 7) + " \xE4\xB8\xAD\xE6\x96\x87 caf\xC3\xA9" +
+            (i % 5 == 0 ? "\r\n" : "\n");
+  const std::string file = scratch_file("subword.txt", text);
+  for (const std::string kind : {"bpe", "unigram"}) {
+    const std::string dir = (scratch_dir() / ("sub-" + kind)).string();
+    const int64_t pieces = kind == "bpe" ? 300 : 279;  // unigram: SentencePiece needs 278 to 280 for this text
+    prepare({.inputs = {file}, .out = dir, .tokenizer = kind, .vocab_size = pieces, .chunk_bytes = 100});
+    TextDataset t({.format = "text", .path = file, .context = 16, .tokenizer = kind, .vocab_size = pieces});
+    TokenFileDataset d({.format = "tokens", .path = dir, .context = 16});
+    EXPECT_EQ(d.spec().tokenizer, kind);
+    EXPECT_EQ(d.spec().tokenizer_hash, t.spec().tokenizer_hash) << kind;
+    EXPECT_EQ(d.vocab_size(), pieces + 4);
+    EXPECT_EQ(d.train_size(), t.train_size());
+    EXPECT_EQ(d.val_size(), t.val_size());
+    t.seed(3);
+    d.seed(3);
+    for (int i = 0; i < 100; ++i) {
+      const Example a = t.next(), b = d.next();
+      ASSERT_EQ(a.src, b.src) << kind << " window " << i;
+      ASSERT_EQ(a.tgt, b.tgt);
+    }
+    const auto ha = t.heldout(100, 0), hb = d.heldout(100, 0);
+    ASSERT_EQ(ha.size(), hb.size());
+    for (size_t i = 0; i < ha.size(); ++i) EXPECT_EQ(ha[i].src, hb[i].src);
+    int64_t bytes = 0;
+    for (int64_t id = 0; id < d.vocab_size(); ++id) EXPECT_EQ(d.token_bytes(id), t.token_bytes(id));
+    for (int64_t id = 0; id < d.vocab_size(); ++id) bytes += d.token_bytes(id);
+    EXPECT_GT(bytes, pieces);
+    EXPECT_EQ(d.to_text(d.parse_source("caf\xC3\xA9 \xF0\x9F\x98\x80")), "caf\xC3\xA9 \xF0\x9F\x98\x80");  // byte fallback
+    // The saved spec alone (a weights file) gives the token space and the text.
+    TokenFileDataset space(d.spec(), false);
+    EXPECT_EQ(space.vocab_size(), pieces + 4);
+    EXPECT_EQ(space.to_text(d.heldout(1, 0)[0].src), d.to_text(d.heldout(1, 0)[0].src));
+  }
+}
+
+TEST(TokenFiles, ASubwordTokenizerChangedSincePrepareIsRefused) {
+  const std::string file = scratch_file("sub2.txt", repeat_lines("a quick brown fox jumps over the lazy dog", 80));
+  const std::string dir = (scratch_dir() / "sub-changed").string(), other = (scratch_dir() / "sub-other").string();
+  prepare({.inputs = {file}, .out = dir, .tokenizer = "bpe", .vocab_size = 300});
+  prepare({.inputs = {file}, .out = other, .tokenizer = "bpe", .vocab_size = 310});
+  auto open = [](const std::string& d) {
+    return error_of([&] { TokenFileDataset x({.format = "tokens", .path = d, .context = 8}); });
+  };
+  EXPECT_EQ(open(dir), "");
+  // meta.json's model from another prepare: the token files' headers name another tokenizer.
+  fs::copy_file(other + "/meta.json", dir + "/meta.json", fs::copy_options::overwrite_existing);
+  EXPECT_NE(open(dir).find("train.bin' was prepared with another tokenizer"), std::string::npos) << open(dir);
+  // A model edited inside meta.json no longer gives its hash.
+  std::string m = slurp(other + "/meta.json");
+  const size_t at = m.find("\"tokenizer_model\": \"") + 40;
+  m[at] = m[at] == 'A' ? 'B' : 'A';
+  std::ofstream(other + "/meta.json", std::ios::binary) << m;
+  EXPECT_NE(open(other).find("its tokenizer does not match its tokenizer_hash"), std::string::npos) << open(other);
+  EXPECT_NE(error_of([&] { prepare({.inputs = {file}, .out = dir, .tokenizer = "bpe", .vocab_size = 100000}); })
+                .find("--vocab-size"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { prepare({.inputs = {file}, .out = dir, .tokenizer = "char", .vocab_size = 10}); })
+                .find("--vocab-size is for --tokenizer bpe or unigram"),
+            std::string::npos);
 }

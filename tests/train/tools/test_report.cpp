@@ -1,5 +1,6 @@
 // train/report (SVG curves and attention heatmaps) and train/progress (the progress display).
 
+#include <cmath>
 #include <cstdio>
 #include <regex>
 #include <string>
@@ -68,6 +69,26 @@ TEST(Report, NiceTicks) {
   EXPECT_EQ(report::nice_ticks(1, 1000, 8), (std::vector<double>{200, 400, 600, 800, 1000}));
   EXPECT_EQ(report::nice_ticks(3, 3), (std::vector<double>{3}));
   EXPECT_TRUE(report::nice_ticks(2, 1).empty());
+  // A range below the values' precision (a step that cannot advance) gives its ends, not an endless loop.
+  const double lo = 3.5, hi = std::nextafter(std::nextafter(3.5, 4.0), 4.0);
+  EXPECT_EQ(report::nice_ticks(lo - 1e-17, hi, 6), (std::vector<double>{lo - 1e-17, hi}));
+}
+
+TEST(Report, BitsPerByteEqualToBitsPerCharacterDrawsAFlatPanel) {
+  // ASCII text by character: bits per byte and per character agree but for rounding (issue seen: an endless loop).
+  std::vector<train::StepMetrics> h;
+  for (int s = 0; s <= 2; ++s) {
+    train::StepMetrics m;
+    m.step = s;
+    m.loss = 2.0;
+    m.evaluated = true;
+    m.eval.loss = 2.4889;
+    m.eval.bits_per_byte = std::nextafter(2.4889 / std::log(2.0), 10.0);
+    h.push_back(m);
+  }
+  const std::string svg = report::curves_svg(h, "flat", true);
+  EXPECT_NE(svg.find("val bits per byte"), std::string::npos);
+  EXPECT_NE(svg.find("Validation bits per character and per byte"), std::string::npos);
 }
 
 TEST(Report, LogTicks) {
