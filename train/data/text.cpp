@@ -352,6 +352,20 @@ std::shared_ptr<Dataset> open_data(const DataSpec& spec, bool read_file) {
   return std::make_shared<PairsDataset>(spec, read_file);
 }
 
+std::optional<Tokenizer> saved_tokenizer(const DataSpec& spec) {
+  if (spec.tokenizer_model.empty()) return std::nullopt;
+  // Its hash is checked before it is parsed.
+  const std::string origin = "DataSpec field \"tokenizer_model\"";
+  std::string proto = base64_decode(spec.tokenizer_model, origin);
+  const uint64_t hash = io::detail::xxh64(proto.data(), proto.size());
+  ATTO_CHECK(hash == spec.tokenizer_hash, "tokenizer", origin, " does not match field \"tokenizer_hash\" (",
+             hex64(hash), " != ", hex64(spec.tokenizer_hash), "): the saved tokenizer is damaged");
+  Tokenizer t = Tokenizer::load(std::move(proto), spec.tokenizer, origin);
+  ATTO_CHECK(t.pieces() == spec.vocab_size, "tokenizer", origin, " has ", t.pieces(),
+             " pieces, field \"vocab_size\" says ", spec.vocab_size);
+  return t;
+}
+
 namespace detail {
 
 // The file's text for a spec: read, hashed and checked against a saved hash; CRLF line ends become LF.
@@ -437,18 +451,7 @@ TextDataset::TextDataset(const DataSpec& spec, bool read_file) : spec_(spec) {
 
 void TextDataset::open_subword(bool read_file) {
   const char* me = "TextDataset";
-  if (!spec_.tokenizer_model.empty()) {
-    // The saved tokenizer: its hash is checked before it is parsed.
-    const std::string origin = "DataSpec field \"tokenizer_model\"";
-    std::string proto = base64_decode(spec_.tokenizer_model, origin);
-    const uint64_t hash = io::detail::xxh64(proto.data(), proto.size());
-    ATTO_CHECK(hash == spec_.tokenizer_hash, "tokenizer", origin, " does not match field \"tokenizer_hash\" (",
-               hex64(hash), " != ", hex64(spec_.tokenizer_hash),
-               "): the saved tokenizer is damaged");
-    tokenizer_ = Tokenizer::load(std::move(proto), spec_.tokenizer, origin);
-    ATTO_CHECK(tokenizer_->pieces() == spec_.vocab_size, "tokenizer", origin, " has ", tokenizer_->pieces(),
-               " pieces, field \"vocab_size\" says ", spec_.vocab_size);
-  }
+  tokenizer_ = saved_tokenizer(spec_);
   if (!read_file) {
     ATTO_CHECK(tokenizer_.has_value(), me, "a dataset without its file needs the saved tokenizer (tokenizer_model)");
     return;

@@ -136,6 +136,10 @@ std::string read_data_file(const std::string& path, uint64_t max_bytes);
 /// and heldout() are then errors).
 std::shared_ptr<Dataset> open_data(const DataSpec& spec, bool read_file = true);
 
+/// The subword tokenizer a spec saved (tokenizer_model), checked against tokenizer_hash before it is parsed and
+/// against vocab_size after; nullopt when it saved none. Error naming the field otherwise.
+std::optional<Tokenizer> saved_tokenizer(const DataSpec& spec);
+
 /// A language-modelling dataset of a UTF-8 text file, by character or by subword (see the file comment).
 class TextDataset : public Dataset {
  public:

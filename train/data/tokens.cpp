@@ -635,14 +635,7 @@ TokenFileDataset::TokenFileDataset(const DataSpec& spec, bool read_file) : spec_
   ATTO_CHECK(spec_.format == "tokens", me, "spec format must be \"tokens\", got \"", spec_.format, "\"");
   spec_.max_source_len = spec_.context;
   spec_.max_target_len = 1;
-  if (!spec_.tokenizer_model.empty()) {  // the saved tokenizer, checked against its hash before it is parsed
-    const std::string origin = "DataSpec field \"tokenizer_model\"";
-    std::string proto = base64_decode(spec_.tokenizer_model, origin);
-    const uint64_t hash = io::detail::xxh64(proto.data(), proto.size());
-    ATTO_CHECK(hash == spec_.tokenizer_hash, "tokenizer", origin, " does not match field \"tokenizer_hash\" (",
-               hex64(hash), " != ", hex64(spec_.tokenizer_hash), "): the saved tokenizer is damaged");
-    tokenizer_ = Tokenizer::load(std::move(proto), spec_.tokenizer, origin);
-  }
+  tokenizer_ = saved_tokenizer(spec_);
   if (!read_file) {
     ATTO_CHECK(tokenizer_.has_value() || !spec_.vocabulary.empty(), me,
                "a dataset without its files needs the saved vocabulary or tokenizer");
