@@ -212,6 +212,7 @@ TokenFileWriter::TokenFileWriter(const std::string& path, uint32_t width, uint64
 TokenFileWriter::~TokenFileWriter() = default;
 
 void TokenFileWriter::write(const int64_t* tokens, int64_t n) {
+  if (n <= 0) return;  // nothing (an empty buffer's data() may be null)
   auto& buf = impl_->buf;
   buf.resize(static_cast<size_t>(n) * width_);
   const int64_t limit = width_ == 2 ? int64_t{1} << 16 : int64_t{1} << 32;
