@@ -7,7 +7,8 @@ JOBS="${JOBS:-$(nproc)}"
 
 # Debian packages the build needs (a fresh machine has the compiler, cmake and GoogleTest only). Open MPI builds the
 # data-parallel trainer and lets the tests run it under mpirun (docs/DISTRIBUTED.md); the build works without it.
-ATTOGRAD_PACKAGES=(cmake g++ make libeigen3-dev libcereal-dev libgtest-dev libcli11-dev nlohmann-json3-dev
+# pkgconf finds SentencePiece (libsentencepiece-dev ships a .pc file, no CMake config: cmake/FindSentencePiece.cmake).
+ATTOGRAD_PACKAGES=(cmake g++ make pkgconf libeigen3-dev libcereal-dev libgtest-dev libcli11-dev nlohmann-json3-dev
   libxxhash-dev libsentencepiece-dev openmpi-bin libopenmpi-dev)
 
 # Optional: headless Chromium for the browser test of the attention explorer (tests/cli/test_cli_view.cpp) and a
