@@ -123,45 +123,31 @@ TokenFile::TokenFile(const std::string& path, uint64_t tokenizer_hash, int64_t v
     // One streaming pass: the digest and every token's range, releasing each block once read.
     XXH64_state_t* st_hash = XXH64_createState();
     XXH64_reset(st_hash, 0);
-    constexpr uint64_t kBlock = uint64_t{8} << 20;
-    for (uint64_t off = 0; off < bytes_; off += kBlock) {
-      const uint64_t n = std::min(kBlock, bytes_ - off);
-      XXH64_update(st_hash, map_ + off, n);
-      release_pages(map_ + off, n, map_, bytes_);
-    }
-    digest_ = XXH64_digest(st_hash);
-    XXH64_freeState(st_hash);
+    XXH64_update(st_hash, map_, kTokenFileHeaderBytes);
     const auto limit = static_cast<uint64_t>(vocab_size);
     const unsigned char* base = map_ + kTokenFileHeaderBytes;
+    const uint32_t w = header_.width;
+    auto token_at = [&](uint64_t i) -> uint64_t {
+      const unsigned char* q = base + i * w;
+      return w == 2 ? static_cast<uint64_t>(q[0] | (q[1] << 8)) : get_u32(q);
+    };
     constexpr uint64_t kTokens = uint64_t{1} << 22;
     for (uint64_t s = 0; s < header_.count; s += kTokens) {
       const uint64_t n = std::min(kTokens, header_.count - s);
-      uint64_t worst = 0, at = 0;
-      if (header_.width == 2) {
-        uint16_t mx = 0;
-        const unsigned char* p = base + s * 2;
-        for (uint64_t i = 0; i < n; ++i) mx = std::max<uint16_t>(mx, static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)));
-        worst = mx;
-      } else {
-        uint32_t mx = 0;
-        for (uint64_t i = 0; i < n; ++i) mx = std::max(mx, get_u32(base + (s + i) * 4));
-        worst = mx;
-      }
-      if (worst >= limit) {  // find the first offender for the message
-        for (uint64_t i = 0; i < n; ++i) {
-          const unsigned char* p = base + (s + i) * header_.width;
-          const uint64_t t = header_.width == 2 ? static_cast<uint64_t>(p[0] | (p[1] << 8)) : get_u32(p);
-          if (t >= limit) {
-            at = s + i;
-            worst = t;
-            break;
-          }
-        }
-        throw Error(kMe, str_cat("'", path, "': token ", at, " is ", worst, ", outside the vocabulary of ",
+      XXH64_update(st_hash, base + s * w, n * w);
+      uint64_t worst = 0;
+      for (uint64_t i = 0; i < n; ++i) worst = std::max(worst, token_at(s + i));
+      if (worst >= limit) {  // the first offender, for the message
+        XXH64_freeState(st_hash);
+        uint64_t at = s;
+        while (token_at(at) < limit) ++at;
+        throw Error(kMe, str_cat("'", path, "': token ", at, " is ", token_at(at), ", outside the vocabulary of ",
                                  vocab_size, " tokens (the file is corrupt or belongs to another tokenizer)"));
       }
-      release_pages(base + s * header_.width, n * header_.width, map_, bytes_);
+      release_pages(base + s * w, n * w, map_, bytes_);
     }
+    digest_ = XXH64_digest(st_hash);
+    XXH64_freeState(st_hash);
   } catch (...) {
     if (map_) ::munmap(const_cast<unsigned char*>(map_), bytes_);
     ::close(fd_);
@@ -529,7 +515,6 @@ PrepareResult prepare(const PrepareOptions& opts) {
       const auto m = static_cast<int64_t>(text.size());
       const int64_t to_train = std::clamp<int64_t>(split - offset, 0, m);
       if (to_train > 0) te.add(std::string_view(text).substr(0, static_cast<size_t>(to_train)));
-      if (to_train == m && offset + m == split) te.finish();
       if (to_train < m) {
         te.finish();
         ve.add(std::string_view(text).substr(static_cast<size_t>(to_train)));
@@ -719,9 +704,11 @@ Example TokenFileDataset::next() {
   ATTO_CHECK(train_ != nullptr, "TokenFileDataset", "no data: the dataset was opened without its files");
   const int64_t start = static_cast<int64_t>(gen_.randint(static_cast<uint64_t>(train_->size() - spec_.context)));
   ++offset_;
-  std::vector<int64_t> w(static_cast<size_t>(spec_.context + 1));
-  train_->read(start, spec_.context + 1, w.data());
-  Example e{.src = std::vector<int64_t>(w.begin(), w.end() - 1), .tgt = {w.back()}};
+  Example e;  // the window read into src, its last token then moved to tgt
+  e.src.resize(static_cast<size_t>(spec_.context + 1));
+  train_->read(start, spec_.context + 1, e.src.data());
+  e.tgt = {e.src.back()};
+  e.src.pop_back();
   return e;
 }
 
