@@ -350,3 +350,31 @@ TEST(TokenFiles, ASubwordTokenizerChangedSincePrepareIsRefused) {
                 .find("--vocab-size is for --tokenizer bpe or unigram"),
             std::string::npos);
 }
+
+TEST(TokenFiles, ABadMetaJsonIsAnErrorNamingWhatIsWrong) {
+  const std::string file = scratch_file("meta.txt", mixed_text(30));
+  const std::string dir = prepared("meta", {file}, 1 << 20);
+  const std::string good = slurp(dir + "/meta.json");
+  auto with_meta = [&](const std::string& from, const std::string& to) {
+    std::string m = good;
+    const size_t at = m.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) m.replace(at, from.size(), to);
+    std::ofstream(dir + "/meta.json", std::ios::binary) << m;
+    return error_of([&] { TokenFileDataset d({.format = "tokens", .path = dir, .context = 8}); });
+  };
+  EXPECT_NE(with_meta("attograd-tokens", "something-else").find("is not an attograd prepare meta.json"),
+            std::string::npos);
+  EXPECT_NE(with_meta("\"version\": 1", "\"version\": 2").find("has another version than 1"), std::string::npos);
+  EXPECT_NE(with_meta("\"tokenizer\": \"char\"", "\"tokenizer\": \"wordpiece\"").find("unknown tokenizer \"wordpiece\""),
+            std::string::npos);
+  EXPECT_NE(with_meta("\"tokenizer\": \"char\"", "\"tokenizer\": \"bpe\"")
+                .find("a bpe tokenizer needs \"tokenizer_model\" and \"vocab_size\""),
+            std::string::npos);
+  const size_t h = good.find("\"tokenizer_hash\": \"") + 19;
+  EXPECT_NE(with_meta(good.substr(h, 16), "xyz").find("\"tokenizer_hash\" must be 16 hex digits"), std::string::npos);
+  EXPECT_NE(with_meta("\"vocabulary\": [", "\"vocabulary\": [1, ").find("\"vocabulary\" must be an array of strings"),
+            std::string::npos);
+  std::ofstream(dir + "/meta.json", std::ios::binary) << good;
+  EXPECT_EQ(error_of([&] { TokenFileDataset d({.format = "tokens", .path = dir, .context = 8}); }), "");
+}
