@@ -22,9 +22,9 @@ namespace fs = std::filesystem;
 
 // A valid prepared directory (made once), and a scratch directory each input is written into.
 struct Dirs {
-  fs::path good, work;
+  fs::path root, good, work;
   Dirs() {
-    const fs::path root = fs::temp_directory_path() / ("attograd_fuzz_tokens_" + std::to_string(::getpid()));
+    root = fs::temp_directory_path() / ("attograd_fuzz_tokens_" + std::to_string(::getpid()));
     fs::create_directories(root);
     const fs::path text = root / "text.txt";
     std::ofstream(text, std::ios::binary) << "The quick brown fox jumps over the lazy dog.\n\xE4\xB8\xAD\xE6\x96\x87\n"
@@ -33,6 +33,10 @@ struct Dirs {
     work = root / "work";
     attograd::data::prepare({.inputs = {text.string()}, .out = good.string(), .val_fraction = 0.25});
     fs::create_directories(work);
+  }
+  ~Dirs() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
   }
 };
 

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "scratch.h"
+
 // In an unnamed namespace, as they were in each test file: the helper `attograd(...)` shares its name with the
 // library's namespace, which a named namespace could not make unambiguous.
 namespace {
@@ -49,15 +51,7 @@ std::string quote(const std::string& s) {
 }
 
 // The test binary's scratch directory (one per process).
-const fs::path& scratch() {
-  static const fs::path dir = [] {
-    fs::path d = fs::path(::testing::TempDir()) / ("attograd_cli_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
+const fs::path& scratch() { return test_scratch::dir("cli"); }
 
 // Runs `attograd ARGS` (ARGS as shell words), capturing stdout, stderr and the exit status.
 CliRun attograd(const std::string& args, const std::string& shell_prefix = "") {

@@ -37,8 +37,6 @@ class Cli : public ::testing::Test {
     summary_ = new json(last_line_json(run_->out));
   }
   static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(scratch(), ec);
     delete run_;
     delete summary_;
     run_ = nullptr;

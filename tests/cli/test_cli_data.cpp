@@ -49,8 +49,6 @@ class CliData : public ::testing::Test {
                             kSmall + " --json --out " + quote((scratch() / "pairs").string())));
   }
   static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(scratch(), ec);
     delete text_;
     delete pairs_;
   }

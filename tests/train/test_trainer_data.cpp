@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "scratch.h"
 #include "testing.h"
 #include "train/data/pairs.h"
 #include "train/data/text.h"
@@ -33,7 +34,7 @@ TrainConfig small(const std::string& task) {
   return c;
 }
 
-std::string scratch(const std::string& name) { return ::testing::TempDir() + "/attograd_td_" + name; }
+std::string scratch(const std::string& name) { return (test_scratch::dir("td") / name).string(); }
 
 }  // namespace
 

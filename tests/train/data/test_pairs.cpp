@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "scratch.h"
 #include "testing.h"
 #include "train/data/pairs.h"
 
@@ -20,11 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string scratch_file(const std::string& name, const std::string& bytes) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("attograd_pairs_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string path = (dir / name).string();
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path;
+  return test_scratch::file("pairs", name, bytes);
 }
 
 template <class F>

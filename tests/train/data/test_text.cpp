@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "scratch.h"
 #include "testing.h"
 #include "train/data/text.h"
 
@@ -21,11 +22,7 @@ namespace fs = std::filesystem;
 
 // A file in the test's scratch directory holding `bytes`.
 std::string scratch_file(const std::string& name, const std::string& bytes) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("attograd_text_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string path = (dir / name).string();
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path;
+  return test_scratch::file("text", name, bytes);
 }
 
 // The message of the Error f throws ("" when it throws none).

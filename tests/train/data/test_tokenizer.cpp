@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 
+#include "scratch.h"
 #include "testing.h"
 #include "train/data/text.h"
 #include "train/data/tokenizer.h"
@@ -24,11 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string scratch_file(const std::string& name, const std::string& bytes) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("attograd_tokenizer_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const std::string path = (dir / name).string();
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path;
+  return test_scratch::file("tokenizer", name, bytes);
 }
 
 template <class F>

@@ -11,6 +11,7 @@
 #include <limits>
 #include <sstream>
 
+#include "scratch.h"
 #include "testing.h"
 #include "train/data/text.h"
 #include "train/data/tokens.h"
@@ -22,15 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path scratch_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::path(::testing::TempDir()) / ("attograd_tokens_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
+const fs::path& scratch_dir() { return test_scratch::dir("tokens"); }
 
 std::string scratch_file(const std::string& name, const std::string& bytes) {
   const std::string path = (scratch_dir() / name).string();
