@@ -3,6 +3,7 @@
 
 #include "autograd/activation.h"
 #include "autograd/attention.h"
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/cpu.h"
 #include "autograd/dropout.h"

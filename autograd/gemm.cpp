@@ -7,6 +7,8 @@
 #include "autograd/gemm.h"
 
 #include <algorithm>
+#include <atomic>
+#include <vector>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -150,6 +152,70 @@ void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<flo
         GemmOperand<float> as = {sub_operand_rows(a, i0), a.ld, a.trans};
         GemmOperand<float> bs = {sub_operand_cols(b, j0), b.ld, b.trans};
         packed_gemm(i1 - i0, j1 - j0, k, as, bs, c + i0 * ldc + j0, ldc, accumulate, alpha, bias ? bias + j0 : nullptr);
+      },
+      prefer_cols);
+}
+
+namespace {
+
+std::atomic<bool> g_bf16_native_allowed{true};
+
+// op(X) (rows x cols) rounded to bf16 into dst, in the stored layout (row stride cols, or rows when trans).
+void round_operand(const GemmOperand<float>& x, int64_t rows, int64_t cols, float* dst) {
+  const int64_t outer = x.trans ? cols : rows, inner = x.trans ? rows : cols;
+  parallel_for(0, outer, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(inner, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) round_bf16(x.data + r * x.ld, dst + r * inner, inner);
+  });
+}
+
+}  // namespace
+
+float round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7f800000u) == 0) {
+    u &= 0x80000000u;  // a denormal is treated as zero, as vcvtne2ps2bf16 does
+  } else if ((u & 0x7fffffffu) > 0x7f800000u) {
+    u |= 0x00400000u;  // NaN: quiet, its top bits kept
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);  // to nearest, ties to even (a carry into the exponent rounds up to infinity)
+  }
+  u &= 0xffff0000u;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+void round_bf16(const float* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = round_bf16(src[i]);
+}
+
+bool gemm_bf16_native() { return g_bf16_native_allowed.load(std::memory_order_relaxed) && ATTO_CPU(bf16_gemm_available)(); }
+
+void set_gemm_bf16_native(bool allowed) { g_bf16_native_allowed.store(allowed, std::memory_order_relaxed); }
+
+void gemm_bf16(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
+               bool accumulate, float alpha, bool parallel, const float* bias) {
+  if (m <= 0 || n <= 0) return;
+  if (bias && accumulate) throw Error("gemm_bf16", "internal error: a bias product cannot accumulate onto C");
+  if (!gemm_bf16_native()) {
+    // The portable path: the operands rounded once (the products are then exact in float32), the float32 kernel.
+    thread_local std::vector<float> ra, rb;
+    ra.resize(static_cast<size_t>(m * k));
+    rb.resize(static_cast<size_t>(k * n));
+    round_operand(a, m, k, ra.data());
+    round_operand(b, k, n, rb.data());
+    gemm(m, n, k, {ra.data(), a.trans ? m : k, a.trans}, {rb.data(), b.trans ? k : n, b.trans}, c, ldc, accumulate,
+         alpha, parallel, bias);
+    return;
+  }
+  const bool prefer_cols = a.trans && n > m;
+  const auto kernel = ATTO_CPU(packed_gemm_bf16);
+  split_for_threads(
+      m, n, k, 24, 32, parallel,
+      [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+        GemmOperand<float> as = {sub_operand_rows(a, i0), a.ld, a.trans};
+        GemmOperand<float> bs = {sub_operand_cols(b, j0), b.ld, b.trans};
+        kernel(i1 - i0, j1 - j0, k, as, bs, c + i0 * ldc + j0, ldc, accumulate, alpha, bias ? bias + j0 : nullptr);
       },
       prefer_cols);
 }

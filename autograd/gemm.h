@@ -28,6 +28,24 @@ void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<flo
 void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c, int64_t ldc,
           bool accumulate, double alpha = 1.0, bool parallel = true, const double* bias = nullptr);
 
+/// As gemm (float32 C, same arguments), with both operands rounded to bfloat16 (round to nearest even): the
+/// products of autocast's matmuls. With AVX512-BF16 (gemm_bf16_native()) the active set's vdpbf16ps kernel adds the
+/// products of each pair of k into float32; otherwise the rounded operands go through the float32 kernel, which
+/// gives the same products (a product of two bf16 is exact in float32) summed in another order: the two agree to
+/// float32 accumulation rounding (tests/autograd/test_gemm_bf16.cpp).
+void gemm_bf16(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
+               bool accumulate, float alpha = 1.0f, bool parallel = true, const float* bias = nullptr);
+/// True when gemm_bf16 runs the AVX512-BF16 kernel (the avx512 set on a CPU that has it, unless disabled below).
+bool gemm_bf16_native();
+/// Lets gemm_bf16 use the AVX512-BF16 kernel (true, the default) or forces the portable path (tests compare them).
+void set_gemm_bf16_native(bool allowed);
+/// x rounded to the nearest bfloat16 (ties to even; a float32 denormal becomes a signed zero, NaN stays NaN, a value
+/// beyond bf16's range becomes infinity: the rounding of vcvtne2ps2bf16),
+/// returned as the float32 of the same value.
+float round_bf16(float x);
+/// dst[i] = round_bf16(src[i]) for i < n (dst may be src).
+void round_bf16(const float* src, float* dst, int64_t n);
+
 /// True when pack_gemm_b / gemm_packed are available (the avx512 kernel set); otherwise callers use gemm.
 bool gemm_prepack_available();
 /// Floats (64-byte aligned storage) that pack_gemm_b(k, n, ...) writes.

@@ -2,17 +2,32 @@
 
 #include <algorithm>
 #include <memory>
+#include <type_traits>
 
+#include "autograd/autocast.h"
 #include "autograd/elementwise.h"
 #include "autograd/gemm.h"
 #include "autograd/parallel.h"
 
 namespace attograd {
 
-using detail::gemm;
 using detail::operand;
 
 namespace {
+
+// The ops' products: detail::gemm, or detail::gemm_bf16 for a float32 op recorded under autocast (bf16 = true).
+template <class T>
+void gemm(bool bf16, int64_t m, int64_t n, int64_t k, detail::GemmOperand<T> a, detail::GemmOperand<T> b, T* c,
+          int64_t ldc, bool accumulate, T alpha = T(1), bool parallel = true, const T* bias = nullptr) {
+  if constexpr (std::is_same_v<T, float>)
+    if (bf16) return detail::gemm_bf16(m, n, k, a, b, c, ldc, accumulate, alpha, parallel, bias);
+  detail::gemm(m, n, k, a, b, c, ldc, accumulate, alpha, parallel, bias);
+}
+
+// True when a float32 op runs its products in bfloat16 (autocast is on).
+bool autocast_bf16(const Tensor& x) {
+  return x.dtype() == kFloat32 && autocast_precision() == Precision::bfloat16;
+}
 
 // How matmul(a, b) runs: the shapes of its matrices and which matrix of a and b each output batch uses.
 struct MatmulPlan {
@@ -117,6 +132,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   check_same_dtype(a, b, "matmul");
   auto plan = std::make_shared<const MatmulPlan>(plan_matmul(a.shape(), b.shape()));
   const MatmulPlan& p = *plan;
+  const bool bf16 = autocast_bf16(a);
   Tensor out = empty(p.out_shape, {.dtype = a.dtype()});
   dispatch_float(a.dtype(), "matmul", [&]<typename T>() {
     const T* pa = a.data<T>();
@@ -124,12 +140,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     T* pc = out.data<T>();
     if (p.folded) {
       const int64_t rows = p.a_batch * p.m;
-      gemm(rows, p.n, p.k, operand(pa, p.k), operand(pb, p.n), pc, p.n, false);
+      gemm(bf16, rows, p.n, p.k, operand(pa, p.k), operand(pb, p.n), pc, p.n, false);
       return;
     }
     const int64_t sa = p.m * p.k, sb = p.k * p.n, sc = p.m * p.n;
     for_each_batch(p, [&](int64_t j, bool par) {
-      gemm(p.m, p.n, p.k, operand(pa + p.a_index[static_cast<size_t>(j)] * sa, p.k),
+      gemm(bf16, p.m, p.n, p.k, operand(pa + p.a_index[static_cast<size_t>(j)] * sa, p.k),
            operand(pb + p.b_index[static_cast<size_t>(j)] * sb, p.n), pc + j * sc, p.n, false, T(1), par);
     });
   });
@@ -138,7 +154,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor saved_a = b.requires_grad() ? a.detach() : Tensor();
   Tensor saved_b = a.requires_grad() ? b.detach() : Tensor();
   Shape shape_a = a.shape(), shape_b = b.shape();
-  return record("matmul", out, {a, b}, [plan, saved_a, saved_b, shape_a, shape_b](const Tensor& g, GradInputs& gi) {
+  return record("matmul", out, {a, b}, [plan, saved_a, saved_b, shape_a, shape_b, bf16](const Tensor& g, GradInputs& gi) {
     const MatmulPlan& p = *plan;
     dispatch_float(g.dtype(), "matmul_backward", [&]<typename T>() {
       const T* pg = g.data<T>();
@@ -146,12 +162,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
         const int64_t rows = p.a_batch * p.m;
         if (gi.needs(0)) {  // dA (rows, k) = G (rows, n) B^T
           Tensor da = empty(shape_a, {.dtype = g.dtype()});
-          gemm(rows, p.k, p.n, operand(pg, p.n), operand(saved_b.data<T>(), p.n, true), da.data<T>(), p.k, false);
+          gemm(bf16, rows, p.k, p.n, operand(pg, p.n), operand(saved_b.data<T>(), p.n, true), da.data<T>(), p.k, false);
           gi[0] = da;
         }
         if (gi.needs(1)) {  // dB (k, n) = A^T G
           Tensor db = empty(shape_b, {.dtype = g.dtype()});
-          gemm(p.k, p.n, rows, operand(saved_a.data<T>(), p.k, true), operand(pg, p.n), db.data<T>(), p.n, false);
+          gemm(bf16, p.k, p.n, rows, operand(saved_a.data<T>(), p.k, true), operand(pg, p.n), db.data<T>(), p.n, false);
           gi[1] = db;
         }
         return;
@@ -164,7 +180,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
         T* pda = da.data<T>();
         const T* pb = saved_b.data<T>();
         auto one = [&](int64_t j, bool par) {  // dA_j (+)= G_j B_j^T
-          gemm(p.m, p.k, p.n, operand(pg + j * sg, p.n), operand(pb + p.b_index[static_cast<size_t>(j)] * sb, p.n, true),
+          gemm(bf16, p.m, p.k, p.n, operand(pg + j * sg, p.n), operand(pb + p.b_index[static_cast<size_t>(j)] * sb, p.n, true),
                pda + p.a_index[static_cast<size_t>(j)] * sa, p.k, accumulate, T(1), par);
         };
         if (accumulate)  // several batches write one matrix: in order, each product parallel inside
@@ -179,7 +195,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
         T* pdb = db.data<T>();
         const T* pa = saved_a.data<T>();
         auto one = [&](int64_t j, bool par) {  // dB_j (+)= A_j^T G_j
-          gemm(p.k, p.n, p.m, operand(pa + p.a_index[static_cast<size_t>(j)] * sa, p.k, true), operand(pg + j * sg, p.n),
+          gemm(bf16, p.k, p.n, p.m, operand(pa + p.a_index[static_cast<size_t>(j)] * sa, p.k, true), operand(pg + j * sg, p.n),
                pdb + p.b_index[static_cast<size_t>(j)] * sb, p.n, accumulate, T(1), par);
         };
         if (accumulate)
@@ -210,10 +226,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   out_shape.back() = out_f;
   int64_t rows = 1;
   for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.shape()[static_cast<size_t>(d)];
+  const bool bf16 = autocast_bf16(x);
   Tensor out = empty(out_shape, {.dtype = x.dtype()});
   dispatch_float(x.dtype(), "linear", [&]<typename T>() {
     // Y (rows, out) = X (rows, in) W^T + b, the bias added inside the product (no separate pass over Y)
-    gemm(rows, out_f, in_f, operand(x.data<T>(), in_f), operand(weight.data<T>(), in_f, true), out.data<T>(), out_f,
+    gemm(bf16, rows, out_f, in_f, operand(x.data<T>(), in_f), operand(weight.data<T>(), in_f, true), out.data<T>(), out_f,
          false, T(1), true, has_bias ? bias.data<T>() : nullptr);
   });
   if (!any_requires_grad({x, weight, bias})) return out;
@@ -223,13 +240,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // The weight and bias gradients first, then x is dropped (when the pass frees the graph as it goes) before dX is
   // allocated: when nothing else keeps x (an FFN's hidden layer), dX takes its memory.
   return record("linear", out, {x, weight, bias},
-                [saved_x, saved_w, shape_x, rows, in_f, out_f](const Tensor& g, GradInputs& gi) mutable {
+                [saved_x, saved_w, shape_x, rows, in_f, out_f, bf16](const Tensor& g, GradInputs& gi) mutable {
                   dispatch_float(g.dtype(), "linear_backward", [&]<typename T>() {
                     const T* pg = g.data<T>();
                     if (gi.needs(1)) {  // dW (out, in) = G^T X
                       Tensor dw = empty({out_f, in_f}, {.dtype = g.dtype()});
                       const Tensor xs = saved_x.get();
-                      gemm(out_f, in_f, rows, operand(pg, out_f, true), operand(xs.data<T>(), in_f), dw.data<T>(),
+                      gemm(bf16, out_f, in_f, rows, operand(pg, out_f, true), operand(xs.data<T>(), in_f), dw.data<T>(),
                            in_f, false);
                       gi[1] = dw;
                     }
@@ -247,7 +264,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                     }
                     if (gi.needs(0)) {  // dX (rows, in) = G (rows, out) W
                       Tensor dx = empty(shape_x, {.dtype = g.dtype()});
-                      gemm(rows, in_f, out_f, operand(pg, out_f), operand(saved_w.data<T>(), in_f), dx.data<T>(),
+                      gemm(bf16, rows, in_f, out_f, operand(pg, out_f), operand(saved_w.data<T>(), in_f), dx.data<T>(),
                            in_f, false);
                       gi[0] = dx;
                     }

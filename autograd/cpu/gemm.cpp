@@ -291,6 +291,157 @@ void prepacked_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a
   }
 }
 
+
+// ---- bfloat16 products (AVX512-BF16: vdpbf16ps). Both operands are rounded to bf16 (round to nearest even) while
+// packed; vdpbf16ps adds the products of a pair of k into float32 lanes: C = sum over pairs, in float32. The pairs
+// are (2p, 2p + 1) of each KC2 panel (an odd panel's last pair has a zero second element), so, as for float32,
+// every element is the same sequence of operations whatever the tile and the thread split.
+
+constexpr int64_t kKC2 = 512;  // k per bf16 panel: 256 pairs; a micro-panel of B (256 x 32 pairs of 4 bytes) is 32 KB
+
+// 32 bf16 of (lo[0..16), hi[0..16)) interleaved as 16 pairs (lo[j], hi[j]): one 32-bit word per lane.
+[[gnu::target("avx512bf16"), gnu::always_inline]] inline __m512i pair_words(__m512 lo, __m512 hi) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+}
+
+// The 16 pair words of 32 consecutive floats x[0..count) (zero past count): word p = (x[2p], x[2p + 1]).
+[[gnu::target("avx512bf16"), gnu::always_inline]] inline __m512i row_words(const float* x, int64_t count) {
+  const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(count), x);
+  const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(count - 16), x + 16);
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));  // lanes 0-15 lo, 16-31 hi: the k order
+}
+
+// Writes rows r < rows (zero from rows on) of pair words, 16 rows of `pcount` words from row_words(src + r * ld,
+// 2 * pcount) each, transposed: dst[p * ldd + r] = word p of row r.
+[[gnu::target("avx512bf16")]] inline void transpose_pairs(const float* src, int64_t ld, int64_t rows, int64_t kcount,
+                                                          uint32_t* dst, int64_t ldd) {
+  alignas(64) uint32_t tmp[16 * 16];
+  for (int r = 0; r < 16; ++r)
+    _mm512_store_si512(tmp + 16 * r, r < rows ? row_words(src + r * ld, kcount) : _mm512_setzero_si512());
+  transpose16(reinterpret_cast<const float*>(tmp), 16, 16, (kcount + 1) / 2, reinterpret_cast<float*>(dst), ldd);
+}
+
+// Packs rows [p0, p0 + kc) x cols [j0, j0 + nc) of op(B) as bf16 pairs in micro-panels of NR columns: panel jr
+// holds word [p * NR + j] = (op(B)(p0 + 2p, j0 + jr + j), op(B)(p0 + 2p + 1, ...)); columns and k past the block zero.
+template <int NV>
+[[gnu::target("avx512bf16")]] void pack_b_bf16(const GemmOperand<float>& B, int64_t p0, int64_t kc, int64_t j0,
+                                               int64_t nc, uint32_t* dst) {
+  constexpr int kNR = Block<NV>::kNR;
+  const int64_t kcp = (kc + 1) / 2;
+  if (!B.trans) {  // rows 2p and 2p + 1 of the block, 16 columns at a time
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kcp; ++p) {
+      const float* r0 = B.data + (p0 + 2 * p) * B.ld + j0;
+      const bool has1 = 2 * p + 1 < kc;
+      for (int64_t jr = 0; jr < nc; jr += kNR) {
+        uint32_t* o = dst + jr * kcp + p * kNR;
+        for (int v = 0; v < NV; ++v) {
+          const __mmask16 m = first_lanes(nc - jr - 16 * v);
+          const __m512 lo = _mm512_maskz_loadu_ps(m, r0 + jr + 16 * v);
+          const __m512 hi = has1 ? _mm512_maskz_loadu_ps(m, r0 + B.ld + jr + 16 * v) : zero;
+          _mm512_store_si512(o + 16 * v, pair_words(lo, hi));
+        }
+      }
+    }
+    return;
+  }
+  for (int64_t jr = 0; jr < nc; jr += kNR) {  // op(B)(k, j) = data[j * ld + k]: each column's pairs are contiguous
+    const int64_t nr = std::min<int64_t>(kNR, nc - jr);
+    uint32_t* d = dst + jr * kcp;
+    const float* src = B.data + (j0 + jr) * B.ld + p0;
+    for (int v = 0; v < NV; ++v) {
+      const int64_t rows = std::clamp<int64_t>(nr - 16 * v, 0, 16);
+      for (int64_t k = 0; k < kc; k += 32)
+        transpose_pairs(src + 16 * v * B.ld + k, B.ld, rows, std::min<int64_t>(32, kc - k), d + k / 2 * kNR + 16 * v,
+                        kNR);
+    }
+  }
+}
+
+// Packs rows [0, mr) x k in [0, kc) of op(A) (first element `a`) as MR-interleaved pair words dst[p * MR + r]; rows
+// past mr zero. dst needs ceil(kc / 2) * MR + 16 words.
+template <int kMR>
+[[gnu::target("avx512bf16")]] void pack_a_bf16(const float* a, int64_t ld, bool trans, int mr, int64_t kc,
+                                               uint32_t* dst) {
+  const int64_t kcp = (kc + 1) / 2;
+  if (trans) {  // element (r, k) at a[k * ld + r]: rows k = 2p and 2p + 1 hold the MR elements
+    const __mmask16 m = first_lanes(mr);
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kcp; ++p) {
+      const __m512 lo = _mm512_maskz_loadu_ps(m, a + 2 * p * ld);
+      const __m512 hi = 2 * p + 1 < kc ? _mm512_maskz_loadu_ps(m, a + (2 * p + 1) * ld) : zero;
+      const __m512i w = pair_words(lo, hi);
+      if constexpr (kMR == 16)
+        _mm512_storeu_si512(dst + p * kMR, w);
+      else
+        _mm512_mask_storeu_epi32(dst + p * kMR, static_cast<__mmask16>((1u << kMR) - 1u), w);
+    }
+  } else {  // 32 k of 16 rows at a time; consecutive blocks overlap by 16 - MR lanes and are stored in order
+    for (int64_t k = 0; k < kc; k += 32)
+      transpose_pairs(a + k, ld, mr, std::min<int64_t>(32, kc - k), dst + k / 2 * kMR, kMR);
+  }
+}
+
+// C[0:mr, 0:nr] = alpha * sum_p ap[p * MR + r] . b[p * NR + j] (+ C when acc / + bias): MR x NV vdpbf16ps per pair.
+template <int NV>
+[[gnu::target("avx512bf16")]] inline void micro_kernel_bf16(int64_t kcp, const uint32_t* __restrict ap,
+                                                            const uint32_t* __restrict b, float* c, int64_t ldc,
+                                                            int mr, int nr, float alpha, bool acc, const float* bias) {
+  constexpr int kMR = Block<NV>::kMR, kNR = Block<NV>::kNR;
+  __m512 r[kMR][NV];
+  for (int i = 0; i < kMR; ++i)
+    for (int v = 0; v < NV; ++v) r[i][v] = _mm512_setzero_ps();
+  prefetch_c_tile<NV>(c, ldc, mr);
+  for (int64_t p = 0; p < kcp; ++p) {
+    __m512bh bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(b + p * kNR + 16 * v));
+    const uint32_t* ak = ap + p * kMR;
+    for (int i = 0; i < kMR; ++i) {
+      const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(ak[i])));
+      for (int v = 0; v < NV; ++v) r[i][v] = _mm512_dpbf16_ps(r[i][v], av, bv[v]);
+    }
+  }
+  store_c_tile<NV>(r, c, ldc, mr, nr, alpha, acc, bias);
+}
+
+template <int NV>
+[[gnu::target("avx512bf16")]] void packed_gemm_bf16(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a,
+                                                    const GemmOperand<float>& b, float* c, int64_t ldc,
+                                                    bool accumulate, float alpha, const float* bias) {
+  constexpr int kMR = Block<NV>::kMR, kNR = Block<NV>::kNR;
+  const int64_t kcp_max = (std::min(kKC2, k) + 1) / 2;
+  thread_local Scratch b_buf;
+  uint32_t* pb = b_buf.get<uint32_t>(static_cast<size_t>(std::min(kNC, (n + kNR - 1) / kNR * kNR) * kcp_max));
+  thread_local Scratch a_buf;
+  uint32_t* pa = a_buf.get<uint32_t>(static_cast<size_t>((kMC + kMR) * kcp_max + 16));
+  for (int64_t j0 = 0; j0 < n; j0 += kNC) {
+    const int64_t nc = std::min(kNC, n - j0);
+    for (int64_t p0 = 0; p0 < k; p0 += kKC2) {
+      const int64_t kc = std::min(kKC2, k - p0), kcp = (kc + 1) / 2;
+      const bool acc = accumulate || p0 > 0;
+      pack_b_bf16<NV>(b, p0, kc, j0, nc, pb);
+      for (int64_t i0 = 0; i0 < m; i0 += kMC) {
+        const int64_t mc = std::min(kMC, m - i0);
+        for (int64_t ir = 0; ir < mc; ir += kMR) {
+          const int64_t i = i0 + ir;
+          pack_a_bf16<kMR>(a.trans ? a.data + p0 * a.ld + i : a.data + i * a.ld + p0, a.ld, a.trans,
+                           static_cast<int>(std::min<int64_t>(kMR, mc - ir)), kc, pa + ir * kcp);
+        }
+        for (int64_t jr = 0; jr < nc; jr += kNR) {
+          const int nr = static_cast<int>(std::min<int64_t>(kNR, nc - jr));
+          for (int64_t ir = 0; ir < mc; ir += kMR) {
+            const int mr = static_cast<int>(std::min<int64_t>(kMR, mc - ir));
+            micro_kernel_bf16<NV>(kcp, pa + ir * kcp, pb + jr * kcp, c + (i0 + ir) * ldc + j0 + jr, ldc, mr, nr, alpha,
+                                  acc, bias && p0 == 0 ? bias + j0 + jr : nullptr);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool packed_gemm_available() { return true; }
@@ -318,6 +469,25 @@ void pack_gemm_b(int64_t k, int64_t n, GemmOperand<float> b, float* dst) {
     pack_b<1>(b, 0, k, 0, n, dst);
   else
     pack_b<2>(b, 0, k, 0, n, dst);
+}
+
+bool bf16_gemm_available() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+void packed_gemm_bf16(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c,
+                      int64_t ldc, bool accumulate, float alpha, const float* bias) {
+  if (!bf16_gemm_available()) kernel_error("gemm_bf16", "internal error: this CPU has no AVX512-BF16");
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = accumulate ? c[i * ldc + j] : bias ? bias[j] : 0.0f;
+    return;
+  }
+  if (n <= 16)
+    packed_gemm_bf16<1>(m, n, k, a, b, c, ldc, accumulate, alpha, bias);
+  else
+    packed_gemm_bf16<2>(m, n, k, a, b, c, ldc, accumulate, alpha, bias);
 }
 
 void gemm_packed(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, const float* packed_b, int64_t kb, int64_t nb,
@@ -424,6 +594,12 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOper
       }
     }
   }
+}
+
+bool bf16_gemm_available() { return false; }
+void packed_gemm_bf16(int64_t, int64_t, int64_t, GemmOperand<float>, GemmOperand<float>, float*, int64_t, bool, float,
+                      const float*) {
+  kernel_error("gemm_bf16", "internal error: no bfloat16 GEMM kernel in this kernel set");
 }
 
 size_t packed_b_floats(int64_t, int64_t) { return 0; }

@@ -45,6 +45,12 @@ void pack_gemm_b(int64_t k, int64_t n, GemmOperand<float> b, float* dst);
 void gemm_packed(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, const float* packed_b, int64_t kb, int64_t nb,
                  float* c, int64_t ldc, bool accumulate, float alpha);
 
+/// True when this set runs packed_gemm_bf16 on this CPU (the avx512 set on a CPU with AVX512-BF16).
+bool bf16_gemm_available();
+/// As packed_gemm with both operands rounded to bfloat16 (nearest even) and vdpbf16ps products (detail::gemm_bf16).
+void packed_gemm_bf16(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c,
+                      int64_t ldc, bool accumulate, float alpha, const float* bias);
+
 // ---- norm.cpp: row reductions, softmax, layer_norm
 
 /// The maximum of x[0..n) (-inf when n == 0; NaN entries ignored).
