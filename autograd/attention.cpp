@@ -1,5 +1,6 @@
 #include "autograd/attention.h"
 
+#include "autograd/autocast.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/cpu/kernels.h"
 #include "autograd/elementwise.h"
 #include "autograd/reduce.h"
@@ -239,6 +241,10 @@ AttentionResult run_attention(const Plan& plan_in, const std::vector<Tensor>& in
   Plan plan = plan_in;
   std::vector<Tensor> inputs = inputs_in;
   const size_t n_main = inputs.size();
+  // Under autocast (float32 only) q, k and v enter as bfloat16 values: the products Q K^T are then those of bf16
+  // operands accumulated in float32. The scores, the softmax and P V stay float32 (docs/CPU.md).
+  if (autocast_precision() == Precision::bfloat16 && inputs[0].dtype() == kFloat32)
+    for (size_t i = 0; i < n_main; ++i) inputs[i] = round_to_bf16(inputs[i]);
   if (fx) {
     plan.flex = &fx->args;
     for (const Tensor& t : opts.score_mod.captures) inputs.push_back(t);

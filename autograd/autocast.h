@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "autograd/tensor.h"
+
 namespace attograd {
 
 /// The precision of the matmul-class ops: float32 (the default) or bfloat16 operands with float32 accumulation.
@@ -20,6 +22,11 @@ std::string precision_name(Precision p);
 
 /// The precision this thread's float32 linear, matmul and attention run in now.
 Precision autocast_precision();
+
+/// x.to(torch.bfloat16).to(torch.float32): a float32 tensor's values rounded to the nearest bfloat16 (ties to even;
+/// denormals become zero, as vcvtne2ps2bf16 does). Its gradient passes through unchanged, as a cast's does. float64
+/// is returned as is.
+Tensor round_to_bf16(const Tensor& x);
 
 /// RAII switch (torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)): sets this thread's precision to
 /// bfloat16 (or float32 when !enabled) for its lifetime, then restores the previous one. Nests.
