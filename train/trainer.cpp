@@ -71,6 +71,7 @@ void for_each_field(C& c, F&& f) {
   f("eval_every", c.eval_every);
   f("eval_size", c.eval_size);
   f("threads", c.threads);
+  f("precision", c.precision);
   f("grad_accum", c.grad_accum);
   f("attention", c.attention);
   f("kv_heads", c.kv_heads);
@@ -95,7 +96,7 @@ void for_each_field(C& c, F&& f) {
 }
 
 // The fields written only when they differ from the default (so that older configurations read and hash as before).
-constexpr const char* kOptionalFields[] = {"grad_accum", "attention", "kv_heads", "kv_rank", "q_rank", "window",
+constexpr const char* kOptionalFields[] = {"precision", "grad_accum", "attention", "kv_heads", "kv_rank", "q_rank", "window",
                                            "block", "attention_options", "rope", "checkpoint_activations",
                                            "entropy_reg", "log_entropy",
                                            // the optimizer's recipe
@@ -360,6 +361,8 @@ void TrainConfig::validate() const {
   ATTO_CHECK(schedule != "cosine" || warmup <= steps, kConfig, "warmup (", warmup,
              ") must not exceed steps (", steps, ") for the cosine schedule");
   validate_optimizer_recipe(*this);
+  ATTO_CHECK(one_of(precision, {"fp32", "bf16"}), kConfig, "precision (--precision) must be fp32 or bf16, got \"",
+             excerpt(precision), "\"");
   ATTO_CHECK(std::isfinite(clip) && clip >= 0, kConfig, "clip must be >= 0 (0 disables), got ", clip);
   ATTO_CHECK(label_smoothing >= 0 && label_smoothing < 1, kConfig, "label_smoothing must be in [0, 1), got ",
              label_smoothing);
@@ -527,6 +530,7 @@ Trainer::Trainer(const TrainConfig& config) : Trainer(validated(config), task_da
 Trainer::Trainer(const TrainConfig& config, std::shared_ptr<data::Dataset> dataset,
                  std::shared_ptr<nn::SequenceModel> model)
     : config_(validated(config)),
+      precision_(parse_precision(config_.precision)),
       init_gen_(derive_seed(config_.seed, Stream::Init)),
       dropout_gen_(derive_seed(config_.seed, Stream::Dropout)),
       data_(std::move(dataset)),
@@ -601,6 +605,7 @@ Trainer::~Trainer() = default;
 
 StepMetrics Trainer::step() {
   if (config_.grad_accum > 1 || comm_->size() > 1) return accumulated_step();
+  const Autocast autocast(precision_);
   const auto start = std::chrono::steady_clock::now();
   model().train();
   optimizer_->zero_grad();
@@ -732,6 +737,7 @@ std::vector<data::Example> Trainer::heldout_examples(int64_t n) const {
 }
 
 EvalResult Trainer::evaluate(int64_t n, const DecodeOptions& decode) {
+  const Autocast autocast(precision_);
   check_heldout_fits(*data_, n > 0 ? n : config_.eval_size, "evaluate");  // drawn at once
   // Decoding needs no entropies: stop tracking them while evaluating.
   if (config_.tracks_entropy()) model_->track_attention_entropy(false);
@@ -758,6 +764,7 @@ double Trainer::estimate_train_loss(int64_t n) {
     train_subset_ = std::move(subset);
   }
   if (config_.tracks_entropy()) model_->track_attention_entropy(false);
+  const Autocast autocast(precision_);
   const double loss = teacher_forced_loss(*model_, train_subset_, eval_batch());
   if (config_.tracks_entropy()) model_->track_attention_entropy(true);
   return loss;
@@ -776,6 +783,7 @@ std::vector<int64_t> Trainer::predict(const std::vector<int64_t>& src, const Dec
   const int64_t vocab = model_->vocab_size();
   for (int64_t t : src) ATTO_CHECK(t >= 0 && t < vocab, me, "token ", t, " outside [0, ", vocab, ")");
   const int64_t budget = std::min(model_->spec().max_target_len + 1, model_->max_decode_len());
+  const Autocast autocast(precision_);
   return strip_eos(greedy_decode(*model_, {src}, budget, decode)[0], model_->special_tokens().eos);
 }
 
@@ -1222,6 +1230,7 @@ void Trainer::check_replicas() {
 }
 
 StepMetrics Trainer::accumulated_step() {
+  const Autocast autocast(precision_);
   const auto start = std::chrono::steady_clock::now();
   model().train();
   optimizer_->zero_grad();

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/random.h"
 #include "autograd/tensor.h"
 #include "nn/sequence_model.h"
@@ -100,6 +101,8 @@ struct TrainConfig {
   int64_t eval_every = 250;         ///< evaluate every this many steps in train(); 0: only at the end
   int64_t eval_size = 1000;         ///< held-out examples per evaluation
   int64_t threads = 1;              ///< threads of the engine's pool (set_num_threads); results depend on it
+  std::string precision = "fp32";   ///< "fp32" or "bf16": the forward's matmuls, linears and attention under
+                                    ///< Autocast (autograd/autocast.h; docs/CPU.md); in JSON only when not fp32
   int64_t grad_accum = 1;           ///< micro-batches per step and rank (batch stays the global batch; see
                                     ///< Trainer::set_communicator); in JSON only when not 1
   // The attention variant (nn::AttentionSpec, docs/ATTENTION.md); each in JSON only when not its default, so that
@@ -244,6 +247,11 @@ class Trainer {
   /// Examples per forward of an evaluation: a training micro-batch (config().batch / grad_accum, at least 1), at
   /// most 250, so that evaluating never holds more activations than a training step.
   int64_t eval_batch() const;
+  /// The precision of the following steps, evaluations and predictions (Autocast around each; default: config's
+  /// precision). Evaluating saved weights in another precision than they were trained in sets it.
+  void set_precision(Precision p) { precision_ = p; }
+  /// The precision set_precision() gave (config().precision until then).
+  Precision precision() const { return precision_; }
   /// The decoded target for one source (tokens without specials), without the trailing EOS.
   std::vector<int64_t> predict(const std::vector<int64_t>& src, const DecodeOptions& decode = {});
 
@@ -344,6 +352,7 @@ class Trainer {
   std::vector<float> flat_grad_;  // the accumulated gradients of accumulated_step(), every parameter in turn
 
   TrainConfig config_;
+  Precision precision_ = Precision::float32;
   Generator init_gen_;
   Generator dropout_gen_;
   std::shared_ptr<data::Dataset> data_;

@@ -61,6 +61,10 @@ Command add_prepare(CLI::App& app);
 /// checkpoint), else only the saved vocabulary. Error if the file has no training config.
 std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed = std::nullopt,
                                            bool read_data = false);
+/// Adds --precision (fp32 or bf16; default: the training run's) to a command that runs a saved model.
+void add_precision_option(CLI::App* sub, std::string& precision);
+/// Sets t's precision to `precision` ("" keeps the training run's) and returns it, for the command's Autocast.
+Precision use_precision(train::Trainer& t, const std::string& precision);
 /// Before building anything: the configuration is valid and its model (estimate_memory's lower bound of the
 /// parameters) fits in the values the file holds; Error naming the file otherwise. `data` is the run's data settings
 /// (RunMetadata::data): a data run's bound is taken with its own token space (and one position), not the config's

@@ -42,6 +42,7 @@ struct BenchArgs {
   int64_t prompt = 16, tokens = 256;
   int rounds = 3;
   bool no_uncached = false;
+  std::string precision = "fp32";
   nn::AttentionSpec attention;  // --attention, --kv-heads, ... (the same flags as `attograd train`)
 };
 
@@ -87,15 +88,16 @@ int run_generate_command(const BenchArgs& a) {
   c.uncached = !a.no_uncached;
   c.threads = a.threads;
   c.seed = a.seed;
+  c.precision = parse_precision(a.precision);
   c.attention = a.attention;
   bench::validate(c);
   std::printf(
       "attograd bench --generate: V=%lld D=%lld H=%lld F=%lld N=%lld, B=%lld, prompt %lld + %lld tokens, "
-      "%d thread%s, %d rounds%s\n",
+      "%d thread%s, %d rounds%s%s\n",
       static_cast<long long>(c.V), static_cast<long long>(c.D), static_cast<long long>(c.H),
       static_cast<long long>(c.F), static_cast<long long>(c.N), static_cast<long long>(c.B),
       static_cast<long long>(c.prompt), static_cast<long long>(c.tokens), c.threads, c.threads == 1 ? "" : "s",
-      c.rounds, attention_words(c.attention).c_str());
+      c.rounds, attention_words(c.attention).c_str(), c.precision == Precision::bfloat16 ? ", bf16" : "");
   std::fflush(stdout);
   const bench::GenerateResult r = bench::run_generate_bench(c);
   std::printf("  parameters  %s\n", group_digits(r.params).c_str());
@@ -130,17 +132,18 @@ int run_bench_command(const BenchArgs& a) {
   c.warmup = a.warmup;
   c.threads = a.threads;
   c.seed = a.seed;
+  c.precision = parse_precision(a.precision);
   c.attention = a.attention;
   bench::validate(c);
   bench::check_bench_fits_in_memory(c);
 
   std::printf(
       "attograd bench: %s (V=%lld D=%lld H=%lld F=%lld N=%lld L=%lld B=%lld%s), %d thread%s, %d steps after %d "
-      "warm-up\n",
+      "warm-up%s\n",
       c.name.c_str(), static_cast<long long>(c.V), static_cast<long long>(c.D), static_cast<long long>(c.H),
       static_cast<long long>(c.F), static_cast<long long>(c.N), static_cast<long long>(c.L),
       static_cast<long long>(c.B), attention_words(c.attention).c_str(), c.threads, c.threads == 1 ? "" : "s", c.steps,
-      c.warmup);
+      c.warmup, c.precision == Precision::bfloat16 ? ", bf16" : "");
   std::fflush(stdout);
   const bench::BenchResult r = bench::run_bench(c);
   std::printf("  parameters  %s\n", group_digits(r.params).c_str());
@@ -182,6 +185,10 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
   sub->add_option("--threads", args->threads, "Engine threads")->capture_default_str();
   sub->add_option("--seed", args->seed, "Seed of the weights, dropout masks and data")->capture_default_str();
+  sub->add_option("--precision", args->precision,
+                  "fp32, or bf16: time mixed precision (bfloat16 matmul operands, float32 accumulation; docs/CPU.md)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   sub->add_flag("--generate", args->generate,
                 "Instead: time greedy generation from the key/value cache and recomputing every step (defaults "
                 "V=256 D=256 H=4 F=1024 N=4 B=1)");

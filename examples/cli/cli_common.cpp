@@ -229,6 +229,18 @@ void check_config_against_tensors(const train::TrainConfig& cfg, const io::FileI
              " values (", info.tensors.size(), " tensors): the metadata does not match the tensors");
 }
 
+void add_precision_option(CLI::App* sub, std::string& precision) {
+  sub->add_option("--precision", precision,
+                  "fp32, or bf16: matmuls, linears and attention with bfloat16 operands and float32 accumulation "
+                  "(docs/CPU.md; default: the training run's)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+}
+
+Precision use_precision(train::Trainer& t, const std::string& precision) {
+  if (!precision.empty()) t.set_precision(parse_precision(precision));
+  return t.precision();
+}
+
 std::unique_ptr<train::Trainer> load_model(const std::string& path, std::optional<uint64_t> seed, bool read_data) {
   const io::FileInfo info = io::inspect(path);
   ATTO_CHECK(!info.has_checksum || info.checksum_ok, "load", "'", path, "' is corrupt: checksum mismatch (stored ",

@@ -32,6 +32,7 @@ struct EvalArgs {
   bool json = false;
   bool no_kv_cache = false;
   int64_t threads = 0;  // 0: the training run's
+  std::string precision;  // "": the training run's
 };
 
 int run_eval(const EvalArgs& a) {
@@ -40,6 +41,7 @@ int run_eval(const EvalArgs& a) {
   if (a.seed_opt->count() > 0) seed = a.seed;
   std::unique_ptr<train::Trainer> t = load_model(a.weights, seed, a.pairs.empty());
   if (a.threads > 0) set_num_threads(static_cast<int>(a.threads));  // after the Trainer set the run's count
+  const Autocast autocast(use_precision(*t, a.precision));
   const train::TrainConfig& cfg = t->config();
   const int64_t n = a.eval_size > 0 ? a.eval_size : cfg.eval_size;
   const bool stream = t->model().spec().stream;
@@ -127,10 +129,12 @@ struct GenerateArgs {
   bool no_kv_cache = false;
   int64_t tokens = 100;
   CLI::Option* tokens_opt = nullptr;
+  std::string precision;  // "": the training run's
 };
 
 int run_generate(const GenerateArgs& a) {
   std::unique_ptr<train::Trainer> t = load_model(a.weights);
+  const Autocast autocast(use_precision(*t, a.precision));
   const data::Dataset& data = t->dataset();
   const bool stream = t->model().spec().stream;
   ATTO_CHECK(stream || a.tokens_opt->count() == 0, "generate", "--tokens is for a text model (another model stops "
@@ -309,6 +313,7 @@ Command add_eval(CLI::App& app) {
   sub->add_flag("--json", a->json, "print the result as one JSON object");
   sub->add_option("--threads", a->threads, "threads for the engine's kernels (default: the training run's)")
       ->check(integer_in(1, train::kMaxThreads));
+  add_precision_option(sub, a->precision);
   sub->add_flag("--no-kv-cache", a->no_kv_cache,
                 "decode by recomputing the whole sequence every step instead of from the key/value cache (the same "
                 "tokens, slower; for comparison)");
@@ -337,6 +342,7 @@ Command add_generate(CLI::App& app) {
   a->tokens_opt = sub->add_option("-n,--tokens", a->tokens, "a text model: characters to continue the input by")
                       ->check(integer_in(1, 1'000'000))
                       ->capture_default_str();
+  add_precision_option(sub, a->precision);
   sub->add_flag("--no-kv-cache", a->no_kv_cache,
                 "decode by recomputing the whole sequence every step instead of from the key/value cache (the same "
                 "tokens, slower; for comparison)");

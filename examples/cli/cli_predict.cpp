@@ -20,10 +20,12 @@ struct PredictArgs {
   std::string weights, prompt;
   int64_t top = 10;
   bool json = false;
+  std::string precision;  // "": the training run's
 };
 
 int run_predict(const PredictArgs& a) {
   std::unique_ptr<train::Trainer> t = load_model(a.weights);
+  const Autocast autocast(use_precision(*t, a.precision));
   const data::Dataset& data = t->dataset();
   nn::SequenceModel& model = t->model();
   const std::vector<int64_t> src = data.parse_source(a.prompt);
@@ -99,6 +101,7 @@ Command add_predict(CLI::App& app) {
   sub->add_option("-k,--top", a->top, "how many of the most likely tokens to list")
       ->check(integer_in(1, 1'000'000))
       ->capture_default_str();
+  add_precision_option(sub, a->precision);
   sub->add_flag("--json", a->json, "print one JSON object: the top K (token, text, prob, logit) and every logit");
   sub->footer(
       "One forward pass (eval mode): the probabilities of the token that follows the prompt (a text model: its\n"

@@ -21,10 +21,12 @@ struct SampleArgs {
   int64_t top_k = 0;
   uint64_t seed = 1;
   bool no_kv_cache = false;
+  std::string precision;  // "": the training run's
 };
 
 int run_sample(const SampleArgs& a) {
   std::unique_ptr<train::Trainer> t = load_model(a.weights);
+  const Autocast autocast(use_precision(*t, a.precision));
   const data::Dataset& data = t->dataset();
   nn::SequenceModel& model = t->model();
   std::vector<int64_t> prompt;
@@ -119,6 +121,7 @@ Command add_sample(CLI::App& app) {
   sub->add_option("--seed", a->seed, "seed of the draws (the same seed gives the same text)")
       ->check(unsigned64())
       ->capture_default_str();
+  add_precision_option(sub, a->precision);
   sub->add_flag("--no-kv-cache", a->no_kv_cache,
                 "recompute every step instead of using the key/value cache (the same text, slower)");
   sub->add_option("--attention", a->attention,

@@ -665,6 +665,11 @@ Command add_train(CLI::App& app) {
   field(sub, a, "--threads", &TrainConfig::threads,
         "threads for the engine's kernels, at most 1024 (a run is bit-reproducible for a given count)")
       ->check(integer_in(1, train::kMaxThreads));
+  field(sub, a, "--precision", &TrainConfig::precision,
+        "fp32, or bf16: mixed precision (torch.autocast's bfloat16): matmuls, linears and attention take bfloat16 "
+        "operands with float32 accumulation; weights, optimizer state, norms, softmax and loss stay float32 "
+        "(docs/CPU.md)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   field(sub, a, "--eval-every", &TrainConfig::eval_every, "evaluate every N steps (0: only at the end)")
       ->check(integer_in(0, train::kMaxSteps));
   field(sub, a, "--eval-size", &TrainConfig::eval_size, "held-out sequences per evaluation")

@@ -226,6 +226,7 @@ BenchResult run_bench(const BenchConfig& config) {
 
   const CrossEntropyOptions ce{.ignore_index = data::kIgnore};
   auto step = [&](const Batch& b) {
+    const Autocast autocast(config.precision);
     adam.zero_grad(/*set_to_none=*/true);
     // The logits are not kept past the loss (it keeps what its backward needs); bench/torch_reference.py does the same.
     Tensor loss = cross_entropy(reshape(model->forward(b.input), {config.B * config.L, config.V}),  // (B*L, V)
@@ -270,6 +271,7 @@ std::string to_json(const BenchResult& r) {
   s += str_cat(", \"V\": ", c.V, ", \"D\": ", c.D, ", \"H\": ", c.H, ", \"F\": ", c.F, ", \"N\": ", c.N, ", \"L\": ", c.L,
            ", \"B\": ", c.B, ", \"steps\": ", c.steps, ", \"warmup\": ", c.warmup, ", \"threads\": ", c.threads,
            ", \"seed\": ", c.seed, ", \"params\": ", r.params);
+  if (c.precision != Precision::float32) s += ", \"precision\": " + json_str(precision_name(c.precision));
   s += ", \"median_step_ms\": " + json_num(r.median_step_ms, "%.4f");
   s += ", \"min_step_ms\": " + json_num(r.min_step_ms, "%.4f");
   s += ", \"tokens_per_s\": " + json_num(r.tokens_per_s, "%.1f");
@@ -361,6 +363,7 @@ GenerateResult run_generate_bench(const GenerateConfig& config) {
   };
   double cpu = 0;  // CPU ms of the last timed() call
   auto timed = [&](bool use_cache, nn::TokenRows* out) {
+    const Autocast autocast(config.precision);
     const double c0 = cpu_ms();
     const auto t0 = Clock::now();
     *out = generate(model, prompts, config.tokens, use_cache);
@@ -404,6 +407,7 @@ std::string to_json(const GenerateResult& r) {
                           ", \"H\": ", c.H, ", \"F\": ", c.F, ", \"N\": ", c.N, ", \"prompt\": ", c.prompt,
                           ", \"tokens\": ", c.tokens, ", \"B\": ", c.B, ", \"rounds\": ", c.rounds,
                           ", \"threads\": ", c.threads, ", \"seed\": ", c.seed, ", \"params\": ", r.params);
+  if (c.precision != Precision::float32) s += ", \"precision\": \"" + precision_name(c.precision) + "\"";
   auto num = [](double v) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.4f", v);

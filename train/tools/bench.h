@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "nn/sequence_model.h"
 
 namespace attograd::bench {
@@ -29,6 +30,7 @@ struct BenchConfig {
   int warmup = 3;               ///< untimed steps before them
   int threads = 1;              ///< threads of the engine's pool (set_num_threads), when the engine has one
   uint64_t seed = 0;            ///< seeds the weights, the dropout masks and the data
+  Precision precision = Precision::float32;  ///< the steps run under Autocast(precision) (bf16: mixed precision)
   std::string name = "custom";  ///< preset name, or "custom" for explicit sizes
   nn::AttentionSpec attention = {};  ///< the attention variant of the model (default: textbook mha)
 };
@@ -125,6 +127,7 @@ struct GenerateConfig {
   bool uncached = true;  ///< also time the recomputing path
   int threads = 1;       ///< threads of the engine's pool
   uint64_t seed = 0;     ///< seeds the weights and the prompts
+  Precision precision = Precision::float32;  ///< generation runs under Autocast(precision) (bf16: bf16 weights)
   nn::AttentionSpec attention = {};  ///< the attention variant (caches exist only where the model has them; the
                                      ///< others decode by recomputing on both paths)
 };
