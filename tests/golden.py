@@ -9,8 +9,10 @@ import torch
 _DT = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64", torch.bool: "bool"}
 
 
-def write_golden(path, tensors):
-    """tensors: dict name -> torch.Tensor (insertion order is kept)."""
+def write_golden(path, tensors, formats=None):
+    """tensors: dict name -> torch.Tensor (insertion order is kept). formats: optional dict name -> printf format
+    for a float tensor whose values are known to round-trip in fewer digits (the caller checks it), to keep a file
+    small; every other tensor is written as above."""
     with open(path, "w") as f:
         f.write("attograd-golden 1\n")
         for name, t in tensors.items():
@@ -18,7 +20,9 @@ def write_golden(path, tensors):
             dt = _DT[t.dtype]
             f.write("tensor %s %s %d %s\n" % (name, dt, t.dim(), " ".join(str(s) for s in t.shape)))
             flat = t.reshape(-1).tolist()
-            if dt == "float64":
+            if formats and name in formats:
+                f.write(" ".join(formats[name] % v for v in flat))
+            elif dt == "float64":
                 f.write(" ".join("%.17g" % v for v in flat))
             elif dt == "float32":
                 f.write(" ".join("%.9g" % v for v in flat))

@@ -205,9 +205,9 @@ def attograd_order(name):
     return (i, block, inner)
 
 
-def case(name, cfg, seed):
-    torch.manual_seed(seed)
-    m = GPT(cfg).double()
+def draw_params(m):
+    """Every parameter of m drawn away from its init: biases U(-0.5, 0.5), norm weights U(0.7, 1.3), embeddings
+    N(0, 0.5), the other weights N(0, 1/fan_in)."""
     with torch.no_grad():
         for n, p in m.named_parameters():
             if n.endswith("bias"):
@@ -218,6 +218,12 @@ def case(name, cfg, seed):
                 p.normal_(0.0, 0.5)
             else:
                 p.normal_(0.0, 1.0 / math.sqrt(p.shape[1]))
+
+
+def case(name, cfg, seed):
+    torch.manual_seed(seed)
+    m = GPT(cfg).double()
+    draw_params(m)
     B, L, V = 2, 5, cfg["V"]
     seq = torch.randint(0, V, (B, L + 1))
     tokens, targets = seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
