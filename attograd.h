@@ -6,6 +6,7 @@
 
 #include "autograd/activation.h"
 #include "autograd/attention.h"
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/autograd.h"
 #include "autograd/cpu.h"

@@ -270,8 +270,30 @@ void rotate_cached_rows_(Tensor& x, int64_t col, int64_t heads, RotaryEmbedding&
 /// (..., N). A few rows (at most 16: one token per row of a small batch) take a matrix-vector product that reads
 /// the weight in place once, instead of the GEMM's packing of the whole weight for one row; more rows call
 /// linear(). The same values within rounding (not bitwise: another summation order); a row's result does not
-/// depend on how many rows come with it.
+/// depend on how many rows come with it. Under Autocast (bfloat16) x and the weight take bf16 values, as linear's
+/// operands do; with a DecodeWeightCache alive, the product reads the cache's bf16 copy of the weight (half the
+/// bytes of float32 per token), else it is linear()'s bf16 GEMM.
 Tensor decode_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+/// While alive on a thread, decode_linear under Autocast (bfloat16) converts each float32 weight it reads to
+/// bfloat16 once and reads that copy afterwards: generation (train::sample, greedy_decode, bench --generate) holds
+/// one for the whole decode. The weights must not change while it is alive (they are keyed by their data); nests
+/// (the outermost cache serves).
+class DecodeWeightCache {
+ public:
+  DecodeWeightCache();
+  ~DecodeWeightCache();
+  DecodeWeightCache(const DecodeWeightCache&) = delete;
+  DecodeWeightCache& operator=(const DecodeWeightCache&) = delete;
+  /// The bf16 copies held (for tests).
+  size_t size() const;
+  /// The copies (internal: nn/attention.cpp).
+  struct Impl;
+
+ private:
+  Impl* impl_;
+  bool owner_;
+};
 
 /// ff.forward(x) for decoding in eval mode (no gradients; dropout is off): decode_linear for both layers.
 Tensor decode_feed_forward(const PositionwiseFeedForward& ff, const Tensor& x);

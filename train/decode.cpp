@@ -9,6 +9,7 @@
 
 #include "autograd/loss.h"
 #include "autograd/shape.h"
+#include "nn/attention.h"
 
 namespace attograd::train {
 
@@ -164,6 +165,7 @@ TokenRows greedy_decode(nn::SequenceModel& model, const TokenRows& sources, int6
   }
   NoGradGuard no_grad;
   EvalModeGuard eval_mode(model);
+  const nn::DecodeWeightCache bf16_weights;  // under Autocast: each weight read as bf16, converted once
   TokenRows out(sources.size());
   if (sources.empty()) return out;
   nn::DecodeState st = model.begin_decode(sources);
@@ -406,6 +408,7 @@ TokenRows sample(nn::SequenceModel& model, const TokenRows& prompts, int64_t max
   (void)sampling_distribution(from_vector(std::vector<double>{0.0}, {1}), options);  // checks the options up front
   NoGradGuard no_grad;
   EvalModeGuard eval_mode(model);
+  const nn::DecodeWeightCache bf16_weights;  // under Autocast: each weight read as bf16, converted once
   if (prompts.empty()) return {};
   nn::DecodeState st = model.begin_decode(prompts);
   st.use_cache = decode.use_cache;

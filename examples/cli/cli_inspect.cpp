@@ -105,6 +105,7 @@ std::vector<std::pair<std::string, std::string>> run_summary(const std::string& 
   if (c.weight_decay != 0) recipe += strf(", weight decay %g", c.weight_decay);
   if (c.dropout != 0) recipe += strf(", dropout %g", c.dropout);
   recipe += strf(", batch %lld", static_cast<long long>(c.batch));
+  if (c.precision != "fp32") recipe += ", " + c.precision + " mixed precision";
   if (const std::string optim = describe_optimizer_recipe(c); !optim.empty()) recipe += ", " + optim;
   rows.emplace_back("recipe", recipe);
   if (const std::string arch = describe_architecture(c); !arch.empty()) rows.emplace_back("architecture", arch);

@@ -314,9 +314,10 @@ int run(TrainArgs& a, const std::shared_ptr<dist::Communicator>& comm) {
               cfg.model.c_str(), static_cast<long long>(cfg.layers), static_cast<long long>(cfg.d_model),
               static_cast<long long>(cfg.heads), static_cast<long long>(cfg.d_ff), cfg.dropout,
               thousands(params).c_str());
-  std::printf("  %lld steps of %lld sequences, %s lr %g (%s, warm-up %lld), seed %llu%s -> %s/\n",
+  std::printf("  %lld steps of %lld sequences, %s lr %g (%s, warm-up %lld), seed %llu%s%s -> %s/\n",
               static_cast<long long>(cfg.steps), static_cast<long long>(cfg.batch), cfg.optimizer.c_str(), cfg.lr,
               cfg.schedule.c_str(), static_cast<long long>(cfg.warmup), static_cast<unsigned long long>(cfg.seed),
+              cfg.precision == "fp32" ? "" : (", " + cfg.precision + " mixed precision").c_str(),
               first_step > 0 ? strf(", resumed at step %lld", static_cast<long long>(first_step)).c_str() : "",
               out.string().c_str());
   if (const std::string recipe = describe_optimizer_recipe(cfg); !recipe.empty())

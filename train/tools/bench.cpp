@@ -309,6 +309,7 @@ namespace {
 // Continues every prompt by exactly `tokens` greedy tokens; returns the generated rows.
 nn::TokenRows generate(nn::CausalLM& model, const nn::TokenRows& prompts, int64_t tokens, bool use_cache) {
   NoGradGuard no_grad;
+  const nn::DecodeWeightCache bf16_weights;  // under Autocast: each weight read as bf16, converted once
   nn::DecodeState st = model.begin_decode(prompts);
   st.use_cache = use_cache;
   for (int64_t t = 0; t < tokens; ++t) {
