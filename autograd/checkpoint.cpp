@@ -95,12 +95,14 @@ Tensor checkpoint(const CheckpointFn& function, const std::vector<Tensor>& input
     std::vector<Generator*> gens;
     std::vector<GeneratorState> states;
     Shape out_shape;
+    Precision precision;  // autocast's at the forward: the recomputation runs in it (as torch.utils.checkpoint does)
   };
   auto saved = std::make_shared<Saved>();
   saved->function = function;
   saved->gens = gens;
   saved->states = std::move(states);
   saved->out_shape = out.shape();
+  saved->precision = autocast_precision();
   for (const Tensor& t : inputs) {
     saved->inputs.push_back(t.detach());
     saved->needs_grad.push_back(t.requires_grad());
@@ -118,6 +120,7 @@ Tensor checkpoint(const CheckpointFn& function, const std::vector<Tensor>& input
     {
       ReplayGenerators replay(s.gens, s.states);
       EnableGradGuard grad_on;
+      const Autocast autocast(s.precision);
       recomputed = s.function(detached);
       ATTO_CHECK(recomputed.defined() && recomputed.shape() == s.out_shape, "checkpoint", "the recomputation returned ",
                  recomputed.defined() ? shape_str(recomputed.shape()) : "nothing", " where the forward returned ",
