@@ -19,6 +19,12 @@ it for this process (an AVX2 core type halves OpenBLAS's sgemm speed on this mac
     /usr/bin/python3 bench/torch_reference.py --probe-sgemm 1024     # single-thread sgemm GFLOP/s (the ceiling)
     /usr/bin/python3 bench/torch_reference.py --generate --threads 1  # issue 15: cached generation, as
                                                                       # `attograd bench --generate`
+    /usr/bin/python3 bench/torch_reference.py --preset large --precision bf16  # bfloat16 mixed precision
+
+--precision bf16 runs the training step's forward and loss under torch.autocast("cpu", dtype=torch.bfloat16) (the
+backward outside it, as PyTorch recommends), and with --generate every forward (the prefill and each token's step);
+the parameters, the optimizer and the gradients stay float32. The JSON line then has "precision": "bf16" (as
+attograd's bench JSON; absent under fp32).
 """
 
 import argparse
@@ -56,8 +62,12 @@ def parse_args(argv):
     p.add_argument("--omp-wait-policy", choices=["passive", "active", "inherit"], default="passive",
                    help="OMP_WAIT_POLICY for libgomp (inherit: leave the environment's); passive stops idle OpenMP "
                         "workers spinning, which otherwise makes 2 threads many times slower on a busy 2-core machine")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: the forward and loss under torch.autocast(\"cpu\", dtype=torch.bfloat16), as "
+                        "`attograd bench --precision bf16` (backward outside it; parameters stay float32)")
     p.add_argument("--probe-sgemm", type=int, default=0, metavar="N",
-                   help="instead: time an N x N x N fp32 torch.mm on --threads threads and print its GFLOP/s")
+                   help="instead: time an N x N x N fp32 torch.mm on --threads threads and print its GFLOP/s "
+                        "(with --precision bf16: a bfloat16 torch.mm)")
     p.add_argument("--generate", action="store_true",
                    help="instead: greedy generation with keys and values cached by hand, as `attograd bench "
                         "--generate` (defaults V=256 D=256 H=4 F=1024 N=4 B=1; the presets do not apply)")
@@ -68,6 +78,14 @@ def parse_args(argv):
     if a.preset not in PRESETS:
         p.error(f"unknown preset '{a.preset}' (valid: {', '.join(PRESETS)})")
     return a
+
+
+def autocast_context(torch, precision):
+    """torch.autocast("cpu", dtype=torch.bfloat16) under --precision bf16, else a context that does nothing."""
+    import contextlib
+    if precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def model_flops_per_step(V, D, H, F, N, L, B):
@@ -171,7 +189,8 @@ def main(argv):
 
     if a.probe_sgemm:
         n = a.probe_sgemm
-        x, y, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+        dtype = torch.bfloat16 if a.precision == "bf16" else torch.float32  # bf16: oneDNN's matmul, when built in
+        x, y, out = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype), torch.empty(n, n, dtype=dtype)
         for _ in range(3):
             torch.mm(x, y, out=out)
         best = math.inf
@@ -181,7 +200,8 @@ def main(argv):
             best = min(best, time.perf_counter() - t0)
         print(json.dumps({"impl": "torch.mm", "n": n, "threads": a.threads, "best_ms": round(best * 1e3, 4),
                           "gflops": round(2 * n ** 3 / best / 1e9, 3),
-                          "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "blas": loaded_blas()}))
+                          "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "blas": loaded_blas()}
+                         | ({"precision": a.precision} if a.precision != "fp32" else {})))
         return 0
 
     if a.generate:
@@ -227,7 +247,8 @@ def main(argv):
     def step(inp, tgt):
         opt.zero_grad(set_to_none=True)
         # the logits (B, L, V) are not kept past the loss, as on attograd's side
-        loss = Fn.cross_entropy(model(inp).view(B * L, V), tgt, ignore_index=IGNORE)
+        with autocast_context(torch, a.precision):  # forward and loss only; the backward outside it
+            loss = Fn.cross_entropy(model(inp).view(B * L, V), tgt, ignore_index=IGNORE)
         loss.backward()
         opt.step()
         return loss.item()
@@ -258,8 +279,10 @@ def main(argv):
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "blas": loaded_blas(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "adam_foreach": a.foreach,
     }
+    if a.precision != "fp32":
+        result["precision"] = a.precision
     print(f"pytorch bench: {name} (V={V} D={D} H={H} F={F} N={N} L={L} B={B}), {a.threads} thread(s), "
-          f"{a.steps} steps after {a.warmup} warm-up")
+          f"{a.steps} steps after {a.warmup} warm-up" + (f", {a.precision}" if a.precision != "fp32" else ""))
     print(f"  parameters  {params:,}")
     print(f"  step        {med:.3f} ms median (min {min(step_ms):.3f} ms)")
     print(f"  throughput  {B * L / (med / 1e3):,.0f} tokens/s, {result['gflops']:.2f} model GFLOP/s")
@@ -340,7 +363,7 @@ def generate_main(a, torch, nn, Fn):
                         torch.full((B, 1), SEP, dtype=torch.int64)], dim=1)  # (B, P + 1)
 
     def generate():
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast_context(torch, a.precision):
             caches = [(torch.empty(B, H, L, dk), torch.empty(B, H, L, dk)) for _ in range(N)]
             logits = model.step(prompt, caches, 0)
             pos = P + 1
@@ -368,8 +391,10 @@ def generate_main(a, torch, nn, Fn):
               "cached_cpu_tokens_per_s": round(B * T / (cpu_med / 1e3), 4),
               "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
               "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "blas": loaded_blas()}
+    if a.precision != "fp32":
+        result["precision"] = a.precision
     print(f"pytorch bench --generate: V={V} D={D} H={H} F={F} N={N}, B={B}, prompt {P} + {T} tokens, "
-          f"{a.threads} thread(s), {a.rounds} rounds")
+          f"{a.threads} thread(s), {a.rounds} rounds" + (f", {a.precision}" if a.precision != "fp32" else ""))
     print(f"  parameters  {params:,}")
     print(f"  cached      {B * T / (med / 1e3):,.0f} tokens/s ({B * T / (cpu_med / 1e3):,.0f} per CPU second)")
     print(json.dumps(result))
