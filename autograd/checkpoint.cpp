@@ -7,6 +7,8 @@
 #include <memory>
 #include <utility>
 
+#include "autograd/autocast.h"
+
 namespace attograd {
 
 namespace {
