@@ -3,6 +3,7 @@
 // where the CPU has it, and the portable one: rounded operands through the float32 kernel), bitwise equality
 // between thread counts and the bias epilogue.
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -177,4 +178,33 @@ TEST(GemmBf16, BiasEqualsFillingCAndAccumulating) {
           EXPECT_EQ(fused, reference) << "m " << c.m << " n " << c.n << " k " << c.k << " ta " << ta << " tb " << tb;
         }
   });
+}
+
+// The documented tolerance between the two paths: the same rounded operands, float32 sums in another order, so every
+// element within 1e-5 of the sum of the products' magnitudes (k up to 1,100; several bf16 panels).
+TEST(GemmBf16, TheTwoPathsAgreeToFloat32Accumulation) {
+  if (!gemm_bf16_native()) GTEST_SKIP() << "one path here (no AVX512-BF16 kernel)";
+  std::mt19937 rng(7);
+  for (const auto& s : {std::array<int64_t, 3>{37, 70, 300}, {100, 120, 1101}, {5, 16, 513}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        Case<float> c = make_case<float>(rng, s[0], s[1], s[2], ta, tb, false, 1.0f);
+        std::vector<float> native = c.c0, portable = c.c0;
+        gemm_bf16(c.m, c.n, c.k, {c.a.data(), c.lda, ta}, {c.b.data(), c.ldb, tb}, native.data(), c.ldc, false);
+        set_gemm_bf16_native(false);
+        gemm_bf16(c.m, c.n, c.k, {c.a.data(), c.lda, ta}, {c.b.data(), c.ldb, tb}, portable.data(), c.ldc, false);
+        set_gemm_bf16_native(true);
+        double worst = 0;
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t j = 0; j < c.n; ++j) {
+            double mag = 0;
+            for (int64_t p = 0; p < c.k; ++p)
+              mag += std::fabs(static_cast<double>(round_bf16(ta ? c.a[p * c.lda + i] : c.a[i * c.lda + p])) *
+                               round_bf16(tb ? c.b[j * c.ldb + p] : c.b[p * c.ldb + j]));
+            const size_t o = static_cast<size_t>(i * c.ldc + j);
+            worst = std::max(worst, std::fabs(static_cast<double>(native[o]) - portable[o]) / (mag + 1e-30));
+          }
+        EXPECT_LE(worst, 1e-5) << "m " << c.m << " n " << c.n << " k " << c.k << " ta " << ta << " tb " << tb;
+        EXPECT_GT(worst, 0.0) << "the paths sum in different orders: some element should differ";
+      }
 }
