@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <new>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -708,17 +711,22 @@ thread_local DecodeWeightCache::Impl* t_weight_cache = nullptr;
 }  // namespace
 
 struct DecodeWeightCache::Impl {
+  struct Free {
+    void operator()(uint16_t* p) const { std::free(p); }
+  };
   struct Entry {
-    int64_t numel = 0;
-    std::vector<uint16_t> bits;
+    int64_t numel = -1;
+    std::unique_ptr<uint16_t[], Free> bits;  // 64-byte aligned: the rows' loads split no cache line more than need be
   };
   std::unordered_map<const void*, Entry> weights;
   // The bf16 bits of `w` (float32, numel values at data), converted on first use.
   const uint16_t* get(const float* data, int64_t numel) {
     Entry& e = weights[data];
-    if (e.numel != numel || e.bits.empty()) {
+    if (e.numel != numel) {
+      const size_t bytes = (static_cast<size_t>(numel) * sizeof(uint16_t) + 63) / 64 * 64;
+      e.bits.reset(static_cast<uint16_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))));
+      if (!e.bits) throw std::bad_alloc();
       e.numel = numel;
-      e.bits.resize(static_cast<size_t>(numel));
       for (int64_t i = 0; i < numel; ++i) {
         const float r = attograd::detail::round_bf16(data[i]);
         uint32_t u;
@@ -726,7 +734,7 @@ struct DecodeWeightCache::Impl {
         e.bits[static_cast<size_t>(i)] = static_cast<uint16_t>(u >> 16);
       }
     }
-    return e.bits.data();
+    return e.bits.get();
   }
 };
 
