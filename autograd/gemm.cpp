@@ -189,6 +189,11 @@ void round_bf16(const float* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = round_bf16(src[i]);
 }
 
+void rows_bf16(const uint16_t* W, const float* X, int64_t M, const float* bias, float* Y, int64_t N, int64_t K) {
+  if (M <= 0 || N <= 0) return;
+  ATTO_CPU(rows_bf16)(W, X, M, bias, Y, N, K, gemm_bf16_native());
+}
+
 bool gemm_bf16_native() { return g_bf16_native_allowed.load(std::memory_order_relaxed) && ATTO_CPU(bf16_gemm_available)(); }
 
 void set_gemm_bf16_native(bool allowed) { g_bf16_native_allowed.store(allowed, std::memory_order_relaxed); }

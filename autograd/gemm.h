@@ -46,6 +46,12 @@ float round_bf16(float x);
 /// dst[i] = round_bf16(src[i]) for i < n (dst may be src).
 void round_bf16(const float* src, float* dst, int64_t n);
 
+/// Y (M, N) = X (M, K) W (N, K)^T (+ bias: N values, or null) for a few rows (cached decoding), W as bfloat16 bits
+/// (the top halves of float32 values), X holding bf16 values (round_bf16): memory-bound, the weights stream once
+/// (half the bytes of float32). The active set's kernel: vdpbf16ps when gemm_bf16_native(), else the weights
+/// widened to float32; the same values to float32 summation order. A row's result does not depend on M. Serial.
+void rows_bf16(const uint16_t* W, const float* X, int64_t M, const float* bias, float* Y, int64_t N, int64_t K);
+
 /// True when pack_gemm_b / gemm_packed are available (the avx512 kernel set); otherwise callers use gemm.
 bool gemm_prepack_available();
 /// Floats (64-byte aligned storage) that pack_gemm_b(k, n, ...) writes.

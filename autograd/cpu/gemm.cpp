@@ -490,6 +490,103 @@ void packed_gemm_bf16(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, Gem
     packed_gemm_bf16<2>(m, n, k, a, b, c, ldc, accumulate, alpha, bias);
 }
 
+namespace {
+
+// ---- A few rows against bfloat16 weight rows (decoding): memory-bound, so the weights stream once per call, R rows
+// at a time, every row of X passing while they are in L1; the groups kAhead ahead are prefetched (a bf16 row is a
+// short stream, 1 KB at K = 512, too short for the hardware prefetcher to reach full speed on its own).
+constexpr int kRowsR = 8;
+constexpr int64_t kRowsAhead = 4;
+
+// The float32 value of bf16 bits.
+inline float bf16_value(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// sum over k in [k0, K) of W[k] * x[k], in float (each product exact).
+inline float dot_tail(const uint16_t* w, const float* x, int64_t k0, int64_t K) {
+  float s = 0;
+  for (int64_t k = k0; k < K; ++k) s += bf16_value(w[k]) * x[k];
+  return s;
+}
+
+// vdpbf16ps: 32 products per instruction, x as bf16 bits (xb) beside its float values (x, for the tail).
+template <int R>
+[[gnu::target("avx512bf16")]] void rows_group_dp(const uint16_t* w, int64_t K, const uint16_t* xb, const float* x,
+                                                 const uint16_t* next, float* y) {
+  const int64_t Kv = K / 32 * 32;
+  __m512 a[R];
+  for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < Kv; k += 32) {
+    if (next)
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(next + r * K + k), _MM_HINT_T0);
+    const __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(xb + k));
+    for (int r = 0; r < R; ++r)
+      a[r] = _mm512_dpbf16_ps(a[r], reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + r * K + k)), xv);
+  }
+  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(a[r]) + dot_tail(w + r * K, x, Kv, K);
+}
+
+// Without AVX512-BF16: each 16 weights widened to float32 (a shift), then an FMA.
+template <int R>
+void rows_group_widen(const uint16_t* w, int64_t K, const float* x, const uint16_t* next, float* y) {
+  const int64_t Kv = K / 16 * 16;
+  __m512 a[R];
+  for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < Kv; k += 16) {
+    if (next && k % 32 == 0)
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(next + r * K + k), _MM_HINT_T0);
+    const __m512 xv = _mm512_loadu_ps(x + k);
+    for (int r = 0; r < R; ++r) {
+      const __m512i wi = _mm512_slli_epi32(
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * K + k))), 16);
+      a[r] = _mm512_fmadd_ps(_mm512_castsi512_ps(wi), xv, a[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(a[r]) + dot_tail(w + r * K, x, Kv, K);
+}
+
+// Rows [n0, n1) in groups of R (the last group smaller), every row of X against each group.
+template <int R>
+void rows_groups(const uint16_t* W, const float* X, const uint16_t* XB, int64_t M, const float* bias, float* Y,
+                 int64_t N, int64_t K, int64_t n0, int64_t n1, bool dp) {
+  for (int64_t n = n0; n + R <= n1; n += R) {
+    const uint16_t* w = W + n * K;
+    const uint16_t* next = n + (kRowsAhead + 1) * R <= N ? w + kRowsAhead * R * K : nullptr;
+    for (int64_t m = 0; m < M; ++m) {
+      float y[R];
+      if (dp)
+        rows_group_dp<R>(w, K, XB + m * K, X + m * K, m == 0 ? next : nullptr, y);
+      else
+        rows_group_widen<R>(w, K, X + m * K, m == 0 ? next : nullptr, y);
+      for (int r = 0; r < R; ++r) Y[m * N + n + r] = bias ? y[r] + bias[n + r] : y[r];
+    }
+  }
+}
+
+}  // namespace
+
+void rows_bf16(const uint16_t* W, const float* X, int64_t M, const float* bias, float* Y, int64_t N, int64_t K,
+               bool native) {
+  const bool dp = native && bf16_gemm_available();
+  thread_local Scratch xb_buf;
+  uint16_t* XB = nullptr;
+  if (dp) {  // X's bf16 bits (X holds bf16 values: the top half of each float)
+    XB = xb_buf.get<uint16_t>(static_cast<size_t>(std::max<int64_t>(M * K, 1)));
+    for (int64_t i = 0; i < M * K; ++i) {
+      uint32_t u;
+      std::memcpy(&u, X + i, sizeof u);
+      XB[i] = static_cast<uint16_t>(u >> 16);
+    }
+  }
+  const int64_t full = N / kRowsR * kRowsR;
+  rows_groups<kRowsR>(W, X, XB, M, bias, Y, N, K, 0, full, dp);
+  rows_groups<1>(W, X, XB, M, bias, Y, N, K, full, N, dp);
+}
+
 void gemm_packed(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, const float* packed_b, int64_t kb, int64_t nb,
                  float* c, int64_t ldc, bool accumulate, float alpha) {
   if (m <= 0 || n <= 0) return;
@@ -594,6 +691,62 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOper
       }
     }
   }
+}
+
+// Y (M, N) = X (M, K) W (N, K)^T (+ bias), W as bf16 bits: each 16 weights widened to float32 by a shift, four rows
+// at a time (the avx512 set's kernel, on GCC vector types).
+void rows_bf16(const uint16_t* W, const float* X, int64_t M, const float* bias, float* Y, int64_t N, int64_t K,
+               bool) {
+  typedef uint16_t Half16 __attribute__((vector_size(32)));
+  typedef uint32_t Word16 __attribute__((vector_size(64)));
+  typedef float Float16 __attribute__((vector_size(64)));
+  constexpr int64_t kLanes = 16, kRows = 4;
+  const int64_t Kv = K / kLanes * kLanes;
+  auto widen = [](Float16& v, const uint16_t* p) {
+    Half16 h;
+    std::memcpy(&h, p, sizeof h);
+    const Word16 w = __builtin_convertvector(h, Word16) << 16;
+    std::memcpy(&v, &w, sizeof v);
+  };
+  auto finish = [&](const Float16& acc, const float* x, int64_t n) {
+    float s = 0;
+    for (int64_t l = 0; l < kLanes; ++l) s += acc[l];
+    const uint16_t* w = W + n * K;
+    for (int64_t k = Kv; k < K; ++k) {
+      const uint32_t u = static_cast<uint32_t>(w[k]) << 16;
+      float f;
+      std::memcpy(&f, &u, sizeof f);
+      s += f * x[k];
+    }
+    return bias ? s + bias[n] : s;
+  };
+  int64_t n = 0;
+  for (; n + kRows <= N; n += kRows) {
+    const uint16_t* w = W + n * K;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* x = X + m * K;
+      Float16 a[kRows] = {}, xv, wv;
+      for (int64_t k = 0; k < Kv; k += kLanes) {
+        std::memcpy(&xv, x + k, sizeof xv);
+        for (int64_t r = 0; r < kRows; ++r) {
+          widen(wv, w + r * K + k);
+          a[r] += wv * xv;
+        }
+      }
+      for (int64_t r = 0; r < kRows; ++r) Y[m * N + n + r] = finish(a[r], x, n + r);
+    }
+  }
+  for (; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      const float* x = X + m * K;
+      Float16 a = {}, xv, wv;
+      for (int64_t k = 0; k < Kv; k += kLanes) {
+        std::memcpy(&xv, x + k, sizeof xv);
+        widen(wv, W + n * K + k);
+        a += wv * xv;
+      }
+      Y[m * N + n] = finish(a, x, n);
+    }
 }
 
 bool bf16_gemm_available() { return false; }

@@ -51,6 +51,11 @@ bool bf16_gemm_available();
 void packed_gemm_bf16(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c,
                       int64_t ldc, bool accumulate, float alpha, const float* bias);
 
+/// Y (M, N) = X (M, K) W (N, K)^T (+ bias) for a few rows (decoding), W as bfloat16 bits, X holding bf16 values:
+/// the weights stream once; vdpbf16ps when `native` and bf16_gemm_available(), else the weights widened to float32.
+void rows_bf16(const uint16_t* W, const float* X, int64_t M, const float* bias, float* Y, int64_t N, int64_t K,
+               bool native);
+
 // ---- norm.cpp: row reductions, softmax, layer_norm
 
 /// The maximum of x[0..n) (-inf when n == 0; NaN entries ignored).
