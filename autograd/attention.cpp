@@ -1,6 +1,5 @@
 #include "autograd/attention.h"
 
-#include "autograd/autocast.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>

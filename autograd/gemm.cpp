@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <vector>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "autograd/cpu/kernels.h"
 #include "autograd/eigen_util.h"
@@ -194,7 +194,9 @@ void rows_bf16(const uint16_t* W, const float* X, int64_t M, const float* bias, 
   ATTO_CPU(rows_bf16)(W, X, M, bias, Y, N, K, gemm_bf16_native());
 }
 
-bool gemm_bf16_native() { return g_bf16_native_allowed.load(std::memory_order_relaxed) && ATTO_CPU(bf16_gemm_available)(); }
+bool gemm_bf16_native() {
+  return g_bf16_native_allowed.load(std::memory_order_relaxed) && ATTO_CPU(bf16_gemm_available)();
+}
 
 void set_gemm_bf16_native(bool allowed) { g_bf16_native_allowed.store(allowed, std::memory_order_relaxed); }
 

@@ -25,9 +25,7 @@ void gemm(bool bf16, int64_t m, int64_t n, int64_t k, detail::GemmOperand<T> a, 
 }
 
 // True when a float32 op runs its products in bfloat16 (autocast is on).
-bool autocast_bf16(const Tensor& x) {
-  return x.dtype() == kFloat32 && autocast_precision() == Precision::bfloat16;
-}
+bool autocast_bf16(const Tensor& x) { return x.dtype() == kFloat32 && autocast_precision() == Precision::bfloat16; }
 
 // How matmul(a, b) runs: the shapes of its matrices and which matrix of a and b each output batch uses.
 struct MatmulPlan {
@@ -154,58 +152,62 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor saved_a = b.requires_grad() ? a.detach() : Tensor();
   Tensor saved_b = a.requires_grad() ? b.detach() : Tensor();
   Shape shape_a = a.shape(), shape_b = b.shape();
-  return record("matmul", out, {a, b}, [plan, saved_a, saved_b, shape_a, shape_b, bf16](const Tensor& g, GradInputs& gi) {
-    const MatmulPlan& p = *plan;
-    dispatch_float(g.dtype(), "matmul_backward", [&]<typename T>() {
-      const T* pg = g.data<T>();
-      if (p.folded) {
-        const int64_t rows = p.a_batch * p.m;
-        if (gi.needs(0)) {  // dA (rows, k) = G (rows, n) B^T
-          Tensor da = empty(shape_a, {.dtype = g.dtype()});
-          gemm(bf16, rows, p.k, p.n, operand(pg, p.n), operand(saved_b.data<T>(), p.n, true), da.data<T>(), p.k, false);
-          gi[0] = da;
-        }
-        if (gi.needs(1)) {  // dB (k, n) = A^T G
-          Tensor db = empty(shape_b, {.dtype = g.dtype()});
-          gemm(bf16, p.k, p.n, rows, operand(saved_a.data<T>(), p.k, true), operand(pg, p.n), db.data<T>(), p.n, false);
-          gi[1] = db;
-        }
-        return;
-      }
-      const int64_t sa = p.m * p.k, sb = p.k * p.n, sg = p.m * p.n;
-      if (gi.needs(0)) {
-        // Without broadcasting each matrix of dA is written once; with it, the products accumulate.
-        const bool accumulate = p.a_batch != p.batch;
-        Tensor da = accumulate ? zeros(shape_a, {.dtype = g.dtype()}) : empty(shape_a, {.dtype = g.dtype()});
-        T* pda = da.data<T>();
-        const T* pb = saved_b.data<T>();
-        auto one = [&](int64_t j, bool par) {  // dA_j (+)= G_j B_j^T
-          gemm(bf16, p.m, p.k, p.n, operand(pg + j * sg, p.n), operand(pb + p.b_index[static_cast<size_t>(j)] * sb, p.n, true),
-               pda + p.a_index[static_cast<size_t>(j)] * sa, p.k, accumulate, T(1), par);
-        };
-        if (accumulate)  // several batches write one matrix: in order, each product parallel inside
-          for (int64_t j = 0; j < p.batch; ++j) one(j, true);
-        else
-          for_each_batch(p, one);
-        gi[0] = da;
-      }
-      if (gi.needs(1)) {
-        const bool accumulate = p.b_batch != p.batch;
-        Tensor db = accumulate ? zeros(shape_b, {.dtype = g.dtype()}) : empty(shape_b, {.dtype = g.dtype()});
-        T* pdb = db.data<T>();
-        const T* pa = saved_a.data<T>();
-        auto one = [&](int64_t j, bool par) {  // dB_j (+)= A_j^T G_j
-          gemm(bf16, p.k, p.n, p.m, operand(pa + p.a_index[static_cast<size_t>(j)] * sa, p.k, true), operand(pg + j * sg, p.n),
-               pdb + p.b_index[static_cast<size_t>(j)] * sb, p.n, accumulate, T(1), par);
-        };
-        if (accumulate)
-          for (int64_t j = 0; j < p.batch; ++j) one(j, true);
-        else
-          for_each_batch(p, one);
-        gi[1] = db;
-      }
-    });
-  });
+  return record(
+      "matmul", out, {a, b}, [plan, saved_a, saved_b, shape_a, shape_b, bf16](const Tensor& g, GradInputs& gi) {
+        const MatmulPlan& p = *plan;
+        dispatch_float(g.dtype(), "matmul_backward", [&]<typename T>() {
+          const T* pg = g.data<T>();
+          if (p.folded) {
+            const int64_t rows = p.a_batch * p.m;
+            if (gi.needs(0)) {  // dA (rows, k) = G (rows, n) B^T
+              Tensor da = empty(shape_a, {.dtype = g.dtype()});
+              gemm(bf16, rows, p.k, p.n, operand(pg, p.n), operand(saved_b.data<T>(), p.n, true), da.data<T>(), p.k,
+                   false);
+              gi[0] = da;
+            }
+            if (gi.needs(1)) {  // dB (k, n) = A^T G
+              Tensor db = empty(shape_b, {.dtype = g.dtype()});
+              gemm(bf16, p.k, p.n, rows, operand(saved_a.data<T>(), p.k, true), operand(pg, p.n), db.data<T>(), p.n,
+                   false);
+              gi[1] = db;
+            }
+            return;
+          }
+          const int64_t sa = p.m * p.k, sb = p.k * p.n, sg = p.m * p.n;
+          if (gi.needs(0)) {
+            // Without broadcasting each matrix of dA is written once; with it, the products accumulate.
+            const bool accumulate = p.a_batch != p.batch;
+            Tensor da = accumulate ? zeros(shape_a, {.dtype = g.dtype()}) : empty(shape_a, {.dtype = g.dtype()});
+            T* pda = da.data<T>();
+            const T* pb = saved_b.data<T>();
+            auto one = [&](int64_t j, bool par) {  // dA_j (+)= G_j B_j^T
+              gemm(bf16, p.m, p.k, p.n, operand(pg + j * sg, p.n),
+                   operand(pb + p.b_index[static_cast<size_t>(j)] * sb, p.n, true),
+                   pda + p.a_index[static_cast<size_t>(j)] * sa, p.k, accumulate, T(1), par);
+            };
+            if (accumulate)  // several batches write one matrix: in order, each product parallel inside
+              for (int64_t j = 0; j < p.batch; ++j) one(j, true);
+            else
+              for_each_batch(p, one);
+            gi[0] = da;
+          }
+          if (gi.needs(1)) {
+            const bool accumulate = p.b_batch != p.batch;
+            Tensor db = accumulate ? zeros(shape_b, {.dtype = g.dtype()}) : empty(shape_b, {.dtype = g.dtype()});
+            T* pdb = db.data<T>();
+            const T* pa = saved_a.data<T>();
+            auto one = [&](int64_t j, bool par) {  // dB_j (+)= A_j^T G_j
+              gemm(bf16, p.k, p.n, p.m, operand(pa + p.a_index[static_cast<size_t>(j)] * sa, p.k, true),
+                   operand(pg + j * sg, p.n), pdb + p.b_index[static_cast<size_t>(j)] * sb, p.n, accumulate, T(1), par);
+            };
+            if (accumulate)
+              for (int64_t j = 0; j < p.batch; ++j) one(j, true);
+            else
+              for_each_batch(p, one);
+            gi[1] = db;
+          }
+        });
+      });
 }
 
 // y = x W^T + b over all rows of x. dx = g W, dW = g^T x, db = sum of g's rows.
@@ -230,8 +232,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor out = empty(out_shape, {.dtype = x.dtype()});
   dispatch_float(x.dtype(), "linear", [&]<typename T>() {
     // Y (rows, out) = X (rows, in) W^T + b, the bias added inside the product (no separate pass over Y)
-    gemm(bf16, rows, out_f, in_f, operand(x.data<T>(), in_f), operand(weight.data<T>(), in_f, true), out.data<T>(), out_f,
-         false, T(1), true, has_bias ? bias.data<T>() : nullptr);
+    gemm(bf16, rows, out_f, in_f, operand(x.data<T>(), in_f), operand(weight.data<T>(), in_f, true), out.data<T>(),
+         out_f, false, T(1), true, has_bias ? bias.data<T>() : nullptr);
   });
   if (!any_requires_grad({x, weight, bias})) return out;
   SavedTensor saved_x(weight.requires_grad() ? x : Tensor());

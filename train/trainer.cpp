@@ -96,15 +96,13 @@ void for_each_field(C& c, F&& f) {
 }
 
 // The fields written only when they differ from the default (so that older configurations read and hash as before).
-constexpr const char* kOptionalFields[] = {"precision", "grad_accum", "attention", "kv_heads", "kv_rank", "q_rank", "window",
-                                           "block", "attention_options", "rope", "checkpoint_activations",
-                                           "entropy_reg", "log_entropy",
-                                           // the optimizer's recipe
-                                           "beta1", "beta2", "adam_eps", "decay", "min_lr", "decay_steps",
-                                           "warmup_style",
-                                           // the architecture's recipe
-                                           "positions", "activation", "norm", "norm_eps", "bias", "embed_scale",
-                                           "init", "head", "recipe"};
+constexpr const char* kOptionalFields[] = {
+    "precision", "grad_accum", "attention", "kv_heads", "kv_rank", "q_rank", "window", "block", "attention_options",
+    "rope", "checkpoint_activations", "entropy_reg", "log_entropy",
+    // the optimizer's recipe
+    "beta1", "beta2", "adam_eps", "decay", "min_lr", "decay_steps", "warmup_style",
+    // the architecture's recipe
+    "positions", "activation", "norm", "norm_eps", "bias", "embed_scale", "init", "head", "recipe"};
 
 // A JSON value for an error message: its text, cut to 60 characters (the input is the user's, of any size).
 std::string excerpt(const json& v) {

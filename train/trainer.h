@@ -26,11 +26,11 @@
 #include "autograd/tensor.h"
 #include "nn/sequence_model.h"
 #include "train/data/dataset.h"
+#include "train/data/tasks.h"
 #include "train/decode.h"
 #include "train/dist/communicator.h"
 #include "train/optim/optimizers.h"
 #include "train/optim/schedule.h"
-#include "train/data/tasks.h"
 
 namespace attograd::io {
 struct Checkpoint;

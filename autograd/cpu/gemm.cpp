@@ -291,7 +291,6 @@ void prepacked_gemm(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a
   }
 }
 
-
 // ---- bfloat16 products (AVX512-BF16: vdpbf16ps). Both operands are rounded to bf16 (round to nearest even) while
 // packed; vdpbf16ps adds the products of a pair of k into float32 lanes: C = sum over pairs, in float32. The pairs
 // are (2p, 2p + 1) of each KC2 panel (an odd panel's last pair has a zero second element), so, as for float32,
@@ -387,8 +386,8 @@ template <int kMR>
 // C[0:mr, 0:nr] = alpha * sum_p ap[p * MR + r] . b[p * NR + j] (+ C when acc / + bias): MR x NV vdpbf16ps per pair.
 template <int NV>
 [[gnu::target("avx512bf16")]] inline void micro_kernel_bf16(int64_t kcp, const uint32_t* __restrict ap,
-                                                            const uint32_t* __restrict b, float* c, int64_t ldc,
-                                                            int mr, int nr, float alpha, bool acc, const float* bias) {
+                                                            const uint32_t* __restrict b, float* c, int64_t ldc, int mr,
+                                                            int nr, float alpha, bool acc, const float* bias) {
   constexpr int kMR = Block<NV>::kMR, kNR = Block<NV>::kNR;
   __m512 r[kMR][NV];
   for (int i = 0; i < kMR; ++i)
@@ -408,8 +407,8 @@ template <int NV>
 
 template <int NV>
 [[gnu::target("avx512bf16")]] void packed_gemm_bf16(int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a,
-                                                    const GemmOperand<float>& b, float* c, int64_t ldc,
-                                                    bool accumulate, float alpha, const float* bias) {
+                                                    const GemmOperand<float>& b, float* c, int64_t ldc, bool accumulate,
+                                                    float alpha, const float* bias) {
   constexpr int kMR = Block<NV>::kMR, kNR = Block<NV>::kNR;
   const int64_t kcp_max = (std::min(kKC2, k) + 1) / 2;
   thread_local Scratch b_buf;
@@ -695,8 +694,7 @@ void packed_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOper
 
 // Y (M, N) = X (M, K) W (N, K)^T (+ bias), W as bf16 bits: each 16 weights widened to float32 by a shift, four rows
 // at a time (the avx512 set's kernel, on GCC vector types).
-void rows_bf16(const uint16_t* W, const float* X, int64_t M, const float* bias, float* Y, int64_t N, int64_t K,
-               bool) {
+void rows_bf16(const uint16_t* W, const float* X, int64_t M, const float* bias, float* Y, int64_t N, int64_t K, bool) {
   typedef uint16_t Half16 __attribute__((vector_size(32)));
   typedef uint32_t Word16 __attribute__((vector_size(64)));
   typedef float Float16 __attribute__((vector_size(64)));

@@ -41,8 +41,19 @@ struct Case {
 template <class T>
 Case<T> make_case(std::mt19937& rng, int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool acc, T alpha) {
   std::uniform_real_distribution<double> u(-1, 1);
-  Case<T> c{m, n, k, (ta ? m : k) + static_cast<int64_t>(rng() % 3), (tb ? k : n) + static_cast<int64_t>(rng() % 3),
-            n + static_cast<int64_t>(rng() % 3), ta, tb, acc, alpha, {}, {}, {}};
+  Case<T> c{m,
+            n,
+            k,
+            (ta ? m : k) + static_cast<int64_t>(rng() % 3),
+            (tb ? k : n) + static_cast<int64_t>(rng() % 3),
+            n + static_cast<int64_t>(rng() % 3),
+            ta,
+            tb,
+            acc,
+            alpha,
+            {},
+            {},
+            {}};
   c.a.resize(static_cast<size_t>((ta ? k : m) * c.lda + 1));
   c.b.resize(static_cast<size_t>((tb ? n : k) * c.ldb + 1));
   c.c0.resize(static_cast<size_t>(m * c.ldc + 1));
@@ -66,8 +77,10 @@ std::vector<T> check(const Case<T>& c, double tol, P product = &default_product<
       }
       double s = 0, mag = 0;
       for (int64_t p = 0; p < c.k; ++p) {
-        const double av = operand(c.ta ? c.a[static_cast<size_t>(p * c.lda + i)] : c.a[static_cast<size_t>(i * c.lda + p)]);
-        const double bv = operand(c.tb ? c.b[static_cast<size_t>(j * c.ldb + p)] : c.b[static_cast<size_t>(p * c.ldb + j)]);
+        const double av =
+            operand(c.ta ? c.a[static_cast<size_t>(p * c.lda + i)] : c.a[static_cast<size_t>(i * c.lda + p)]);
+        const double bv =
+            operand(c.tb ? c.b[static_cast<size_t>(j * c.ldb + p)] : c.b[static_cast<size_t>(p * c.ldb + j)]);
         s += av * bv;
         mag += std::fabs(av * bv);
       }
@@ -79,6 +92,5 @@ std::vector<T> check(const Case<T>& c, double tol, P product = &default_product<
   }
   return out;
 }
-
 
 }  // namespace attograd::testing

@@ -167,8 +167,8 @@ TEST(Autocast, CheckpointRecomputesInTheForwardsPrecision) {
   w.zero_grad(true);
   {
     Autocast on;
-    ckpt = sum(checkpoint([&](const std::vector<Tensor>& in) { return linear(relu(linear(in[0], in[1])), v); },
-                          {x, w}));
+    ckpt =
+        sum(checkpoint([&](const std::vector<Tensor>& in) { return linear(relu(linear(in[0], in[1])), v); }, {x, w}));
   }
   ckpt.backward();  // outside the Autocast: the recomputation must still take bf16 operands
   EXPECT_TRUE(bitwise_equal(x.grad(), gx));

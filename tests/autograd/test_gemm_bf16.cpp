@@ -61,8 +61,8 @@ void on_every_path(F f) {
 
 TEST(GemmBf16, RoundsToNearestEvenLikeTheHardware) {
   EXPECT_EQ(round_bf16(1.0f), 1.0f);
-  EXPECT_EQ(round_bf16(1.0f + 0x1p-8f), 1.0f);                  // a tie: to the even mantissa
-  EXPECT_EQ(round_bf16(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);    // a tie: up to the even mantissa
+  EXPECT_EQ(round_bf16(1.0f + 0x1p-8f), 1.0f);                       // a tie: to the even mantissa
+  EXPECT_EQ(round_bf16(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);         // a tie: up to the even mantissa
   EXPECT_EQ(round_bf16(1.0f + 0x1p-8f + 0x1p-20f), 1.0f + 0x1p-7f);  // above the tie: up
   EXPECT_EQ(round_bf16(-3.14159265f), -3.140625f);
   EXPECT_EQ(bits(round_bf16(-0.0f)), 0x80000000u);
@@ -75,7 +75,8 @@ TEST(GemmBf16, RoundsToNearestEvenLikeTheHardware) {
   for (int i = 0; i < 100000; ++i) {  // the nearest of the two bf16 neighbours, always
     const float x = from_bits(static_cast<uint32_t>(rng()) & 0xbfffffffu);  // finite, |x| < 2
     if ((bits(x) & 0x7f800000u) == 0) continue;
-    const float r = round_bf16(x), lo = from_bits(bits(x) & 0xffff0000u), hi = from_bits((bits(x) & 0xffff0000u) + 0x10000u);
+    const float r = round_bf16(x), lo = from_bits(bits(x) & 0xffff0000u),
+                hi = from_bits((bits(x) & 0xffff0000u) + 0x10000u);
     ASSERT_TRUE(r == lo || r == hi) << x;
     ASSERT_LE(std::fabs(static_cast<double>(r) - x), std::fabs(static_cast<double>(r == lo ? hi : lo) - x)) << x;
     ASSERT_EQ(bits(r) & 0xffffu, 0u);
@@ -176,7 +177,8 @@ TEST(GemmBf16, BiasEqualsFillingCAndAccumulating) {
           gemm_bf16(c.m, c.n, c.k, {c.a.data(), c.lda, ta}, {c.b.data(), c.ldb, tb}, fused.data(), c.ldc, false, 1.0f,
                     true, bias.data());
           for (int64_t i = 0; i < c.m; ++i)
-            for (int64_t j = 0; j < c.n; ++j) reference[static_cast<size_t>(i * c.ldc + j)] = bias[static_cast<size_t>(j)];
+            for (int64_t j = 0; j < c.n; ++j)
+              reference[static_cast<size_t>(i * c.ldc + j)] = bias[static_cast<size_t>(j)];
           gemm_bf16(c.m, c.n, c.k, {c.a.data(), c.lda, ta}, {c.b.data(), c.ldb, tb}, reference.data(), c.ldc, true);
           EXPECT_EQ(fused, reference) << "m " << c.m << " n " << c.n << " k " << c.k << " ta " << ta << " tb " << tb;
         }

@@ -4,9 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "cli_testing.h"
 #include "train/trainer.h"
@@ -30,8 +29,8 @@ TEST_F(CliPrecision, Bf16RunSavesItsPrecisionResumesAndEvaluates) {
   const std::string out = (scratch() / "bf16").string(), fp = (scratch() / "fp32").string();
   const CliRun t = attograd(std::string("train ") + kTiny + " --precision bf16 --json --out " + quote(out));
   ASSERT_EQ(t.status, 0) << t.err;
-  EXPECT_NE(attograd(std::string("train ") + kTiny + " --precision bf16 --out " + quote(out + "-text")).out.find(
-                "seed 1, bf16 mixed precision"),
+  EXPECT_NE(attograd(std::string("train ") + kTiny + " --precision bf16 --out " + quote(out + "-text"))
+                .out.find("seed 1, bf16 mixed precision"),
             std::string::npos);
   EXPECT_NE(attograd("inspect " + quote(out + "/model.attograd")).out.find("bf16 mixed precision"), std::string::npos);
   const CliRun f = attograd(std::string("train ") + kTiny + " --json --out " + quote(fp));

@@ -32,30 +32,36 @@ double max_abs(const Tensor& t) {
 
 TEST(DecodeBf16, DecodeLinearIsLinearUnderAutocast) {
   NoGradGuard no_grad;
-  Generator gen(1);
-  for (int64_t M : {1, 3, 16})
-    for (auto [N, K] : {std::pair<int64_t, int64_t>{7, 5}, {36, 48}, {130, 515}}) {
-      SCOPED_TRACE(str_cat("M ", M, " N ", N, " K ", K));
-      const Tensor x = uniform({M, K}, gen), w = uniform({N, K}, gen), b = uniform({N}, gen);
-      const Tensor plain = decode_linear(x, w, b);
-      Autocast on;
-      const Tensor reference = linear(x, w, b);  // bf16 operands, float32 accumulation
-      EXPECT_TRUE(bitwise_equal(decode_linear(x, w, b), reference));  // no cache: linear() itself
-      DecodeWeightCache cache;
-      const Tensor cached = decode_linear(x, w, b);
-      EXPECT_EQ(cache.size(), 1u);
-      EXPECT_TRUE(all_close(cached, reference, 1e-5, 1e-5));
-      EXPECT_FALSE(all_close(cached, plain, 1e-4, 0));  // the operands really were rounded
-      // Each row alone gives the same bits as with the others.
-      EXPECT_TRUE(bitwise_equal(decode_linear(narrow(x, 0, 0, 1), w, b), narrow(cached, 0, 0, 1)));
-      EXPECT_TRUE(all_close(decode_linear(x, w), linear(x, w), 1e-5, 1e-5));  // no bias
-      EXPECT_EQ(cache.size(), 1u);  // the same weight: converted once
-      {
-        DecodeWeightCache inner;  // nested: the outer one serves
-        decode_linear(x, uniform({N, K}, gen));
-        EXPECT_EQ(cache.size(), 2u);
+  // Both kernels of this set: vdpbf16ps (where the CPU has it) and the widened weights.
+  for (bool native : {true, false}) {
+    SCOPED_TRACE(native ? "native path" : "portable path");
+    attograd::detail::set_gemm_bf16_native(native);
+    Generator gen(1);
+    for (int64_t M : {1, 3, 16})
+      for (auto [N, K] : {std::pair<int64_t, int64_t>{7, 5}, {36, 48}, {130, 515}, {45, 1024}}) {
+        SCOPED_TRACE(str_cat("M ", M, " N ", N, " K ", K));
+        const Tensor x = uniform({M, K}, gen), w = uniform({N, K}, gen), b = uniform({N}, gen);
+        const Tensor plain = decode_linear(x, w, b);
+        Autocast on;
+        const Tensor reference = linear(x, w, b);                       // bf16 operands, float32 accumulation
+        EXPECT_TRUE(bitwise_equal(decode_linear(x, w, b), reference));  // no cache: linear() itself
+        DecodeWeightCache cache;
+        const Tensor cached = decode_linear(x, w, b);
+        EXPECT_EQ(cache.size(), 1u);
+        EXPECT_TRUE(all_close(cached, reference, 1e-5, 1e-5));
+        EXPECT_FALSE(all_close(cached, plain, 1e-4, 0));  // the operands really were rounded
+        // Each row alone gives the same bits as with the others.
+        EXPECT_TRUE(bitwise_equal(decode_linear(narrow(x, 0, 0, 1), w, b), narrow(cached, 0, 0, 1)));
+        EXPECT_TRUE(all_close(decode_linear(x, w), linear(x, w), 1e-5, 1e-5));  // no bias
+        EXPECT_EQ(cache.size(), 1u);                                            // the same weight: converted once
+        {
+          DecodeWeightCache inner;  // nested: the outer one serves
+          decode_linear(x, uniform({N, K}, gen));
+          EXPECT_EQ(cache.size(), 2u);
+        }
       }
-    }
+  }
+  attograd::detail::set_gemm_bf16_native(true);
 }
 
 TEST(DecodeBf16, Float32AndFloat64OutsideAutocastAreUnchanged) {

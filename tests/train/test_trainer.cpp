@@ -580,7 +580,8 @@ void expect_tiny_copy_learns(const std::string& model, const std::string& precis
   ASSERT_TRUE(t.history().back().evaluated);
   const EvalResult r = t.history().back().eval;
   std::printf("%s %s: first loss %.4f, last-20 mean loss %.4f, token acc %.4f, sequence acc %.4f, eval loss %.4f\n",
-              model.c_str(), precision.c_str(), t.history().front().loss, tail, r.token_accuracy, r.sequence_accuracy, r.loss);
+              model.c_str(), precision.c_str(), t.history().front().loss, tail, r.token_accuracy, r.sequence_accuracy,
+              r.loss);
   EXPECT_EQ(r.n, 200);
   EXPECT_GT(t.history().front().loss, 2.0) << "an untrained model is not already right";
   const bool lm = model == "lm";

@@ -1191,8 +1191,9 @@ const std::vector<UncheckedOp>& unchecked_ops() {
     for (const char* n : {"eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or", "argmax"})
       v.push_back({n, "boolean or index result: no gradient"});
     v.push_back({"record", "the engine's primitive that records an op's node, not an op"});
-    v.push_back({"round_to_bf16", "rounds float32 values to bfloat16 (autocast); float64, gradcheck's type, passes "
-                                  "through unchanged, and its gradient is the identity (tests/autograd/test_autocast.cpp)"});
+    v.push_back({"round_to_bf16",
+                 "rounds float32 values to bfloat16 (autocast); float64, gradcheck's type, passes "
+                 "through unchanged, and its gradient is the identity (tests/autograd/test_autocast.cpp)"});
     v.push_back({"bigbird_block_layout", "builds a Bool block layout from block counts: no tensor input"});
     v.push_back({"alibi_slopes", "ALiBi's fixed slopes from a head count: no tensor input (alibi(slopes) is checked "
                                  "as scaled_dot_product_attention.flex)"});

@@ -388,7 +388,7 @@ TEST(SetCommunicator, ComparesEveryOptionNamedByItsFlag) {
   EXPECT_EQ(value(s, "--no-overlap"), "false");
   EXPECT_EQ(value(s, "--bucket-mb"), "25");
   EXPECT_NE(value(s, "--no-bias"), "(absent)");  // the recipe's fields (issue 22) too
-  EXPECT_EQ(value(s, "--precision"), "fp32");  // mixed precision (issue 26): ranks must agree on it
+  EXPECT_EQ(value(s, "--precision"), "fp32");    // mixed precision (issue 26): ranks must agree on it
   EXPECT_EQ(s.size(), 61u) << "the build, --resume, 53 config fields, the model, 4 options, the state";
   // Any field changes what is compared; the starting state too.
   TrainConfig c = tiny(2);
