@@ -28,14 +28,14 @@ using detail::row_tensor;
 
 namespace {
 
-// A layer's self-attention: the seed's sublayer as the AttentionLayer of the kind "seed-mha" (nn/attention/seed_mha.cpp),
-// from the registry, drawn from `gen` exactly as the sublayer's constructor draws.
+// A layer's self-attention: the seed's sublayer as the AttentionLayer of the kind "seed-mha"
+// (nn/attention/seed_mha.cpp), from the registry, drawn from `gen` exactly as the sublayer's constructor draws.
 std::shared_ptr<AttentionLayer> self_attention(int64_t d_model, int64_t n_head, int64_t d_k, int64_t d_v, double p,
                                                Generator& gen, const AttentionSublayerVariants& v, int64_t pad) {
   const nlohmann::json options{{"d_k", d_k}, {"d_v", d_v}, {"pad", pad}};
-  return make_attention(
-      {.kind = "seed-mha", .kv_heads = v.n_kv_head, .window = v.window, .block = v.block_size, .options = options.dump()},
-      {.d_model = d_model, .heads = n_head, .dropout = p, .bias = false}, gen);
+  const AttentionSpec spec{
+      .kind = "seed-mha", .kv_heads = v.n_kv_head, .window = v.window, .block = v.block_size, .options = options.dump()};
+  return make_attention(spec, {.d_model = d_model, .heads = n_head, .dropout = p, .bias = false}, gen);
 }
 
 // The seed's sublayer behind an AttentionLayer, for what the interface does not take (a general mask, raw caches).
@@ -278,7 +278,9 @@ Tensor Decoder::run(const Tensor& trg_seq, const Tensor& enc_output, const Layer
       if (generator_ != nullptr) co.generators.push_back(generator_);
       if (!layer->track_entropy_) {
         x = checkpoint(
-            [layer, forward_layer](const std::vector<Tensor>& in) { return forward_layer(*layer, in[0], in[2], in[1]); },
+            [layer, forward_layer](const std::vector<Tensor>& in) {
+              return forward_layer(*layer, in[0], in[2], in[1]);
+            },
             {x, enc_output, enc_output}, co);
         continue;
       }

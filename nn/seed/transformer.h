@@ -89,9 +89,9 @@ class EncoderLayer : public Module {
   std::shared_ptr<PositionwiseFeedForward> pos_ffn;  ///< "pos_ffn"
 
  private:
-  friend class Encoder;
+  friend class Encoder;  // a checkpointed forward hands the entropies with history back through last_entropy_
   // The post-attention rest: stores what the call returned, then pos_ffn.
-  Tensor finish(AttentionOutput a);  // a checkpointed forward hands the entropies with history back through last_entropy_
+  Tensor finish(AttentionOutput a);
   bool store_attention_ = false;
   Tensor last_attention_;
   bool track_entropy_ = false;
