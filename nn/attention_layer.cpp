@@ -31,6 +31,7 @@ struct Registry {
     entries.push_back(detail::softcap_attention_kind());
     entries.push_back(detail::prefix_lm_attention_kind());
     entries.push_back(detail::document_attention_kind());
+    entries.push_back(detail::seed_attention_kind());  // internal: not listed
   }
 };
 
@@ -41,7 +42,8 @@ Registry& registry() {
 
 std::string kinds_of(const std::vector<AttentionKindEntry>& entries) {
   std::string s;
-  for (const AttentionKindEntry& e : entries) s += (s.empty() ? "" : ", ") + e.kind;
+  for (const AttentionKindEntry& e : entries)
+    if (!e.info.internal) s += (s.empty() ? "" : ", ") + e.kind;
   return s;
 }
 
@@ -74,7 +76,7 @@ std::string kinds_reading(const std::string& field) {
   std::lock_guard<std::mutex> lock(r.mutex);
   std::string s;
   for (const AttentionKindEntry& e : r.entries)
-    if (reads(e, field)) s += (s.empty() ? "" : ", ") + e.kind;
+    if (reads(e, field) && !e.info.internal) s += (s.empty() ? "" : ", ") + e.kind;
   return s.empty() ? "none" : s;
 }
 
@@ -154,14 +156,15 @@ std::shared_ptr<AttentionLayer> make_attention(const AttentionSpec& spec, const 
 
 bool has_attention(const std::string& kind) {
   AttentionKindEntry e;
-  return find_kind(kind, &e);
+  return find_kind(kind, &e) && !e.info.internal;
 }
 
 std::vector<std::pair<std::string, std::string>> registered_attentions() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   std::vector<std::pair<std::string, std::string>> out;
-  for (const AttentionKindEntry& e : r.entries) out.emplace_back(e.kind, e.info.description);
+  for (const AttentionKindEntry& e : r.entries)
+    if (!e.info.internal) out.emplace_back(e.kind, e.info.description);
   return out;
 }
 
@@ -200,7 +203,7 @@ bool attention_as_multihead(const AttentionSpec& spec, const AttentionConfig& co
     std::lock_guard<std::mutex> lock(r.mutex);
     supported->clear();
     for (const AttentionKindEntry& k : r.entries)
-      if (k.info.multihead) *supported += (supported->empty() ? "" : ", ") + k.kind;
+      if (k.info.multihead && !k.info.internal) *supported += (supported->empty() ? "" : ", ") + k.kind;
   }
   if (!e.info.multihead) return false;
   *out = e.info.multihead(spec, config);

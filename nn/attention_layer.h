@@ -187,6 +187,10 @@ struct AttentionKindInfo {
   /// encoder-only and seq2seq models accept the kinds that have this and no score or mask function
   /// (detail::plain_multihead_attention).
   std::function<MultiheadAttentionOptions(const AttentionSpec&, const AttentionConfig&)> multihead = {};
+  /// A model's own layer (the seq2seq model's "seed-mha"): make_attention builds it, but registered_attentions,
+  /// attention_kinds_list, has_attention and the errors' lists of kinds leave it out, so that --attention, the
+  /// benchmarks and the gradcheck registry do not offer it to the other models.
+  bool internal = false;
 };
 
 /// Registers an attention kind (a user's included) so that AttentionSpec::kind, the models, Trainer, the gradcheck
@@ -197,9 +201,9 @@ void register_attention(const std::string& kind, AttentionFactory factory, Atten
 /// Builds a layer of spec.kind (Error listing the registered kinds when unknown); validates the spec first.
 std::shared_ptr<AttentionLayer> make_attention(const AttentionSpec& spec, const AttentionConfig& config,
                                                Generator& gen = default_generator());
-/// Whether a kind is registered.
+/// Whether a kind is registered (and not internal: AttentionKindInfo::internal).
 bool has_attention(const std::string& kind);
-/// The registered kinds with their descriptions, built-in ones first.
+/// The registered kinds with their descriptions, built-in ones first (internal kinds left out).
 std::vector<std::pair<std::string, std::string>> registered_attentions();
 /// The registered kinds' names, comma-separated ("mha, gqa, ...").
 std::string attention_kinds_list();

@@ -26,6 +26,7 @@ AttentionKindEntry alibi_attention_kind();         ///< nn/attention/alibi.cpp
 AttentionKindEntry softcap_attention_kind();       ///< nn/attention/softcap.cpp
 AttentionKindEntry prefix_lm_attention_kind();     ///< nn/attention/prefix_lm.cpp
 AttentionKindEntry document_attention_kind();      ///< nn/attention/document.cpp
+AttentionKindEntry seed_attention_kind();          ///< nn/attention/seed_mha.cpp (internal: the seq2seq model's)
 
 }  // namespace attograd::nn::detail
 

@@ -7,6 +7,7 @@
 #include "autograd/attention.h"
 #include "autograd/shape.h"
 #include "nn/init.h"
+#include "nn/masks.h"
 
 namespace attograd::nn::seed {
 
@@ -93,6 +94,62 @@ AttentionSublayerResult AttentionSublayer::forward(const Tensor& q, const Tensor
                                            H, ao);            // (B, Lq, H d_v)
   Tensor o = dropout->forward(fc->forward(r.output));         // (B, Lq, d_model)
   return {layer_norm->forward(o + q), r.weights, r.entropy};
+}
+
+AttentionOutput AttentionSublayer::forward(const Tensor& x, const AttentionCall& call) {
+  ATTO_CHECK(x.defined() && x.dim() == 3, kSeed, "expected x (B, L, ", d_model, "), got ",
+             x.defined() ? x.shape() : Shape{});
+  ATTO_CHECK(call.rope_offset == 0 && call.window == 0, kSeed,
+             "attention \"seed-mha\" has no rotary positions or call window, got rope_offset=", call.rope_offset,
+             ", window=", call.window);
+  const int64_t B = x.size(0), L = x.size(1);
+  Tensor mask;  // (B, 1, 1, L), (L, L) or (B, 1, L, L), TRUE = blocked: what the seed's model built
+  if (call.key_padding_mask.defined()) {
+    const Tensor& kpm = call.key_padding_mask;
+    ATTO_CHECK(kpm.dtype() == kBool && kpm.dim() == 2 && kpm.size(0) == B && kpm.size(1) == L, kSeed,
+               "key_padding_mask must be Bool (B, L) = ", Shape({B, L}), ", got ", dtype_name(kpm.dtype()), " ",
+               kpm.shape());
+    mask = reshape(kpm, {B, 1, 1, L});
+  }
+  if (call.is_causal) mask = mask.defined() ? logical_or(mask, causal_mask(L)) : causal_mask(L);
+  AttentionSublayerResult r = forward(x, x, x, mask, call.need_weights, call.need_entropy);
+  return {.output = std::move(r.output), .weights = std::move(r.attn), .entropy = std::move(r.entropy)};
+}
+
+std::shared_ptr<AttentionCache> AttentionSublayer::make_cache(int64_t B, int64_t C) const {
+  if (variants.window > 0 || variants.block_size > 0) return nullptr;
+  ATTO_CHECK(B > 0 && C > 0, "AttentionSublayer::make_cache", "B and C must be positive, got B=", B, ", C=", C);
+  auto c = std::make_shared<SeedKeyValueCache>();
+  std::tie(c->key, c->value) = make_kv_cache(B, variants.n_kv_head, C, d_k, d_v, fc->weight.dtype());
+  c->tokens.resize(static_cast<size_t>(B));
+  return c;
+}
+
+Tensor AttentionSublayer::forward_cached(const Tensor& x, AttentionCache& cache_in, const CachedAttentionRows& rows) {
+  const char* me = "AttentionSublayer::forward_cached";
+  auto* cache = dynamic_cast<SeedKeyValueCache*>(&cache_in);
+  ATTO_CHECK(cache != nullptr, me, "needs the SeedKeyValueCache that make_cache gave");
+  if (pad < 0) return forward_cached(x, x, cache->key, cache->value, rows, true);
+  // Record the new positions' tokens: a key whose token is the pad is blocked, now and at every later step.
+  const auto A = static_cast<int64_t>(rows.cache_row.size());
+  const int64_t N = x.size(1);
+  const Tensor& t = rows.tokens;
+  ATTO_CHECK(t.defined() && t.dtype() == kInt64 && t.dim() == 2 && t.size(0) == A && t.size(1) == N, me,
+             "needs the new positions' tokens (A, N) = ", Shape({A, N}), " int64 (CachedAttentionRows::tokens) to ",
+             "block the pad token's keys, got ", t.defined() ? t.shape() : Shape{});
+  ATTO_CHECK(rows.start.size() == rows.cache_row.size() && rows.count.size() == rows.cache_row.size(), me,
+             "cache_row, start and count must have one entry per fed row");
+  const int64_t* tp = t.data<int64_t>();
+  for (int64_t a = 0; a < A; ++a) {
+    const auto ua = static_cast<size_t>(a);
+    const int64_t b = rows.cache_row[ua];
+    ATTO_CHECK(b >= 0 && b < static_cast<int64_t>(cache->tokens.size()), me, "cache row ", b, " outside [0, ",
+               cache->tokens.size(), ")");
+    std::vector<int64_t>& kept = cache->tokens[static_cast<size_t>(b)];
+    kept.resize(static_cast<size_t>(rows.start[ua]), pad);  // positions not recorded (none when fed in order)
+    kept.insert(kept.end(), tp + a * N, tp + a * N + rows.count[ua]);
+  }
+  return forward_cached(x, x, cache->key, cache->value, rows, true, &cache->tokens, pad);
 }
 
 Tensor AttentionSublayer::forward_cached(const Tensor& q, const Tensor& kv, Tensor& key_cache, Tensor& value_cache,

@@ -7,6 +7,12 @@
 // Masks at this API follow nn/attention.h: a Bool entry TRUE means BLOCKED (the seed's mask means the opposite:
 // 1 = attend), a float mask is added to the scores. A query whose keys are all blocked attends to nothing (zero
 // output before the residual, finite gradients); the seed's masked_fill(-1e9) gives uniform weights there.
+//
+// It is an AttentionLayer (nn/attention_layer.h) of the kind "seed-mha", which the seq2seq model builds its
+// self-attention from through make_attention (forward(x, call) with the key padding mask and is_causal, its own
+// decoding cache): the layer's output is the seed's, residual and post-LN included, so the kind is the seq2seq
+// model's own and is not listed among the kinds a user picks (AttentionKindInfo::internal). The cross-attention
+// (enc_attn) takes keys and values from the encoder output and is called through forward(q, k, v, mask).
 
 #include <cstdint>
 #include <memory>
@@ -16,6 +22,7 @@
 #include "autograd/random.h"
 #include "autograd/tensor.h"
 #include "nn/attention.h"
+#include "nn/attention_layer.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 
@@ -35,6 +42,13 @@ struct AttentionSublayerVariants {
   int64_t block_size = 0;  ///< block-sparse (0 = off): BigBird layout, 1 local and 1 global block
 };
 
+/// The decoding state of AttentionSublayer's self-attention (make_cache): the keys and values of KeyValueCache, and
+/// per cache row the token at every position written (CachedAttentionRows::tokens), whose keys are blocked where
+/// they are the layer's pad token (as the key padding mask blocks them in forward).
+struct SeedKeyValueCache : KeyValueCache {
+  std::vector<std::vector<int64_t>> tokens;  ///< per cache row, the token at each position written so far
+};
+
 /// The seed's multi-head attention sublayer (its transformer/SubLayers.py MultiHeadAttention):
 ///   q_h = w_qs(q), k_h = w_ks(k), v_h = w_vs(v)            (bias-free; per-head sizes d_k, d_k, d_v)
 ///   a   = dropout(softmax(q_h k_h^T / sqrt(d_k) + mask)) v_h  (per head)
@@ -43,7 +57,7 @@ struct AttentionSublayerVariants {
 /// fc.weight (d_model, H d_v), layer_norm.weight, layer_norm.bias; xavier_uniform_ on the four weights (as the
 /// seed's model does for every parameter with more than one dimension). One dropout probability serves both the
 /// attention probabilities and the output (the seed hard-wires 0.1 for the former, equal to the default).
-class AttentionSublayer : public Module {
+class AttentionSublayer : public AttentionLayer {
  public:
   /// n_head heads of query/key size d_k and value size d_v (need not be d_model / n_head); parameters in
   /// `dtype` (initialised in float32, then converted: see nn/layers.h).
@@ -64,7 +78,20 @@ class AttentionSublayer : public Module {
                                      bool need_weights = true) {
     return forward(q, k, v, mask, need_weights);
   }
-  using Module::forward;
+  /// Self-attention through the AttentionLayer interface: x (B, L, d_model) -> forward(x, x, x, mask), the mask
+  /// blocking call.key_padding_mask's keys (B, L) (as padding_mask gives them, (B, 1, 1, L)) and, with
+  /// call.is_causal, the later keys (logical_or with causal_mask(L)). Error for rope_offset or a call window.
+  AttentionOutput forward(const Tensor& x, const AttentionCall& call) override;
+  /// Causal self-attention of x (B, L, d_model) (AttentionLayer's default call).
+  Tensor forward(const Tensor& x) override { return AttentionLayer::forward(x); }
+
+  /// A SeedKeyValueCache of H_kv heads for B rows and C positions in the parameters' dtype; null (decode by
+  /// recomputing) with a window or block_size.
+  std::shared_ptr<AttentionCache> make_cache(int64_t B, int64_t C) const override;
+  /// Causal decoding step of the self-attention (AttentionLayer::forward_cached): x (A, N, d_model) -> (A, N,
+  /// d_model), forward_cached(x, x, ...) below over the cache's keys and values, keys blocked where their token
+  /// (recorded from rows.tokens, which must be given when pad >= 0) is `pad`.
+  Tensor forward_cached(const Tensor& x, AttentionCache& cache, const CachedAttentionRows& rows) override;
 
   /// Decoding with a key/value cache (eval mode, no gradients; see cached_attention in nn/attention.h): q (A, N,
   /// d_model) holds the new positions of A rows; when kv is defined (A, N, d_model), its keys and values are first
@@ -84,6 +111,9 @@ class AttentionSublayer : public Module {
   int64_t d_k;                            ///< per-head query/key size
   int64_t d_v;                            ///< per-head value size
   AttentionSublayerVariants variants;     ///< grouped-query heads, window, block-sparse (all off: the seed's)
+  /// The token whose keys the interface's cached decoding blocks (forward_cached with rows.tokens); -1: none. The
+  /// seq2seq model sets its pad_idx (the "pad" option of the kind "seed-mha").
+  int64_t pad = -1;
   std::shared_ptr<Linear> w_qs;           ///< d_model -> H d_k, no bias
   std::shared_ptr<Linear> w_ks;           ///< d_model -> H_kv d_k, no bias (H_kv = H unless grouped-query)
   std::shared_ptr<Linear> w_vs;           ///< d_model -> H_kv d_v, no bias

@@ -2,6 +2,8 @@
 // transformer/Models.py): see nn/seed/transformer.h.
 #include "nn/seed/transformer.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 
@@ -9,6 +11,7 @@
 #include "autograd/matmul.h"
 #include "autograd/shape.h"
 #include "nn/attention.h"
+#include "nn/attention_layer.h"
 #include "nn/init.h"
 #include "nn/masks.h"
 #include "nn/model_helpers.h"
@@ -23,10 +26,31 @@ using detail::row_tensor;
 // ---------------------------------------------------------------------------------------------
 // The seed's layers
 
+namespace {
+
+// A layer's self-attention: the seed's sublayer as the AttentionLayer of the kind "seed-mha"
+// (nn/attention/seed_mha.cpp), from the registry, drawn from `gen` exactly as the sublayer's constructor draws.
+std::shared_ptr<AttentionLayer> self_attention(int64_t d_model, int64_t n_head, int64_t d_k, int64_t d_v, double p,
+                                               Generator& gen, const AttentionSublayerVariants& v, int64_t pad) {
+  const nlohmann::json options{{"d_k", d_k}, {"d_v", d_v}, {"pad", pad}};
+  const AttentionSpec spec{
+      .kind = "seed-mha", .kv_heads = v.n_kv_head, .window = v.window, .block = v.block_size, .options = options.dump()};
+  return make_attention(spec, {.d_model = d_model, .heads = n_head, .dropout = p, .bias = false}, gen);
+}
+
+// The seed's sublayer behind an AttentionLayer, for what the interface does not take (a general mask, raw caches).
+AttentionSublayer& sublayer(AttentionLayer& a, const char* me) {
+  auto* s = dynamic_cast<AttentionSublayer*>(&a);
+  ATTO_CHECK(s != nullptr, me, "a self-attention mask or a raw key/value cache needs slf_attn to be the seed's ",
+             "AttentionSublayer, got ", a.type_name(), " (pass an AttentionCall, or a cache from make_cache)");
+  return *s;
+}
+
+}  // namespace
+
 EncoderLayer::EncoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double p,
                            Generator& gen, const AttentionSublayerVariants& variants) {
-  slf_attn = register_module(
-      "slf_attn", std::make_shared<AttentionSublayer>(n_head, d_model, d_k, d_v, p, gen, kFloat32, variants));
+  slf_attn = register_module("slf_attn", self_attention(d_model, n_head, d_k, d_v, p, gen, variants, -1));
   pos_ffn =
       register_module("pos_ffn", std::make_shared<PositionwiseFeedForward>(
                                      d_model, d_inner, FeedForwardOptions{.dropout = p, .residual_norm = true}, gen));
@@ -35,10 +59,23 @@ EncoderLayer::EncoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int
 Tensor EncoderLayer::forward(const Tensor& x) { return forward(x, Tensor()); }
 
 Tensor EncoderLayer::forward(const Tensor& x, const Tensor& slf_attn_mask) {
-  AttentionSublayerResult a = slf_attn->forward(x, x, x, slf_attn_mask, store_attention_, track_entropy_);
-  if (store_attention_) last_attention_ = a.attn;  // (B, H, S, S)
-  if (track_entropy_) last_entropy_ = a.entropy;   // (B, H, S)
-  return pos_ffn->forward(a.output);               // (B, S, D)
+  if (!slf_attn_mask.defined()) return forward(x, AttentionCall{.is_causal = false});
+  AttentionSublayerResult a = sublayer(*slf_attn, "EncoderLayer")
+                                  .forward(x, x, x, slf_attn_mask, store_attention_, track_entropy_);
+  return finish({.output = std::move(a.output), .weights = std::move(a.attn), .entropy = std::move(a.entropy)});
+}
+
+Tensor EncoderLayer::forward(const Tensor& x, const AttentionCall& call) {
+  AttentionCall c = call;
+  c.need_weights = store_attention_;
+  c.need_entropy = track_entropy_;
+  return finish(slf_attn->forward(x, c));
+}
+
+Tensor EncoderLayer::finish(AttentionOutput a) {
+  if (store_attention_) last_attention_ = a.weights;  // (B, H, S, S)
+  if (track_entropy_) last_entropy_ = a.entropy;      // (B, H, S)
+  return pos_ffn->forward(a.output);                  // (B, S, D)
 }
 
 void EncoderLayer::set_store_attention(bool on) {
@@ -52,9 +89,8 @@ void EncoderLayer::set_track_entropy(bool on) {
 }
 
 DecoderLayer::DecoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double p,
-                           Generator& gen, const AttentionSublayerVariants& variants) {
-  slf_attn = register_module(
-      "slf_attn", std::make_shared<AttentionSublayer>(n_head, d_model, d_k, d_v, p, gen, kFloat32, variants));
+                           Generator& gen, const AttentionSublayerVariants& variants, int64_t pad_idx) {
+  slf_attn = register_module("slf_attn", self_attention(d_model, n_head, d_k, d_v, p, gen, variants, pad_idx));
   enc_attn = register_module(
       "enc_attn", std::make_shared<AttentionSublayer>(n_head, d_model, d_k, d_v, p, gen, kFloat32, variants));
   pos_ffn =
@@ -67,15 +103,37 @@ Tensor DecoderLayer::forward(const Tensor& dec_input, const Tensor& enc_output, 
   return forward_memory(dec_input, enc_output, enc_output, slf_attn_mask, dec_enc_attn_mask);
 }
 
+Tensor DecoderLayer::forward(const Tensor& dec_input, const Tensor& enc_output, const AttentionCall& self_call,
+                             const Tensor& dec_enc_attn_mask) {
+  return forward_memory(dec_input, enc_output, enc_output, self_call, dec_enc_attn_mask);
+}
+
 Tensor DecoderLayer::forward_memory(const Tensor& dec_input, const Tensor& memory_k, const Tensor& memory_v,
                                     const Tensor& slf_attn_mask, const Tensor& dec_enc_attn_mask) {
+  if (!slf_attn_mask.defined())
+    return forward_memory(dec_input, memory_k, memory_v, AttentionCall{.is_causal = false}, dec_enc_attn_mask);
+  AttentionSublayerResult a = sublayer(*slf_attn, "DecoderLayer")
+                                  .forward(dec_input, dec_input, dec_input, slf_attn_mask, store_attention_,
+                                           track_entropy_);  // (B, T, D)
+  return finish({.output = std::move(a.output), .weights = std::move(a.attn), .entropy = std::move(a.entropy)},
+                memory_k, memory_v, dec_enc_attn_mask);
+}
+
+Tensor DecoderLayer::forward_memory(const Tensor& dec_input, const Tensor& memory_k, const Tensor& memory_v,
+                                    const AttentionCall& self_call, const Tensor& dec_enc_attn_mask) {
+  AttentionCall call = self_call;
+  call.need_weights = store_attention_;
+  call.need_entropy = track_entropy_;
+  return finish(slf_attn->forward(dec_input, call), memory_k, memory_v, dec_enc_attn_mask);  // (B, T, D)
+}
+
+Tensor DecoderLayer::finish(AttentionOutput a, const Tensor& memory_k, const Tensor& memory_v,
+                            const Tensor& dec_enc_attn_mask) {
   const bool store = store_attention_, ent = track_entropy_;
-  AttentionSublayerResult a =
-      slf_attn->forward(dec_input, dec_input, dec_input, slf_attn_mask, store, ent);  // (B, T, D)
   AttentionSublayerResult c = enc_attn->forward(a.output, memory_k, memory_v, dec_enc_attn_mask, store, ent);
   if (store) {
-    last_self_attention_ = a.attn;   // (B, H, T, T)
-    last_cross_attention_ = c.attn;  // (B, H, T, S)
+    last_self_attention_ = a.weights;  // (B, H, T, T)
+    last_cross_attention_ = c.attn;    // (B, H, T, S)
   }
   if (ent) {
     last_self_entropy_ = a.entropy;   // (B, H, T)
@@ -96,7 +154,10 @@ Tensor DecoderLayer::forward_cached(const Tensor& x, KVCache& self_cache, KVCach
                                     const CachedAttentionRows& rows,
                                     const std::vector<std::vector<int64_t>>& target_tokens,
                                     const std::vector<std::vector<int64_t>>& sources, int64_t pad) {
-  Tensor a = slf_attn->forward_cached(x, x, self_cache.key, self_cache.value, rows, true, &target_tokens, pad);
+  Tensor a = self_cache.layer != nullptr
+                 ? slf_attn->forward_cached(x, *self_cache.layer, rows)
+                 : sublayer(*slf_attn, "DecoderLayer::forward_cached")
+                       .forward_cached(x, x, self_cache.key, self_cache.value, rows, true, &target_tokens, pad);
   Tensor c = enc_attn->forward_cached(a, Tensor(), cross_cache.key, cross_cache.value, rows, false, &sources, pad);
   return decode_feed_forward(*pos_ffn, c);  // (A, N, D)
 }
@@ -129,6 +190,14 @@ Encoder::Encoder(const TransformerOptions& o, Generator& gen, std::shared_ptr<Em
 }
 
 Tensor Encoder::forward(const Tensor& src_seq, const Tensor& src_mask) {
+  return run(src_seq, [src_mask](EncoderLayer& l, const Tensor& x) { return l.forward(x, src_mask); });
+}
+
+Tensor Encoder::forward(const Tensor& src_seq, const AttentionCall& call) {
+  return run(src_seq, [call](EncoderLayer& l, const Tensor& x) { return l.forward(x, call); });
+}
+
+Tensor Encoder::run(const Tensor& src_seq, const std::function<Tensor(EncoderLayer&, const Tensor&)>& forward_layer) {
   Tensor x = src_word_emb->forward(src_seq);  // (B, S, D)
   if (scale_ != 1.0) x = x * scale_;
   x = layer_norm->forward(position_enc->forward(x));
@@ -141,15 +210,15 @@ Tensor Encoder::forward(const Tensor& src_seq, const Tensor& src_mask) {
       CheckpointOptions co;
       if (generator_ != nullptr) co.generators.push_back(generator_);
       if (!layer->track_entropy_) {
-        x = checkpoint([layer, src_mask](const std::vector<Tensor>& in) { return layer->forward(in[0], src_mask); },
+        x = checkpoint([layer, forward_layer](const std::vector<Tensor>& in) { return forward_layer(*layer, in[0]); },
                        {x}, co);
         continue;
       }
       // Entropy tracking: [output | entropies] flattened into one result, so that the entropies keep their history.
-      const int64_t B = x.size(0), S = x.size(1), D = x.size(2), H = layer->slf_attn->n_head;
+      const int64_t B = x.size(0), S = x.size(1), D = x.size(2), H = layer->slf_attn->config().heads;
       Tensor packed = checkpoint(
-          [layer, src_mask](const std::vector<Tensor>& in) {
-            Tensor y = layer->forward(in[0], src_mask);  // (B, S, D)
+          [layer, forward_layer](const std::vector<Tensor>& in) {
+            Tensor y = forward_layer(*layer, in[0]);  // (B, S, D)
             return cat({reshape(y, {-1}), reshape(layer->last_entropy(), {-1})}, 0);
           },
           {x}, co);
@@ -157,7 +226,7 @@ Tensor Encoder::forward(const Tensor& src_seq, const Tensor& src_mask) {
       layer->last_entropy_ = reshape(parts[1], {B, H, S});  // (B, H, S)
       x = reshape(parts[0], {B, S, D});
     } else {
-      x = layer->forward(x, src_mask);
+      x = forward_layer(*layer, x);
     }
   }
   return x;
@@ -174,12 +243,27 @@ Decoder::Decoder(const TransformerOptions& o, Generator& gen, std::shared_ptr<Em
   for (int64_t i = 0; i < o.n_layers; ++i)
     layer_stack->push_back(
         std::make_shared<DecoderLayer>(o.d_model, o.d_inner, o.n_head, o.d_k, o.d_v, o.dropout, gen,
-                                       AttentionSublayerVariants{.n_kv_head = o.n_kv_head}));
+                                       AttentionSublayerVariants{.n_kv_head = o.n_kv_head}, o.pad_idx));
   layer_norm = register_module("layer_norm", std::make_shared<LayerNorm>(o.d_model, 1e-6));
 }
 
 Tensor Decoder::forward(const Tensor& trg_seq, const Tensor& trg_mask, const Tensor& enc_output,
                         const Tensor& src_mask) {
+  return run(trg_seq, enc_output,
+             [trg_mask, src_mask](DecoderLayer& l, const Tensor& x, const Tensor& mk, const Tensor& mv) {
+               return l.forward_memory(x, mk, mv, trg_mask, src_mask);
+             });
+}
+
+Tensor Decoder::forward(const Tensor& trg_seq, const AttentionCall& self_call, const Tensor& enc_output,
+                        const Tensor& src_mask) {
+  return run(trg_seq, enc_output,
+             [self_call, src_mask](DecoderLayer& l, const Tensor& x, const Tensor& mk, const Tensor& mv) {
+               return l.forward_memory(x, mk, mv, self_call, src_mask);
+             });
+}
+
+Tensor Decoder::run(const Tensor& trg_seq, const Tensor& enc_output, const LayerForward& forward_layer) {
   Tensor x = trg_word_emb->forward(trg_seq);  // (B, T, D)
   if (scale_ != 1.0) x = x * scale_;
   x = layer_norm->forward(position_enc->forward(x));
@@ -194,17 +278,17 @@ Tensor Decoder::forward(const Tensor& trg_seq, const Tensor& trg_mask, const Ten
       if (generator_ != nullptr) co.generators.push_back(generator_);
       if (!layer->track_entropy_) {
         x = checkpoint(
-            [layer, trg_mask, src_mask](const std::vector<Tensor>& in) {
-              return layer->forward_memory(in[0], in[2], in[1], trg_mask, src_mask);
+            [layer, forward_layer](const std::vector<Tensor>& in) {
+              return forward_layer(*layer, in[0], in[2], in[1]);
             },
             {x, enc_output, enc_output}, co);
         continue;
       }
       // Entropy tracking: [output | self entropies | cross entropies] flattened into one result (their history).
-      const int64_t B = x.size(0), T = x.size(1), D = x.size(2), H = layer->slf_attn->n_head;
+      const int64_t B = x.size(0), T = x.size(1), D = x.size(2), H = layer->slf_attn->config().heads;
       Tensor packed = checkpoint(
-          [layer, trg_mask, src_mask](const std::vector<Tensor>& in) {
-            Tensor y = layer->forward_memory(in[0], in[2], in[1], trg_mask, src_mask);  // (B, T, D)
+          [layer, forward_layer](const std::vector<Tensor>& in) {
+            Tensor y = forward_layer(*layer, in[0], in[2], in[1]);  // (B, T, D)
             return cat({reshape(y, {-1}), reshape(layer->last_self_entropy(), {-1}),
                         reshape(layer->last_cross_entropy(), {-1})},
                        0);
@@ -215,7 +299,7 @@ Tensor Decoder::forward(const Tensor& trg_seq, const Tensor& trg_mask, const Ten
       layer->last_cross_entropy_ = reshape(parts[2], {B, H, T});  // (B, H, T)
       x = reshape(parts[0], {B, T, D});
     } else {
-      x = layer->forward(x, enc_output, trg_mask, src_mask);
+      x = forward_layer(*layer, x, enc_output, enc_output);
     }
   }
   return x;
@@ -272,8 +356,10 @@ Tensor Transformer::output_weight() const {
 Tensor Transformer::encode(const Tensor& src) {
   check_tokens(src, options.src_vocab, options.n_position, "Transformer", "src", "n_position");
   if (track_entropy_) enc_rows_ = ne(src, static_cast<double>(options.pad_idx));  // (B, S) real source tokens
-  const Tensor src_mask = options.pad_idx >= 0 ? padding_mask(src, options.pad_idx) : Tensor();  // (B, 1, 1, S)
-  return encoder->forward(src, src_mask);                                                        // (B, S, D)
+  // The self-attention through the AttentionLayer interface: the source's padding keys blocked, not causal.
+  AttentionCall call{.is_causal = false};
+  if (options.pad_idx >= 0) call.key_padding_mask = reshape(padding_mask(src, options.pad_idx), src.shape());  // (B, S)
+  return encoder->forward(src, call);  // (B, S, D)
 }
 
 Tensor Transformer::decode(const Tensor& tgt_in, const Tensor& memory, const Tensor& src) {
@@ -287,14 +373,15 @@ Tensor Transformer::decode(const Tensor& tgt_in, const Tensor& memory, const Ten
              "memory must be the encoder output (B, S, d_model) = ", Shape({src.size(0), src.size(1), options.d_model}),
              " for src ", src.shape(), ", got ", memory.defined() ? memory.shape() : Shape{});
   ATTO_CHECK(tgt_in.size(0) == src.size(0), me, "batch sizes differ: tgt_in ", tgt_in.shape(), ", src ", src.shape());
-  const int64_t T = tgt_in.size(1);
   if (track_entropy_) dec_rows_ = ne(tgt_in, static_cast<double>(options.pad_idx));  // (B, T) real target inputs
-  Tensor src_mask, tgt_mask = causal_mask(T);  // (T, T)
+  // The self-attention through the AttentionLayer interface: causal, the target's padding keys blocked.
+  Tensor src_mask;
+  AttentionCall self_call{.is_causal = true};
   if (options.pad_idx >= 0) {
-    src_mask = padding_mask(src, options.pad_idx);                           // (B, 1, 1, S)
-    tgt_mask = logical_or(padding_mask(tgt_in, options.pad_idx), tgt_mask);  // (B, 1, T, T)
+    src_mask = padding_mask(src, options.pad_idx);                                                // (B, 1, 1, S)
+    self_call.key_padding_mask = reshape(padding_mask(tgt_in, options.pad_idx), tgt_in.shape());  // (B, T)
   }
-  Tensor h = decoder->forward(tgt_in, tgt_mask, memory, src_mask);  // (B, T, D)
+  Tensor h = decoder->forward(tgt_in, self_call, memory, src_mask);  // (B, T, D)
   Tensor logits = linear(h, output_weight());                       // (B, T, V)
   if (options.tie_output && options.scale_projection)
     logits = logits * (1.0 / std::sqrt(static_cast<double>(options.d_model)));
@@ -371,8 +458,9 @@ std::shared_ptr<SequenceModel> Transformer::build(const ModelSpec& s, Generator&
   const AttentionSpec& at = s.attention;
   at.validate(s.heads);
   // The seed's attention sublayers are its own (parameters w_qs, w_ks, w_vs, fc, layer_norm; the residual and norm
-  // inside), not an AttentionLayer: it takes a MultiheadAttention kind's key/value heads, window and block. A kind
-  // made of a score or mask function (alibi, softcap, a user's) would be silently dropped, so it is refused.
+  // inside: the internal kind "seed-mha", whose weights files key on these names): it takes a MultiheadAttention
+  // kind's key/value heads, window and block. A kind made of a score or mask function (alibi, softcap, a user's)
+  // would be silently dropped, so it is refused.
   const MultiheadAttentionOptions mo = detail::plain_multihead_attention(
       at, {.d_model = s.d_model, .heads = s.heads, .dropout = s.dropout}, "Transformer", "seq2seq",
       "its sublayers take only key/value heads, window and block");
@@ -438,14 +526,18 @@ DecodeState Transformer::begin_decode(const TokenRows& sources) {
   const Tensor src = pack_rows(sources, static_cast<int64_t>(S), spec_.specials.pad);  // (B, S)
   const Tensor memory = encode(src);                                                   // (B, S, D)
   st.memory = {src, memory};
-  // Key/value caches: per decoder layer its self-attention (every position the decoder can read) ...
+  // Caches: per decoder layer its self-attention's own state (every position the decoder can read) ...
   const auto B = static_cast<int64_t>(sources.size());
   const Dtype dt = memory.dtype();
   const int64_t kv_heads = options.n_kv_head > 0 ? options.n_kv_head : options.n_head;  // H_kv per cache
   for (const auto& m : *decoder->layer_stack) {
-    (void)m;
-    auto [k, v] = make_kv_cache(B, kv_heads, options.n_position, options.d_k, options.d_v, dt);
-    st.cache.push_back({k, v});
+    std::shared_ptr<AttentionCache> c = static_cast<DecoderLayer&>(*m).slf_attn->make_cache(B, options.n_position);
+    if (c == nullptr) {  // a layer that cannot cache: decode by recomputing
+      st.cache.clear();
+      return st;
+    }
+    c->rows = B;
+    st.cache.push_back({.layer = std::move(c)});
   }
   // ... then its cross-attention keys and values of the encoder output, computed once here.
   CachedAttentionRows all{.cache_row = {},
@@ -487,6 +579,7 @@ Tensor Transformer::cached_logits(DecodeState& st) {
   }
   const Tensor tokens = pack_rows(fresh, N, sp.pad);  // (A, N)
   check_tokens(tokens, options.tgt_vocab, options.n_position, me, "tgt_in", "n_position");
+  rows.tokens = tokens;  // the self-attention's cache blocks the pad token's keys
   // Embedding at each row's own positions, then the decoder's input LayerNorm (dropout is off in eval mode).
   const int64_t D = options.d_model;
   const double emb_scale = options.tie_output && options.scale_embedding ? std::sqrt(static_cast<double>(D)) : 1.0;
@@ -543,7 +636,12 @@ void Transformer::check_decode_state(const DecodeState& st) const {
   if (st.use_cache && st.cache.size() == 2 * L)
     for (size_t i = 0; i < st.cache.size(); ++i) {
       const KVCache& c = st.cache[i];
-      const int64_t C = i < L ? options.n_position : static_cast<int64_t>(S);  // self-attention, then cross
+      if (i < L) {  // the self-attention's own state
+        ATTO_CHECK(c.layer != nullptr && c.layer->rows == st.rows && c.layer->capacity() == options.n_position, me,
+                   "the decode state's cache ", i, " is not what begin_decode made for its ", st.rows, " rows");
+        continue;
+      }
+      const auto C = static_cast<int64_t>(S);  // the cross-attention's keys and values of the encoder output
       ATTO_CHECK(c.key.defined() && c.value.defined() && c.key.dim() == 4 && c.value.dim() == 4 &&
                      c.key.size(0) == st.rows && c.value.size(0) == st.rows && c.key.size(3) == C &&
                      c.value.size(2) == C && c.key.size(1) == c.value.size(1),

@@ -5,7 +5,7 @@
 // encoder.src_word_emb, encoder.layer_stack.<i>.slf_attn / .pos_ffn, encoder.layer_norm, decoder.trg_word_emb,
 // decoder.layer_stack.<i>.slf_attn / .enc_attn / .pos_ffn, decoder.layer_norm, trg_word_prj (weights files and the
 // PyTorch goldens key on these names). Built from the seed's attention sublayer (seed::AttentionSublayer,
-// nn/seed/attention.h) and PositionwiseFeedForward (nn/feedforward.h, residual_norm: post-LN, LayerNorm eps 1e-6).
+// nn/seed/attention.h; the self-attention as an AttentionLayer of the kind "seed-mha" from make_attention) and PositionwiseFeedForward (nn/feedforward.h, residual_norm: post-LN, LayerNorm eps 1e-6).
 // Encoder/decoder input: embedding (times sqrt(d_model) with scale_embedding), + sinusoidal positions, dropout,
 // LayerNorm, then the layers (the seed's order: its stacks normalise the input, not the output). xavier_uniform_ on
 // every parameter with more than one dimension (embeddings included, so that, as in the seed, the padding row is
@@ -17,6 +17,7 @@
 // from default_generator() until Module::set_generator() points every dropout of the model at another generator.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,8 +59,8 @@ struct TransformerOptions {
   bool checkpoint = false; ///< gradient checkpointing of every encoder and decoder layer but each stack's last
 };
 
-/// The seed's EncoderLayer: slf_attn (AttentionSublayer, post-LN) then pos_ffn (PositionwiseFeedForward with
-/// residual_norm).
+/// The seed's EncoderLayer: slf_attn (an AttentionLayer: the AttentionSublayer of the kind "seed-mha", post-LN)
+/// then pos_ffn (PositionwiseFeedForward with residual_norm).
 class EncoderLayer : public Module {
  public:
   /// Draws initial weights from `gen` (slf_attn, then pos_ffn).
@@ -70,8 +71,11 @@ class EncoderLayer : public Module {
   /// x (B, S, d_model) -> (B, S, d_model), no mask.
   Tensor forward(const Tensor& x) override;
   /// x (B, S, d_model) -> (B, S, d_model); mask Bool TRUE = BLOCKED broadcastable to (B, H, S, S) (see
-  /// AttentionSublayer::forward), or undefined.
+  /// AttentionSublayer::forward; a mask needs slf_attn to be an AttentionSublayer), or undefined (no mask).
   Tensor forward(const Tensor& x, const Tensor& slf_attn_mask);
+  /// x (B, S, d_model) -> (B, S, d_model), the self-attention through the AttentionLayer interface with `call`
+  /// (its key padding mask and is_causal; need_weights and need_entropy are the layer's own switches).
+  Tensor forward(const Tensor& x, const AttentionCall& call);
   /// Keeps (true) or stops keeping and drops (false) the attention weights of the last forward.
   void set_store_attention(bool on);
   /// Self-attention probabilities (B, H, S, S) of the last forward; undefined unless stored.
@@ -81,40 +85,54 @@ class EncoderLayer : public Module {
   /// Self-attention row entropies (B, H, S) of the last forward, with history; undefined unless tracked.
   const Tensor& last_entropy() const { return last_entropy_; }
 
-  std::shared_ptr<AttentionSublayer> slf_attn;       ///< "slf_attn"
+  std::shared_ptr<AttentionLayer> slf_attn;          ///< "slf_attn": kind "seed-mha" (an AttentionSublayer)
   std::shared_ptr<PositionwiseFeedForward> pos_ffn;  ///< "pos_ffn"
 
  private:
   friend class Encoder;  // a checkpointed forward hands the entropies with history back through last_entropy_
+  // The post-attention rest: stores what the call returned, then pos_ffn.
+  Tensor finish(AttentionOutput a);
   bool store_attention_ = false;
   Tensor last_attention_;
   bool track_entropy_ = false;
   Tensor last_entropy_;
 };
 
-/// The seed's DecoderLayer: slf_attn, enc_attn (queries from the decoder, keys/values from the encoder output),
-/// pos_ffn; each post-LN.
+/// The seed's DecoderLayer: slf_attn (an AttentionLayer of the kind "seed-mha"), enc_attn (an AttentionSublayer:
+/// queries from the decoder, keys/values from the encoder output), pos_ffn; each post-LN.
 class DecoderLayer : public Module {
  public:
-  /// Draws initial weights from `gen` (slf_attn, enc_attn, pos_ffn).
+  /// Draws initial weights from `gen` (slf_attn, enc_attn, pos_ffn). pad_idx: the token whose keys the
+  /// self-attention's own decoding cache blocks (-1: none).
   DecoderLayer(int64_t d_model, int64_t d_inner, int64_t n_head, int64_t d_k, int64_t d_v, double dropout = 0.1,
-               Generator& gen = default_generator(), const AttentionSublayerVariants& variants = {});
+               Generator& gen = default_generator(), const AttentionSublayerVariants& variants = {},
+               int64_t pad_idx = -1);
   /// "DecoderLayer".
   std::string type_name() const override { return "DecoderLayer"; }
   /// dec_input (B, T, d_model), enc_output (B, S, d_model) -> (B, T, d_model); masks Bool TRUE = BLOCKED
   /// broadcastable to (B, H, T, T) and (B, H, T, S), or undefined.
   Tensor forward(const Tensor& dec_input, const Tensor& enc_output, const Tensor& slf_attn_mask = Tensor(),
                  const Tensor& dec_enc_attn_mask = Tensor());
+  /// Same, the self-attention through the AttentionLayer interface with `self_call` (key padding mask (B, T),
+  /// is_causal) instead of a mask.
+  Tensor forward(const Tensor& dec_input, const Tensor& enc_output, const AttentionCall& self_call,
+                 const Tensor& dec_enc_attn_mask);
   using Module::forward;
   /// forward() with the encoder output given twice, as the cross-attention's keys (memory_k) and values
   /// (memory_v): the same values; checkpointing passes two inputs so that the memory's gradient adds its terms in
   /// the order of the plain backward (bitwise equal gradients).
   Tensor forward_memory(const Tensor& dec_input, const Tensor& memory_k, const Tensor& memory_v,
                         const Tensor& slf_attn_mask, const Tensor& dec_enc_attn_mask);
+  /// forward_memory() with the self-attention through the AttentionLayer interface (`self_call`).
+  Tensor forward_memory(const Tensor& dec_input, const Tensor& memory_k, const Tensor& memory_v,
+                        const AttentionCall& self_call, const Tensor& dec_enc_attn_mask);
   /// Decoding with key/value caches (eval mode, no gradients): x (A, N, d_model) holds the new positions of A rows
   /// (see CachedAttentionRows); self_cache gets their keys and values, cross_cache holds the encoder output's
   /// (computed once). Self-attention keys are blocked where target_tokens[b][j] == pad, cross-attention keys where
   /// the source has padding (sources[b] shorter than the cache, or pad) -> (A, N, d_model), as forward() gives.
+  /// A self_cache with a layer state (self_cache.layer, from slf_attn->make_cache) is read through the
+  /// AttentionLayer interface (slf_attn->forward_cached; the pad keys from rows.tokens, and slf_attn's pad);
+  /// otherwise self_cache.key / value are used directly (slf_attn must then be an AttentionSublayer).
   Tensor forward_cached(const Tensor& x, KVCache& self_cache, KVCache& cross_cache, const CachedAttentionRows& rows,
                         const std::vector<std::vector<int64_t>>& target_tokens,
                         const std::vector<std::vector<int64_t>>& sources, int64_t pad);
@@ -131,12 +149,14 @@ class DecoderLayer : public Module {
   /// Encoder-decoder attention row entropies (B, H, T) of the last forward, with history; undefined unless tracked.
   const Tensor& last_cross_entropy() const { return last_cross_entropy_; }
 
-  std::shared_ptr<AttentionSublayer> slf_attn;       ///< "slf_attn"
-  std::shared_ptr<AttentionSublayer> enc_attn;       ///< "enc_attn"
+  std::shared_ptr<AttentionLayer> slf_attn;          ///< "slf_attn": kind "seed-mha" (an AttentionSublayer)
+  std::shared_ptr<AttentionSublayer> enc_attn;       ///< "enc_attn" (cross-attention: not an interface call)
   std::shared_ptr<PositionwiseFeedForward> pos_ffn;  ///< "pos_ffn"
 
  private:
   friend class Decoder;  // a checkpointed forward hands the entropies with history back (last_*_entropy_)
+  // The cross-attention and pos_ffn after the self-attention's result `a`.
+  Tensor finish(AttentionOutput a, const Tensor& memory_k, const Tensor& memory_v, const Tensor& dec_enc_attn_mask);
   bool store_attention_ = false;
   Tensor last_self_attention_;
   Tensor last_cross_attention_;
@@ -155,6 +175,9 @@ class Encoder : public Module {
   std::string type_name() const override { return "Encoder"; }
   /// src_seq (B, S) Int64, src_mask Bool (B, 1, 1, S) TRUE = BLOCKED (or undefined) -> (B, S, d_model).
   Tensor forward(const Tensor& src_seq, const Tensor& src_mask);
+  /// Same, the layers' self-attention through the AttentionLayer interface with `call` (the model's: key padding
+  /// mask (B, S), not causal).
+  Tensor forward(const Tensor& src_seq, const AttentionCall& call);
   using Module::forward;
 
   std::shared_ptr<Embedding> src_word_emb;           ///< (src_vocab, d_model), padding_idx = pad_idx
@@ -167,6 +190,9 @@ class Encoder : public Module {
   void set_own_generator(Generator& gen) override { generator_ = &gen; }
 
  private:
+  // Embedding, positions, norm, then `layer(l, x)` per layer (checkpointed as the options say).
+  Tensor run(const Tensor& src_seq, const std::function<Tensor(EncoderLayer&, const Tensor&)>& layer);
+
   double scale_;  // sqrt(d_model) with scale_embedding and tie_output, else 1
   bool checkpoint_;
   Generator* generator_ = nullptr;
@@ -183,6 +209,10 @@ class Decoder : public Module {
   /// trg_seq (B, T) Int64, trg_mask Bool broadcastable to (B, 1, T, T), enc_output (B, S, d_model), src_mask
   /// Bool (B, 1, 1, S) (masks TRUE = BLOCKED, or undefined) -> (B, T, d_model).
   Tensor forward(const Tensor& trg_seq, const Tensor& trg_mask, const Tensor& enc_output, const Tensor& src_mask);
+  /// Same, the layers' self-attention through the AttentionLayer interface with `self_call` (the model's: key
+  /// padding mask (B, T), causal).
+  Tensor forward(const Tensor& trg_seq, const AttentionCall& self_call, const Tensor& enc_output,
+                 const Tensor& src_mask);
   using Module::forward;
 
   std::shared_ptr<Embedding> trg_word_emb;           ///< (tgt_vocab, d_model), padding_idx = pad_idx
@@ -195,6 +225,11 @@ class Decoder : public Module {
   void set_own_generator(Generator& gen) override { generator_ = &gen; }
 
  private:
+  // A decoder layer's forward_memory(x, memory_k, memory_v, <the self-attention's call or mask>, src_mask).
+  using LayerForward = std::function<Tensor(DecoderLayer&, const Tensor&, const Tensor&, const Tensor&)>;
+  // Embedding, positions, norm, then `layer` per layer (checkpointed as the options say).
+  Tensor run(const Tensor& trg_seq, const Tensor& enc_output, const LayerForward& layer);
+
   double scale_;  // sqrt(d_model) with scale_embedding and tie_output, else 1
   bool checkpoint_;
   Generator* generator_ = nullptr;
@@ -247,8 +282,9 @@ class Transformer : public SequenceModel {
   /// forward(inputs[0], inputs[1]) -> (B, T, tgt_vocab).
   Tensor forward_batch(const SequenceBatch& batch) override;
   /// Encodes the padded sources once (memory[0] = src (B, S), memory[1] = encoder output (B, S, d_model)) and
-  /// makes the key/value caches: cache[l] the decoder layer l's self-attention (n_position positions), cache[L + l]
-  /// its cross-attention keys and values of the encoder output, computed here once.
+  /// makes the key/value caches: cache[l].layer the decoder layer l's self-attention state (its make_cache, n_position
+  /// positions), cache[L + l].key / value its cross-attention keys and values of the encoder output, computed here
+  /// once.
   DecodeState begin_decode(const TokenRows& sources) override;
   /// With state.use_cache: runs the decoder on the active rows' new positions only (BOS + decoded past
   /// state.cached) against the caches. Without: runs the decoder over BOS + decoded for every row (finished rows

@@ -268,7 +268,7 @@ TEST(AttentionLayer, NoCodeOutsideAnImplementationComparesKindNames) {
   // A comparison with a built-in kind's name ("kind == \"gqa\"", "attention != \"mla\""), or a list of them (an
   // IsMember / one_of of kind names), anywhere in the library, the tools and the examples but the implementations.
   const std::filesystem::path root = std::filesystem::path(ATTOGRAD_TEST_DATA) / ".." / "..";
-  const std::string names = "(mha|gqa|mla|local|block-sparse|linear)";
+  const std::string names = "(mha|gqa|mla|local|block-sparse|linear|seed-mha)";
   const std::regex compare("(kind|attention)[A-Za-z_.()]*\\s*[!=]=\\s*\"" + names + "\"|\"" + names +
                            "\"\\s*[!=]=\\s*[A-Za-z_.]*(kind|attention)|\\{\\s*\"mha\",\\s*\"gqa\"");
   int scanned = 0;
@@ -290,13 +290,15 @@ TEST(AttentionLayer, NoCodeOutsideAnImplementationComparesKindNames) {
   EXPECT_GT(scanned, 50);
   // Among them the models' files: the decoder-only, encoder-only and seq2seq models and the layers they build on.
   for (const char* f : {"nn/models.cpp", "nn/sequence_model.cpp", "nn/encoder_tagger.cpp", "nn/encoder_tagger.h",
-                        "nn/transformer.cpp", "nn/transformer.h", "nn/seed/transformer.cpp", "nn/seed/attention.cpp",
+                        "nn/transformer.cpp", "nn/transformer.h", "nn/seed/transformer.cpp", "nn/seed/transformer.h",
+                        "nn/seed/attention.cpp", "nn/seed/attention.h",
                         "train/tools/bench.cpp", "train/tools/gradcheck_suite.cpp",
                         "examples/cli/cli_bench.cpp"})
     EXPECT_TRUE(seen.count(f) == 1) << f << " was not scanned";
   // The scan finds what it looks for.
   EXPECT_TRUE(std::regex_search(std::string("if (at.kind == \"mla\") {"), compare));
   EXPECT_TRUE(std::regex_search(std::string("c.attention != \"linear\""), compare));
+  EXPECT_TRUE(std::regex_search(std::string("layer.kind() == \"seed-mha\""), compare));
   EXPECT_TRUE(std::regex_search(std::string("CLI::IsMember({\"mha\", \"gqa\", \"mla\"})"), compare));
   EXPECT_FALSE(std::regex_search(std::string("if (nl == \"linear\")"), compare));
 }

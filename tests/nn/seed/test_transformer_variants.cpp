@@ -3,6 +3,8 @@
 // heads (cached decoding equals the recomputation), local / block-sparse encoder self-attention, checkpointing with
 // bitwise gradients, entropy tracking ("enc0", "dec0.self", "dec0.cross"), and an Error naming the model kind and
 // the option for what it does not support. The default model is unchanged (the goldens in test_transformer.cpp).
+// The self-attention goes through the AttentionLayer interface (the internal kind "seed-mha"): its call equals the
+// seed's masks bitwise, and cached decoding reads the layer's own cache.
 
 #include <algorithm>
 #include <memory>
@@ -12,6 +14,7 @@
 #include "autograd/attention.h"
 #include "autograd/loss.h"
 #include "autograd/shape.h"
+#include "nn/attention_layer.h"
 #include "nn/masks.h"
 #include "nn/seed/transformer.h"
 #include "testing.h"
@@ -55,7 +58,8 @@ std::vector<Tensor> run(SequenceModel& m, const TokenRows& sources, int64_t step
   DecodeState st = m.begin_decode(sources);
   st.use_cache = use_cache;
   if (cache_heads)
-    for (const KVCache& c : st.cache) cache_heads->push_back(c.key.size(1));
+    for (const KVCache& c : st.cache)  // self-attention: the layer's own KeyValueCache; cross: key / value
+      cache_heads->push_back(c.layer ? dynamic_cast<const KeyValueCache&>(*c.layer).key.size(1) : c.key.size(1));
   std::vector<Tensor> out;
   for (int64_t s = 0; s < steps; ++s) {
     Tensor l = m.decode_step(st);
@@ -230,9 +234,108 @@ TEST(TransformerVariants, EntropyTrackingLabelsAndValues) {
   EXPECT_TRUE(bitwise_equal(e[3].rows, e[2].rows));
   // enc0 equals its sublayer called directly on the encoder's input (dropout 0).
   const Tensor x0 = m.encoder->layer_norm->forward(m.encoder->position_enc->forward(m.encoder->src_word_emb->forward(src)));
-  AttentionSublayer& a = *m.encoder->layer_stack->at<EncoderLayer>(0)->slf_attn;
+  auto& a = dynamic_cast<AttentionSublayer&>(*m.encoder->layer_stack->at<EncoderLayer>(0)->slf_attn);
   const AttentionSublayerResult r = a.forward(x0, x0, x0, padding_mask(src, 0), false, true);
   EXPECT_TRUE(bitwise_equal(e[0].entropy, r.entropy));
   m.track_attention_entropy(false);
   EXPECT_TRUE(m.attention_entropies().empty());
+}
+
+TEST(TransformerVariants, SelfAttentionIsTheInterfacesKindSeedMha) {
+  // Encoder and decoder self-attention are AttentionLayers of the internal kind "seed-mha" (built by make_attention),
+  // the cross-attention the seed's sublayer called directly.
+  TransformerOptions o = small();
+  o.n_kv_head = 2;
+  Generator gen(4);
+  Transformer m(o, gen);
+  for (const auto& l : *m.encoder->layer_stack) {
+    const AttentionLayer& a = *static_cast<EncoderLayer&>(*l).slf_attn;
+    EXPECT_EQ(a.kind(), "seed-mha");
+    EXPECT_EQ(a.type_name(), "AttentionSublayer");
+    EXPECT_EQ(a.spec().kv_heads, 2);
+    EXPECT_EQ(a.config().heads, 4);
+    EXPECT_EQ(dynamic_cast<const AttentionSublayer&>(a).pad, -1);  // the encoder keeps no decoding cache
+  }
+  for (const auto& l : *m.decoder->layer_stack) {
+    const DecoderLayer& d = static_cast<DecoderLayer&>(*l);
+    EXPECT_EQ(d.slf_attn->kind(), "seed-mha");
+    EXPECT_EQ(dynamic_cast<const AttentionSublayer&>(*d.slf_attn).pad, o.pad_idx);
+    EXPECT_EQ(d.enc_attn->kind(), "");  // not built by make_attention
+  }
+  // Internal: not offered to the other models (--attention, the lists of kinds), but built by make_attention.
+  EXPECT_FALSE(has_attention("seed-mha"));
+  EXPECT_EQ(attention_kinds_list().find("seed-mha"), std::string::npos);
+  for (const auto& [kind, description] : registered_attentions()) EXPECT_NE(kind, "seed-mha");
+  EXPECT_ATTO_ERROR(make_attention({.kind = "seed-mha"}, {.d_model = 8, .heads = 2}),
+                    "\"seed-mha\" is the seq2seq model's own layer and needs the options d_k and d_v");
+  Generator g1(9), g2(9);
+  std::shared_ptr<AttentionLayer> a =
+      make_attention({.kind = "seed-mha", .options = R"({"d_k": 3, "d_v": 5})"}, {.d_model = 8, .heads = 2}, g1);
+  AttentionSublayer direct(2, 8, 3, 5, 0.0, g2);
+  ASSERT_EQ(a->named_parameters().size(), direct.named_parameters().size());
+  for (size_t i = 0; i < direct.named_parameters().size(); ++i) {
+    EXPECT_EQ(a->named_parameters()[i].first, direct.named_parameters()[i].first);
+    EXPECT_TRUE(bitwise_equal(a->named_parameters()[i].second, direct.named_parameters()[i].second));
+  }
+  EXPECT_EQ(a->facts().weights, 8 * 2 * 3 + 8 * 2 * (3 + 5) + 2 * 5 * 8);
+  EXPECT_EQ(a->facts().cache_per_token, 2 * (3 + 5));
+}
+
+TEST(TransformerVariants, InterfaceCallEqualsTheSeedsMasksBitwise) {
+  // forward(x, call) builds the seed model's masks: the key padding (B, 1, 1, L), or'ed with the causal one.
+  Generator gen(6);
+  AttentionSublayer a(4, 32, 8, 8, 0.0, gen);
+  a.eval();
+  const Tensor tokens = pack_rows({{4, 5, 6, 7, 8}, {9, 3}}, 5, 0);  // (2, 5)
+  const Tensor x = randn({2, 5, 32}, gen);
+  const Tensor kpm = reshape(padding_mask(tokens, 0), {2, 5});
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal);
+    const AttentionOutput r = a.forward(x, {.key_padding_mask = kpm, .is_causal = causal, .need_weights = true,
+                                            .need_entropy = true});
+    const Tensor mask = causal ? logical_or(padding_mask(tokens, 0), causal_mask(5)) : padding_mask(tokens, 0);
+    const AttentionSublayerResult e = a.forward(x, x, x, mask, true, true);
+    EXPECT_TRUE(bitwise_equal(r.output, e.output));
+    EXPECT_TRUE(bitwise_equal(r.weights, e.attn));
+    EXPECT_TRUE(bitwise_equal(r.entropy, e.entropy));
+  }
+  EXPECT_TRUE(bitwise_equal(a.forward(x), a.forward(x, x, x, causal_mask(5), false).output));
+  EXPECT_ATTO_ERROR(a.forward(x, {.window = 2}), "has no rotary positions or call window");
+  EXPECT_ATTO_ERROR(a.forward(x, {.key_padding_mask = reshape(kpm, {10})}), "key_padding_mask must be Bool (B, L)");
+}
+
+TEST(TransformerVariants, CachedDecodingThroughTheLayersOwnCache) {
+  // The decoder's self-attention decodes from its own state (make_cache), the pad token's keys blocked as in the
+  // recomputation, which blocks them by the key padding mask; the cross-attention keeps its keys and values.
+  Generator gen(12);
+  Transformer m(small(), gen);
+  m.eval();
+  NoGradGuard no_grad;
+  const TokenRows sources = {{4, 5, 6}, {7, 8, 9, 10, 11}};
+  DecodeState st = m.begin_decode(sources);
+  ASSERT_EQ(st.cache.size(), 4u);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(st.cache[i].layer != nullptr);
+    EXPECT_TRUE(dynamic_cast<const SeedKeyValueCache*>(st.cache[i].layer.get()) != nullptr);
+    EXPECT_EQ(st.cache[i].layer->capacity(), 16);
+    EXPECT_EQ(st.cache[i].layer->rows, 2);
+    EXPECT_TRUE(st.cache[2 + i].layer == nullptr);
+    EXPECT_EQ(st.cache[2 + i].key.size(3), 5);
+  }
+  // Decoded tokens with the pad (0) among them, fed at once and then one at a time.
+  st.decoded = {{3, 0, 5}, {0, 6, 0, 7}};
+  const Tensor cached = m.decode_step(st);
+  DecodeState again = m.begin_decode(sources);
+  again.use_cache = false;
+  again.decoded = st.decoded;
+  const Tensor recomputed = m.decode_step(again);
+  EXPECT_TRUE(all_close(cached, recomputed, 1e-5));
+  st.decoded[0].push_back(0);
+  st.decoded[1].push_back(9);
+  again.decoded = st.decoded;
+  EXPECT_TRUE(all_close(m.decode_step(st), m.decode_step(again), 1e-5));
+  // A state whose self-attention cache is not the layer's is refused.
+  DecodeState bad = m.begin_decode(sources);
+  bad.cache[0].layer = nullptr;
+  EXPECT_ATTO_ERROR(m.decode_step(bad), "the decode state's cache 0 is not what begin_decode made");
 }
