@@ -132,28 +132,38 @@ void fill_bias_rows(int64_t m, int64_t n, const T* bias, T* c, int64_t ldc) {
 
 }  // namespace
 
+namespace {
+
+// Runs a packed kernel (packed_gemm or packed_gemm_bf16 of the active set) on the threads' blocks of C. Each thread
+// packs the B columns of its own block and the A rows of its own block: a weight gradient (A^T packed, k = tokens)
+// with more columns than rows packs less per thread when split by columns.
+template <class Kernel>
+void split_packed(Kernel kernel, int64_t m, int64_t n, int64_t k, const GemmOperand<float>& a,
+                  const GemmOperand<float>& b, float* c, int64_t ldc, bool accumulate, float alpha, bool parallel,
+                  const float* bias) {
+  split_for_threads(
+      m, n, k, 24, 32, parallel,
+      [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+        GemmOperand<float> as = {sub_operand_rows(a, i0), a.ld, a.trans};
+        GemmOperand<float> bs = {sub_operand_cols(b, j0), b.ld, b.trans};
+        kernel(i1 - i0, j1 - j0, k, as, bs, c + i0 * ldc + j0, ldc, accumulate, alpha, bias ? bias + j0 : nullptr);
+      },
+      a.trans && n > m);
+}
+
+}  // namespace
+
 void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
           bool accumulate, float alpha, bool parallel, const float* bias) {
   if (m <= 0 || n <= 0) return;
   if (bias && accumulate) throw Error("gemm", "internal error: a bias product cannot accumulate onto C");
   // The bias goes in the first k panel's epilogue where C's old values would be added: the same sums, in the same
   // order, as filling C with the bias rows and accumulating, without the extra pass over C.
-  // Each thread packs the B columns of its own block and the A rows of its own block: a weight gradient (A^T
-  // packed, k = tokens) with more columns than rows packs less per thread when split by columns.
   if (bias && k == 0) {
     fill_bias_rows(m, n, bias, c, ldc);
     return;
   }
-  const bool prefer_cols = a.trans && n > m;
-  const auto packed_gemm = ATTO_CPU(packed_gemm);
-  split_for_threads(
-      m, n, k, 24, 32, parallel,
-      [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-        GemmOperand<float> as = {sub_operand_rows(a, i0), a.ld, a.trans};
-        GemmOperand<float> bs = {sub_operand_cols(b, j0), b.ld, b.trans};
-        packed_gemm(i1 - i0, j1 - j0, k, as, bs, c + i0 * ldc + j0, ldc, accumulate, alpha, bias ? bias + j0 : nullptr);
-      },
-      prefer_cols);
+  split_packed(ATTO_CPU(packed_gemm), m, n, k, a, b, c, ldc, accumulate, alpha, parallel, bias);
 }
 
 namespace {
@@ -215,16 +225,7 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperan
          alpha, parallel, bias);
     return;
   }
-  const bool prefer_cols = a.trans && n > m;
-  const auto kernel = ATTO_CPU(packed_gemm_bf16);
-  split_for_threads(
-      m, n, k, 24, 32, parallel,
-      [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-        GemmOperand<float> as = {sub_operand_rows(a, i0), a.ld, a.trans};
-        GemmOperand<float> bs = {sub_operand_cols(b, j0), b.ld, b.trans};
-        kernel(i1 - i0, j1 - j0, k, as, bs, c + i0 * ldc + j0, ldc, accumulate, alpha, bias ? bias + j0 : nullptr);
-      },
-      prefer_cols);
+  split_packed(ATTO_CPU(packed_gemm_bf16), m, n, k, a, b, c, ldc, accumulate, alpha, parallel, bias);
 }
 
 void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c, int64_t ldc,

@@ -22,6 +22,7 @@
 #include "autograd/shape.h"
 #include "nn/models.h"
 #include "nn_golden.h"
+#include "recipe_cases.h"
 #include "testing.h"
 
 using namespace attograd;
@@ -30,27 +31,6 @@ using namespace attograd::nn;
 
 namespace {
 
-// The architecture of each golden case (golden_recipe.py's CASES, as in tests/nn/test_recipe_golden.cpp).
-ArchitectureSpec nanogpt() {
-  return {.positions = "learned",
-          .activation = "gelu",
-          .norm = "layernorm",
-          .norm_eps = 1e-5,
-          .bias = false,
-          .embed_scale = "none",
-          .init = "gpt2",
-          .head = "tied",
-          .recipe = "nanogpt"};
-}
-
-ArchitectureSpec llama() {
-  return {.positions = "rope",
-          .activation = "swiglu",
-          .norm = "rmsnorm",
-          .norm_eps = 1e-6,
-          .bias = false,
-          .embed_scale = "none"};
-}
 
 double max_abs(const Tensor& t) {
   double m = 0;
@@ -94,17 +74,8 @@ void check_case(const std::string& name, const ArchitectureSpec& arch) {
   SCOPED_TRACE(name);
   Golden g = load_golden("nn/autocast_" + name + ".golden");
   const std::vector<int64_t> c = g.at("config").to_vector<int64_t>();  // [V, D, H, F, layers, max_len]
-  Generator gen(5);
-  CausalLM lm({.vocab = c[0],
-               .d_model = c[1],
-               .n_head = c[2],
-               .d_ff = c[3],
-               .n_layers = c[4],
-               .dropout = 0.0,
-               .max_len = c[5],
-               .dtype = kFloat32,
-               .architecture = arch},
-              gen);
+  const std::unique_ptr<CausalLM> model = golden_lm(g, arch, kFloat32);
+  CausalLM& lm = *model;
   expect_names_and_load(lm, golden_params(g));  // float32 parameters, exactly PyTorch's
   if (::testing::Test::HasFatalFailure()) return;
   const Tensor tokens = g.at("tokens"), targets = g.at("targets");  // (B, L) Int64
@@ -212,6 +183,6 @@ void check_case(const std::string& name, const ArchitectureSpec& arch) {
 
 }  // namespace
 
-TEST(AutocastGolden, NanoGPTMatchesTorchAutocast) { check_case("nanogpt", nanogpt()); }
+TEST(AutocastGolden, NanoGPTMatchesTorchAutocast) { check_case("nanogpt", golden_nanogpt_spec()); }
 
-TEST(AutocastGolden, LlamaMatchesTorchAutocast) { check_case("llama", llama()); }
+TEST(AutocastGolden, LlamaMatchesTorchAutocast) { check_case("llama", golden_llama_spec()); }

@@ -11,6 +11,7 @@
 #include "autograd/shape.h"
 #include "nn/models.h"
 #include "nn_golden.h"
+#include "recipe_cases.h"
 #include "testing.h"
 
 using namespace attograd;
@@ -27,27 +28,6 @@ namespace {
   return all_close(actual, expected, 1e-12 * (1.0 + scale), 1e-12);
 }
 
-// The architecture of each golden case (CASES in tests/nn/golden_recipe.py).
-ArchitectureSpec nanogpt() {
-  return {.positions = "learned",
-          .activation = "gelu",
-          .norm = "layernorm",
-          .norm_eps = 1e-5,
-          .bias = false,
-          .embed_scale = "none",
-          .init = "gpt2",
-          .head = "tied",
-          .recipe = "nanogpt"};
-}
-
-ArchitectureSpec llama() {
-  return {.positions = "rope",
-          .activation = "swiglu",
-          .norm = "rmsnorm",
-          .norm_eps = 1e-6,
-          .bias = false,
-          .embed_scale = "none"};
-}
 
 ArchitectureSpec gelu_tanh_untied() {
   return {.positions = "none", .activation = "gelu-tanh", .norm_eps = 1e-5, .embed_scale = "sqrt", .head = "untied"};
@@ -57,17 +37,8 @@ void check_case(const std::string& name, const ArchitectureSpec& arch) {
   SCOPED_TRACE(name);
   Golden g = load_golden("nn/recipe_" + name + ".golden");
   const std::vector<int64_t> c = g.at("config").to_vector<int64_t>();  // [V, D, H, F, layers, max_len]
-  Generator gen(5);
-  CausalLM lm({.vocab = c[0],
-               .d_model = c[1],
-               .n_head = c[2],
-               .d_ff = c[3],
-               .n_layers = c[4],
-               .dropout = 0.0,
-               .max_len = c[5],
-               .dtype = kFloat64,
-               .architecture = arch},
-              gen);
+  const std::unique_ptr<CausalLM> model = golden_lm(g, arch, kFloat64);
+  CausalLM& lm = *model;
   const std::vector<GoldenParam> gp = golden_params(g);
   expect_names_and_load(lm, gp);  // attograd's names, order and shapes are the golden's
   if (::testing::Test::HasFatalFailure()) return;
@@ -88,7 +59,7 @@ void check_case(const std::string& name, const ArchitectureSpec& arch) {
 }  // namespace
 
 TEST(RecipeGolden, NanoGPTMatchesPyTorch) {
-  check_case("nanogpt", nanogpt());
+  check_case("nanogpt", golden_nanogpt_spec());
   // The learned table's rows past the sequence (L = 5 of max_len 8) get exactly zero gradient, the others not.
   Golden g = load_golden("nn/recipe_nanogpt.golden");
   ASSERT_EQ(g.count("grad.1.pos_embed.weight"), 1u);
@@ -103,7 +74,7 @@ TEST(RecipeGolden, NanoGPTMatchesPyTorch) {
   }
 }
 
-TEST(RecipeGolden, RMSNormSwiGLURoPENoBiasMatchesPyTorch) { check_case("llama", llama()); }
+TEST(RecipeGolden, RMSNormSwiGLURoPENoBiasMatchesPyTorch) { check_case("llama", golden_llama_spec()); }
 
 TEST(RecipeGolden, GeluTanhBiasNoPositionsUntiedHeadMatchesPyTorch) {
   check_case("gelu_tanh_untied", gelu_tanh_untied());
@@ -111,8 +82,8 @@ TEST(RecipeGolden, GeluTanhBiasNoPositionsUntiedHeadMatchesPyTorch) {
 
 // The same models built through ModelSpec (what `attograd train` does) take the same parameters.
 TEST(RecipeGolden, ModelSpecBuildsTheSameParameters) {
-  for (const auto& [name, arch] : {std::pair{std::string("nanogpt"), nanogpt()},
-                                   {std::string("llama"), llama()},
+  for (const auto& [name, arch] : {std::pair{std::string("nanogpt"), golden_nanogpt_spec()},
+                                   {std::string("llama"), golden_llama_spec()},
                                    {std::string("gelu_tanh_untied"), gelu_tanh_untied()}}) {
     SCOPED_TRACE(name);
     Golden g = load_golden("nn/recipe_" + name + ".golden");
