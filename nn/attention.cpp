@@ -694,7 +694,9 @@ Tensor decode_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
   const int64_t M = K > 0 ? x.numel() / K : 0;
   const bool grad =
       is_grad_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
-  if (M > kMaxRows || grad || (x.dtype() != kFloat32 && x.dtype() != kFloat64)) return linear(x, weight, bias);
+  // K = 0 (no input features: every output is the bias) goes to linear() too, which fills it.
+  if (M > kMaxRows || K == 0 || grad || (x.dtype() != kFloat32 && x.dtype() != kFloat64))
+    return linear(x, weight, bias);
   ATTO_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == N && bias.dtype() == x.dtype()), me,
              "bias must be (", N, "), got ", bias.shape());
   Shape out_shape = x.shape();

@@ -64,6 +64,18 @@ TEST(DecodeBf16, DecodeLinearIsLinearUnderAutocast) {
   attograd::detail::set_gemm_bf16_native(true);
 }
 
+// No input features: every output is the bias (zero without one), in every precision.
+TEST(DecodeBf16, NoInputFeaturesGiveTheBias) {
+  NoGradGuard no_grad;
+  const Tensor x = zeros({2, 0}), w = zeros({3, 0}), b = from_vector(std::vector<float>{1.5f, -2.0f, 0.25f}, {3});
+  const std::vector<float> expected = {1.5f, -2.0f, 0.25f, 1.5f, -2.0f, 0.25f};
+  EXPECT_EQ(decode_linear(x, w, b).to_vector<float>(), expected);
+  EXPECT_EQ(decode_linear(x, w).to_vector<float>(), std::vector<float>(6, 0.0f));
+  Autocast on;
+  DecodeWeightCache cache;
+  EXPECT_EQ(decode_linear(x, w, b).to_vector<float>(), expected);
+}
+
 TEST(DecodeBf16, Float32AndFloat64OutsideAutocastAreUnchanged) {
   NoGradGuard no_grad;
   Generator gen(2);
