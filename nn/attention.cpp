@@ -649,17 +649,19 @@ struct DecodeWeightCache::Impl {
   };
   struct Entry {
     int64_t numel = -1;
+    uint32_t version = 0;  // the weight storage's version when converted: a weight changed in place is converted again
     std::unique_ptr<uint16_t[], Free> bits;  // 64-byte aligned: the rows' loads split no cache line more than need be
   };
   std::unordered_map<const void*, Entry> weights;
   // The bf16 bits of `w` (float32, numel values at data), converted on first use.
-  const uint16_t* get(const float* data, int64_t numel) {
+  const uint16_t* get(const float* data, int64_t numel, uint32_t version) {
     Entry& e = weights[data];
-    if (e.numel != numel) {
+    if (e.numel != numel || e.version != version) {
       const size_t bytes = (static_cast<size_t>(numel) * sizeof(uint16_t) + 63) / 64 * 64;
       e.bits.reset(static_cast<uint16_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))));
       if (!e.bits) throw std::bad_alloc();
       e.numel = numel;
+      e.version = version;
       for (int64_t i = 0; i < numel; ++i) {
         const float r = attograd::detail::round_bf16(data[i]);
         uint32_t u;
@@ -708,7 +710,7 @@ Tensor decode_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
     thread_local std::vector<float> xr;
     xr.resize(static_cast<size_t>(M * K));
     attograd::detail::round_bf16(x.data<float>(), xr.data(), M * K);
-    attograd::detail::rows_bf16(t_weight_cache->get(weight.data<float>(), weight.numel()), xr.data(), M,
+    attograd::detail::rows_bf16(t_weight_cache->get(weight.data<float>(), weight.numel(), weight.impl()->storage->version), xr.data(), M,
                                 bias.defined() ? bias.data<float>() : nullptr, out.data<float>(), N, K);
     return out;
   }

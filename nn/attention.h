@@ -277,8 +277,8 @@ Tensor decode_linear(const Tensor& x, const Tensor& weight, const Tensor& bias =
 
 /// While alive on a thread, decode_linear under Autocast (bfloat16) converts each float32 weight it reads to
 /// bfloat16 once and reads that copy afterwards: generation (train::sample, greedy_decode, bench --generate) holds
-/// one for the whole decode. The weights must not change while it is alive (they are keyed by their data); nests
-/// (the outermost cache serves).
+/// one for the whole decode. Copies are keyed by the weight's data and its storage version: a weight changed in
+/// place (an optimizer step, copy_) is converted again. Nests (the outermost cache serves).
 class DecodeWeightCache {
  public:
   DecodeWeightCache();

@@ -64,6 +64,22 @@ TEST(DecodeBf16, DecodeLinearIsLinearUnderAutocast) {
   attograd::detail::set_gemm_bf16_native(true);
 }
 
+// A weight changed in place while the cache is alive is converted again (its storage version moved).
+TEST(DecodeBf16, AWeightChangedInPlaceIsConvertedAgain) {
+  NoGradGuard no_grad;
+  Generator gen(3);
+  const Tensor x = uniform({1, 32}, gen);
+  const Tensor w = uniform({8, 32}, gen);
+  Autocast on;
+  DecodeWeightCache cache;
+  const Tensor before = decode_linear(x, w);
+  copy_(w, w * 2.0);
+  const Tensor after = decode_linear(x, w);
+  EXPECT_TRUE(all_close(after, before * 2.0, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(after, linear(x, w), 1e-5, 1e-5));
+  EXPECT_EQ(cache.size(), 1u);
+}
+
 // No input features: every output is the bias (zero without one), in every precision.
 TEST(DecodeBf16, NoInputFeaturesGiveTheBias) {
   NoGradGuard no_grad;
