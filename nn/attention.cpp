@@ -710,8 +710,9 @@ Tensor decode_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) 
     thread_local std::vector<float> xr;
     xr.resize(static_cast<size_t>(M * K));
     attograd::detail::round_bf16(x.data<float>(), xr.data(), M * K);
-    attograd::detail::rows_bf16(t_weight_cache->get(weight.data<float>(), weight.numel(), weight.impl()->storage->version), xr.data(), M,
-                                bias.defined() ? bias.data<float>() : nullptr, out.data<float>(), N, K);
+    const uint16_t* w = t_weight_cache->get(weight.data<float>(), weight.numel(), weight.impl()->storage->version);
+    attograd::detail::rows_bf16(w, xr.data(), M, bias.defined() ? bias.data<float>() : nullptr, out.data<float>(), N,
+                                K);
     return out;
   }
   Tensor out = empty(out_shape, {.dtype = x.dtype()});

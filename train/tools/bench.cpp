@@ -408,7 +408,7 @@ std::string to_json(const GenerateResult& r) {
                           ", \"H\": ", c.H, ", \"F\": ", c.F, ", \"N\": ", c.N, ", \"prompt\": ", c.prompt,
                           ", \"tokens\": ", c.tokens, ", \"B\": ", c.B, ", \"rounds\": ", c.rounds,
                           ", \"threads\": ", c.threads, ", \"seed\": ", c.seed, ", \"params\": ", r.params);
-  if (c.precision != Precision::float32) s += ", \"precision\": \"" + precision_name(c.precision) + "\"";
+  if (c.precision != Precision::float32) s += ", \"precision\": " + json_str(precision_name(c.precision));
   auto num = [](double v) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.4f", v);
