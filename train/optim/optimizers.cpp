@@ -494,6 +494,17 @@ AdamW::AdamW(std::vector<AdamParamGroup> groups, AdamWOptions defaults)
 // ---------------------------------------------------------------------------------------------
 // Gradient clipping
 
+// s + sum_j q[j]^2 in order (the same bits as the plain loop). A function of its own so that the running sum stays in
+// a register: inside clip_grad_norm_ it lived on the stack (it is live across the std::pow loop), a store-to-load
+// round trip per element on the serial chain, 3.7% of a nanoGPT-recipe step.
+namespace {
+template <class T>
+__attribute__((noinline)) double add_squares(const T* q, int64_t n, double s) {
+  for (int64_t j = 0; j < n; ++j) s += static_cast<double>(q[j]) * static_cast<double>(q[j]);
+  return s;
+}
+}  // namespace
+
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
   ATTO_CHECK(max_norm >= 0, "clip_grad_norm_", "max_norm must be >= 0, got ", max_norm);
   ATTO_CHECK(norm_type > 0, "clip_grad_norm_", "norm_type must be > 0 (or infinity), got ", norm_type);
@@ -517,7 +528,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
             acc = a;
         }
       } else if (norm_type == 2) {
-        for (int64_t j = 0; j < n; ++j) acc += static_cast<double>(q[j]) * static_cast<double>(q[j]);
+        acc = add_squares(q, n, acc);
       } else if (norm_type == 1) {
         for (int64_t j = 0; j < n; ++j) acc += std::fabs(static_cast<double>(q[j]));
       } else {
