@@ -86,15 +86,17 @@ void exp_in_place(VecMap<T> o) {
   alignas(64) T x[kChunk];
   for (Eigen::Index s = 0; s < o.size(); s += kChunk) {
     const Eigen::Index m = std::min(kChunk, o.size() - s);
-    T* seg = o.data() + s;
-    VecMap<T> xm(x, m);
-    xm = VecMap<T>(seg, m);
+    VecMap<T> seg(o.data() + s, m);
     // Vectorised reductions (a per-element flag was a scalar loop); a NaN anywhere makes the sum NaN.
-    const bool edge = !(xm.minCoeff() >= lo_packet && xm.maxCoeff() <= hi_packet) || std::isnan(xm.sum());
-    VecMap<T>(seg, m) = xm.exp();
-    if (edge)
-      for (Eigen::Index j = 0; j < m; ++j)
-        if (!(x[j] >= lo_packet && x[j] <= hi_packet)) seg[j] = x[j] < lo ? T(0) : std::exp(x[j]);
+    if (seg.minCoeff() >= lo_packet && seg.maxCoeff() <= hi_packet && !std::isnan(seg.sum())) {
+      seg = seg.exp();
+      continue;
+    }
+    VecMap<T> xm(x, m);
+    xm = seg;
+    seg = xm.exp();
+    for (Eigen::Index j = 0; j < m; ++j)
+      if (!(x[j] >= lo_packet && x[j] <= hi_packet)) seg[j] = x[j] < lo ? T(0) : std::exp(x[j]);
   }
 }
 
@@ -238,12 +240,20 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
       });
     });
   }
-  // d gelu(x) = g * (Phi(x) + x * phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+  // d gelu(x) = g * (Phi(x) + x * phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi). One chunk at a time, so that the three
+  // passes (the exponent, its exp, the product) stay in L1: over whole (B, L, F) activations they each went to
+  // memory (a GELU backward of 393K elements: 3.9 cycles an element).
   return record("gelu", out, {x}, [xs](const Tensor& g, GradInputs& gi) {
     gi[0] = backward_kernel(g, xs, "gelu_backward", []<class T>(VecMap<T> o, ConstVecMap<T> gg, ConstVecMap<T> xx) {
-      o = T(-0.5) * xx.square();
-      exp_in_place<T>(o);
-      o = gg * (T(0.5) * (T(1) + (xx * T(kSqrt1_2)).erf()) + xx * T(kInvSqrt2Pi) * o);
+      constexpr Eigen::Index kChunk = 1024;
+      for (Eigen::Index s = 0; s < o.size(); s += kChunk) {
+        const Eigen::Index m = std::min(kChunk, o.size() - s);
+        VecMap<T> oc(o.data() + s, m);
+        const ConstVecMap<T> gc(gg.data() + s, m), xc(xx.data() + s, m);
+        oc = T(-0.5) * xc.square();
+        exp_in_place<T>(oc);
+        oc = gc * (T(0.5) * (T(1) + (xc * T(kSqrt1_2)).erf()) + xc * T(kInvSqrt2Pi) * oc);
+      }
     });
   });
 }
