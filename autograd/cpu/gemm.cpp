@@ -184,11 +184,9 @@ void pack_a(const float* a, int64_t ld, bool trans, int mr, int64_t kc, float* d
   if (trans) {  // the MR elements of each k are contiguous in memory
     const __mmask16 m = first_lanes(mr);
     for (int64_t k = 0; k < kc; ++k) {
-      const __m512 v = _mm512_maskz_loadu_ps(m, a + k * ld);
-      if constexpr (kMR == 16)
-        _mm512_storeu_ps(dst + k * kMR, v);
-      else
-        _mm512_mask_storeu_ps(dst + k * kMR, static_cast<__mmask16>((1u << kMR) - 1u), v);
+      // A whole-vector store: its 16 - MR extra lanes land where the next k's store goes (stored in order; the last
+      // spills into the slack), and AMD cores run plain stores faster than masked ones.
+      _mm512_storeu_ps(dst + k * kMR, _mm512_maskz_loadu_ps(m, a + k * ld));
     }
   } else {  // transpose 16 k at a time; consecutive k rows overlap by 16 - MR lanes and are stored in order
     for (int64_t k = 0; k < kc; k += 16) transpose16(a + k, ld, mr, std::min<int64_t>(16, kc - k), dst + k * kMR, kMR);
