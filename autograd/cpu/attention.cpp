@@ -207,12 +207,7 @@ inline __attribute__((always_inline)) float exp_shifted<float>(float* row, int64
     const __m512 x = _mm512_mask_loadu_ps(ninf, k, row + j);
     __m512 e = Eigen::internal::pexp<Packet16f>(_mm512_sub_ps(x, vm));
     e = _mm512_mul_ps(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_GE_OQ), e), vscale);
-    // A whole vector takes a plain store: AMD cores do not forward a masked store to the loads that read the row
-    // right after (measured: a fifth of the attention backward was that stall).
-    if (k == static_cast<__mmask16>(0xffff))
-      _mm512_storeu_ps(row + j, e);
-    else
-      _mm512_mask_storeu_ps(row + j, k, e);
+    store_first_lanes(row + j, k, e);  // the row is read right after
     acc = _mm512_add_ps(acc, e);
   }
   return _mm512_reduce_add_ps(acc);

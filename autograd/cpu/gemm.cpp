@@ -129,10 +129,7 @@ inline __attribute__((always_inline)) void store_c_tile(const __m512 (&r)[Block<
         x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], ci + 16 * v));
       else if (bias)
         x = _mm512_add_ps(x, vb[v]);
-      if (mask[v] == static_cast<__mmask16>(0xffff))  // plain stores forward to later loads; masked ones do not (AMD)
-        _mm512_storeu_ps(ci + 16 * v, x);
-      else
-        _mm512_mask_storeu_ps(ci + 16 * v, mask[v], x);
+      store_first_lanes(ci + 16 * v, mask[v], x);
     }
   }
 }

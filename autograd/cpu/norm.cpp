@@ -220,16 +220,9 @@ __attribute__((noinline)) void backward_row_f32(const float* xr, const float* w,
     const __mmask16 k = first_lanes(N - i);
     const __m512 g = _mm512_maskz_loadu_ps(k, gr + i);  // 0 past N: adds nothing below
     const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xr + i), vm), vml), vrs);
-    // The next row loads these right back: whole vectors take plain stores, which AMD cores forward to loads.
-    const bool whole = k == static_cast<__mmask16>(0xffff);
-    if (dbb) {
-      const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, dbb + i), g);
-      whole ? _mm512_storeu_ps(dbb + i, v) : _mm512_mask_storeu_ps(dbb + i, k, v);
-    }
-    if (dwb) {
-      const __m512 v = _mm512_fmadd_ps(g, xh, _mm512_maskz_loadu_ps(k, dwb + i));
-      whole ? _mm512_storeu_ps(dwb + i, v) : _mm512_mask_storeu_ps(dwb + i, k, v);
-    }
+    // The next row loads these right back.
+    if (dbb) store_first_lanes(dbb + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, dbb + i), g));
+    if (dwb) store_first_lanes(dwb + i, k, _mm512_fmadd_ps(g, xh, _mm512_maskz_loadu_ps(k, dwb + i)));
     if (dr) {
       const __m512 dn = HasW ? _mm512_mul_ps(g, _mm512_maskz_loadu_ps(k, w + i)) : g;
       s_dn = _mm512_add_ps(s_dn, dn);
@@ -245,10 +238,7 @@ __attribute__((noinline)) void backward_row_f32(const float* xr, const float* w,
     const __m512 dn = HasW ? _mm512_mul_ps(g, _mm512_maskz_loadu_ps(k, w + i)) : g;
     const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xr + i), vm), vml), vrs);
     const __m512 d = _mm512_mul_ps(vrs, _mm512_sub_ps(_mm512_sub_ps(dn, mean_dn), _mm512_mul_ps(xh, mean_dnx)));
-    if (k == static_cast<__mmask16>(0xffff))
-      _mm512_storeu_ps(dr + i, d);
-    else
-      _mm512_mask_storeu_ps(dr + i, k, d);
+    store_first_lanes(dr + i, k, d);
   }
 }
 #endif

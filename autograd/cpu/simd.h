@@ -15,6 +15,16 @@ namespace attograd::cpu::ATTOGRAD_CPU_ISA {
   return static_cast<__mmask16>(count >= 16 ? 0xffffu : count <= 0 ? 0u : (1u << count) - 1u);
 }
 
+/// Stores the lanes of v that k selects at p: a plain store when k is all 16 lanes, a masked one only for a tail.
+/// AMD cores do not forward a masked store to a load that reads the same bytes soon after (measured: a fifth of the
+/// attention backward was that stall), and the kernels read back what they store (a row, a C tile, dweight sums).
+[[gnu::always_inline]] inline void store_first_lanes(float* p, __mmask16 k, __m512 v) {
+  if (k == static_cast<__mmask16>(0xffff))
+    _mm512_storeu_ps(p, v);
+  else
+    _mm512_mask_storeu_ps(p, k, v);
+}
+
 }  // namespace attograd::cpu::ATTOGRAD_CPU_ISA
 #else
 #define ATTOGRAD_AVX512 0
