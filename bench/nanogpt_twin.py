@@ -46,6 +46,10 @@ import time
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_malloc import keep_freed_memory  # noqa: E402
+
+keep_freed_memory()  # before torch allocates: freed tensors stay mapped (bench/torch_malloc.py)
 
 RESERVED = 4  # attograd's <pad> <bos> <eos> <sep>
 

@@ -181,6 +181,9 @@ def main(argv):
         os.environ[var] = threads
     if a.omp_wait_policy != "inherit":
         os.environ["OMP_WAIT_POLICY"] = a.omp_wait_policy.upper()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_malloc import keep_freed_memory
+    malloc_note = keep_freed_memory()  # before torch allocates: freed tensors stay mapped (bench/torch_malloc.py)
     import torch  # after the thread variables, so OpenMP and OpenBLAS read them
     import torch.nn as nn
     import torch.nn.functional as Fn
@@ -277,7 +280,7 @@ def main(argv):
         "flops_per_step": round(flops), "gflops": round(flops / (med / 1e3) / 1e9, 3),
         "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "blas": loaded_blas(),
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "adam_foreach": a.foreach,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "malloc": malloc_note, "adam_foreach": a.foreach,
     }
     if a.precision != "fp32":
         result["precision"] = a.precision
