@@ -49,6 +49,7 @@ void finish_plan(Plan& p, const Tensor& q, const Tensor& k, const Shape& target,
   ATTO_CHECK(std::isfinite(opts.scale), kOp, "scale must be finite (0 = 1/sqrt(d_k)), got ", opts.scale);
   p.scale = opts.scale != 0.0 ? opts.scale : (p.dk > 0 ? 1.0 / std::sqrt(static_cast<double>(p.dk)) : 1.0);
   p.causal = opts.is_causal;
+  p.one_pass_rows = detail::attention_one_pass_rows();
   ATTO_CHECK(opts.window >= 0, kOp, "window must be >= 0 (0 = off), got ", opts.window);
   p.window = opts.window;
   ATTO_CHECK(opts.block_size >= 0, kOp, "block_size must be >= 0 (0 = off), got ", opts.block_size);
@@ -390,6 +391,11 @@ Tensor attention_entropy_loss(const Tensor& entropies, double lambda, const Tens
   const double rows = sum(w).item<double>();
   if (rows == 0) return mul(sum(mul(entropies, w)), 0.0);
   return mul(sum(mul(entropies, w)), -lambda / rows);
+}
+
+bool& detail::attention_one_pass_rows() {
+  static bool on = true;
+  return on;
 }
 
 int64_t& detail::attention_saved_probs_limit() {

@@ -119,6 +119,9 @@ namespace detail {
 /// Largest Lq * Lk whose probabilities attention keeps for its backward instead of recomputing them (default
 /// 64 * 64; 0 always recomputes). Either way the gradients are bitwise the same.
 int64_t& attention_saved_probs_limit();
+/// Whether rows of at most 64 keys take the one-pass row kernels (default true; false runs the separate passes, for
+/// tests: the results are bitwise the same).
+bool& attention_one_pass_rows();
 }  // namespace detail
 
 }  // namespace attograd

@@ -213,6 +213,137 @@ inline __attribute__((always_inline)) float exp_shifted<float>(float* row, int64
   return _mm512_reduce_add_ps(acc);
 }
 
+// Keys up to which a row of scores is held in registers by the one-pass row kernels below (four vectors).
+constexpr int64_t kRegisterKeys = 64;
+
+// Dropout multipliers of keys [j0, j0 + 16) of a row whose hash key is `key` (dropout_row's hash and rule on sixteen
+// lanes): keep where the element is kept, 0 where it is dropped.
+struct DropoutLanes {
+  uint32_t below = 0;
+  bool all_dropped = false;
+  __m512 keep;
+
+  explicit DropoutLanes(const Plan& p)
+      : below(static_cast<uint32_t>(std::min<uint64_t>(p.drop_below, 0xffffffffu))),
+        all_dropped(p.drop_below > 0xffffffffu),
+        keep(_mm512_set1_ps(static_cast<float>(p.keep_scale))) {}
+
+  // dropout_row's key of row i of head (b, h).
+  static uint32_t row_key(const Plan& p, int64_t b, int64_t h, int64_t i) {
+    constexpr uint64_t kGamma64 = 0x9e3779b97f4a7c15ULL;
+    const uint64_t row = static_cast<uint64_t>((b * p.H + h) * p.Lq + i);
+    return static_cast<uint32_t>(mix64(p.seed + (row + 1) * kGamma64) >> 32);
+  }
+
+  [[gnu::always_inline]] __m512 mult(uint32_t key, int64_t j0) const {
+    if (all_dropped) return _mm512_setzero_ps();
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i j = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(j0)), lane);
+    __m512i z = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(key)),
+                                 _mm512_mullo_epi32(j, _mm512_set1_epi32(static_cast<int>(0x9e3779b9u))));
+    z = _mm512_xor_si512(z, _mm512_srli_epi32(z, 16));
+    z = _mm512_mullo_epi32(z, _mm512_set1_epi32(static_cast<int>(0x85ebca6bu)));
+    z = _mm512_xor_si512(z, _mm512_srli_epi32(z, 13));
+    z = _mm512_mullo_epi32(z, _mm512_set1_epi32(static_cast<int>(0xc2b2ae35u)));
+    z = _mm512_xor_si512(z, _mm512_srli_epi32(z, 16));
+    return _mm512_maskz_mov_ps(_mm512_cmpge_epu32_mask(z, _mm512_set1_epi32(static_cast<int>(below))), keep);
+  }
+};
+
+// The forward's row work on a block of scores s (n, lk), lk <= kRegisterKeys, in one pass: each row is loaded once,
+// then max, exp(s - m) with exp_shifted's flush, the sum, times 1 / sum and times the dropout multipliers, stored
+// once. Every operation is the one the separate passes (max_in_row, exp_shifted, the scaling loop, dropout_row) do, in
+// the same order, so the probabilities are the same bits. row_m, row_inv receive each row's max and 1 / sum (-inf and
+// 0 for a fully blocked row, whose probabilities are zeros); kept (n, lk), when non-null, the probabilities before
+// dropout.
+void softmax_dropout_rows(const Plan& p, int64_t b, int64_t h, int64_t i0, int64_t n, int64_t lk, float* s,
+                          float* row_m, float* row_inv, float* kept) {
+  using Eigen::internal::Packet16f;
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 tiny = _mm512_set1_ps(std::numeric_limits<float>::min()), one = _mm512_set1_ps(1.0f);
+  const int nv = static_cast<int>((lk + 15) / 16);
+  __mmask16 lanes[4];
+  for (int v = 0; v < 4; ++v) lanes[v] = first_lanes(lk - 16 * v);
+  const DropoutLanes drop(p);
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = s + r * lk;
+    __m512 x[4];
+    __m512 mx = ninf;
+    for (int v = 0; v < nv; ++v) {
+      x[v] = _mm512_mask_loadu_ps(ninf, lanes[v], row + 16 * v);
+      mx = _mm512_max_ps(x[v], mx);
+    }
+    const float m = _mm512_reduce_max_ps(mx);
+    row_m[r] = m;
+    if (m == -std::numeric_limits<float>::infinity()) {
+      std::fill(row, row + lk, 0.0f);
+      if (kept) std::fill(kept + r * lk, kept + (r + 1) * lk, 0.0f);
+      row_inv[r] = 0;
+      continue;
+    }
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
+    for (int v = 0; v < nv; ++v) {
+      const __m512 e = Eigen::internal::pexp<Packet16f>(_mm512_sub_ps(x[v], vm));
+      x[v] = _mm512_mul_ps(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_GE_OQ), e), one);
+      acc = _mm512_add_ps(acc, x[v]);
+    }
+    const float inv = 1.0f / _mm512_reduce_add_ps(acc);
+    row_inv[r] = inv;
+    const __m512 vinv = _mm512_set1_ps(inv);
+    const uint32_t key = p.dropout ? DropoutLanes::row_key(p, b, h, i0 + r) : 0;
+    for (int v = 0; v < nv; ++v) {
+      __m512 y = _mm512_mul_ps(x[v], vinv);
+      if (kept) store_first_lanes(kept + r * lk + 16 * v, lanes[v], y);
+      if (p.dropout) y = _mm512_mul_ps(y, drop.mult(key, 16 * v));
+      store_first_lanes(row + 16 * v, lanes[v], y);
+    }
+  }
+}
+
+// The backward's row work on a block (n, lk), lk <= kRegisterKeys, in one pass per row: P = exp(s - m) * inv_sum
+// (exp_shifted with the saved scale) in place in prob, or read from kept (the forward's, when non-null), the dropout
+// multipliers into mult and P times them into pd (each when non-null): the same bits as exp_shifted, dropout_row and
+// the product loop. Fully blocked rows get zeros.
+void backward_rows(const Plan& p, const float* stats, int64_t bh, int64_t b, int64_t h, int64_t i0, int64_t n,
+                   int64_t lk, const float* kept, float* prob, float* mult, float* pd) {
+  using Eigen::internal::Packet16f;
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 tiny = _mm512_set1_ps(std::numeric_limits<float>::min());
+  const int nv = static_cast<int>((lk + 15) / 16);
+  __mmask16 lanes[4];
+  for (int v = 0; v < 4; ++v) lanes[v] = first_lanes(lk - 16 * v);
+  const DropoutLanes drop(p);
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = prob + r * lk;
+    const float m = stats[2 * (bh * p.Lq + i0 + r)];
+    if (m == -std::numeric_limits<float>::infinity()) {
+      if (!kept) std::fill(row, row + lk, 0.0f);
+      if (mult) std::fill(mult + r * lk, mult + (r + 1) * lk, 0.0f);
+      if (pd) std::fill(pd + r * lk, pd + (r + 1) * lk, 0.0f);
+      continue;
+    }
+    const __m512 vm = _mm512_set1_ps(m), vscale = _mm512_set1_ps(stats[2 * (bh * p.Lq + i0 + r) + 1]);
+    const uint32_t key = mult ? DropoutLanes::row_key(p, b, h, i0 + r) : 0;
+    for (int v = 0; v < nv; ++v) {
+      __m512 e;
+      if (kept) {
+        e = _mm512_maskz_loadu_ps(lanes[v], kept + r * lk + 16 * v);
+      } else {
+        const __m512 x = _mm512_mask_loadu_ps(ninf, lanes[v], row + 16 * v);
+        e = Eigen::internal::pexp<Packet16f>(_mm512_sub_ps(x, vm));
+        e = _mm512_mul_ps(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_GE_OQ), e), vscale);
+        store_first_lanes(row + 16 * v, lanes[v], e);
+      }
+      if (mult) {
+        const __m512 f = drop.mult(key, 16 * v);
+        store_first_lanes(mult + r * lk + 16 * v, lanes[v], f);
+        if (pd) store_first_lanes(pd + r * lk + 16 * v, lanes[v], _mm512_mul_ps(e, f));
+      }
+    }
+  }
+}
+
 // sum_x a[x] b[x]: one vector of partial sums, then a tree (the backward's D_i, once per row).
 template <>
 inline float dot<float>(const float* a, const float* b, int64_t n) {
@@ -714,6 +845,11 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
   }
   const int64_t nb = block_rows(p.Lq, p.causal || p.flex), G = p.group();
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+#if ATTOGRAD_AVX512
+  // Rows short enough to stay in registers, without the entropy (it reads the probabilities between the passes): one
+  // pass per row.
+  const bool one_pass_rows = p.one_pass_rows && p.Lk <= kRegisterKeys && !entropy;
+#endif
   parallel_for(0, p.B * p.H, head_grain(p), [&](int64_t bh0, int64_t bh1) {
     const size_t blk = static_cast<size_t>(nb * p.Lk), n_mult = p.dropout ? static_cast<size_t>(p.Lk) : 0;
     const size_t n_kt = HeadOperand<T>::packed_floats(p.dk, p.Lk), n_v = HeadOperand<T>::packed_floats(p.Lk, p.dv);
@@ -750,6 +886,27 @@ void attention_forward(const Plan& p, HeadView<const T> q, HeadView<const T> k, 
         }
         T* s = s_buf;  // (n, lk)
         block_scores(p, q_bh, q.sl, kt, mask, b, h, i0, n, lk, s);
+#if ATTOGRAD_AVX512
+        if constexpr (std::is_same_v<T, float>) {
+          if (one_pass_rows) {  // softmax and dropout with each row in registers (the same bits as below)
+            float row_m[kBlockRows], row_inv[kBlockRows];
+            softmax_dropout_rows(p, b, h, i0, n, lk, s, row_m, row_inv, probs_bh);
+            if (probs_bh) probs_bh += n * lk;
+            if (stats)
+              for (int64_t r = 0; r < n; ++r) {
+                stats[2 * (bh * p.Lq + i0 + r)] = row_m[r];
+                stats[2 * (bh * p.Lq + i0 + r) + 1] = row_inv[r];
+              }
+            vv.mul(n, p.dv, lk, operand<T>(s, lk), out_bh + i0 * out.sl, out.sl, false);
+            if (w_blk)
+              for (int64_t r = 0; r < n; ++r) {
+                std::copy(s + r * lk, s + (r + 1) * lk, w_blk + r * p.Lk);
+                std::fill(w_blk + r * p.Lk + lk, w_blk + (r + 1) * p.Lk, T(0));
+              }
+            continue;
+          }
+        }
+#endif
         // P = softmax(S) row by row over the row's visible keys, with the max shifted out; then dropout,
         // P <- P * keep / (1 - p). First every row's exp and sum, then the scaling: the rows' reductions and
         // divisions overlap instead of each row waiting on its own.
@@ -866,7 +1023,16 @@ void attention_backward(const Plan& p, HeadView<const T> q, HeadView<const T> k,
         } else {
           block_scores(p, q_bh, q.sl, kt, mask, b, h, i0, n, lk, prob);
         }
-        for (int64_t r = 0; r < n; ++r) {
+        bool recomputed = false;
+#if ATTOGRAD_AVX512
+        if constexpr (std::is_same_v<T, float>) {
+          if (p.one_pass_rows && p.Lk <= kRegisterKeys) {  // each row in one pass (the same bits as the loop below)
+            backward_rows(p, stats, bh, b, h, i0, n, lk, probs ? pr : nullptr, prob, p.dropout ? mult : nullptr, pd);
+            recomputed = true;
+          }
+        }
+#endif
+        for (int64_t r = 0; r < n && !recomputed; ++r) {
           T* row = prob + r * lk;
           const T m = stats[2 * (bh * p.Lq + i0 + r)];
           const T inv_sum = stats[2 * (bh * p.Lq + i0 + r) + 1];

@@ -88,6 +88,8 @@ struct AttentionPlan {
   int64_t nbq = 0, nbk = 0;
   /// mask_mod / score_mod (autograd/flex.h), null when neither is given (the paths of before, unchanged).
   const FlexArgs* flex = nullptr;
+  /// Rows of at most 64 keys take the avx512 set's one-pass row kernels (false: the separate passes, the same bits).
+  bool one_pass_rows = true;
   /// Query heads per key/value head.
   int64_t group() const { return Hkv > 0 ? H / Hkv : 1; }
   /// True when the pattern (window or block layout) lets the kernels skip blocks of keys.
