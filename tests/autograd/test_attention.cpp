@@ -1,6 +1,6 @@
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -619,11 +619,14 @@ TEST(AttentionOnePassRows, SameBitsAsSeparatePasses) {
     int mask;  // 0 none, 1 bool with a fully blocked row, 2 float
     double p;
   };
-  const std::vector<Case> cases = {
-      {{2, 2, 5, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, false, 0, 0.0},     {{2, 2, 33, 8}, {2, 2, 33, 8}, {2, 2, 33, 8}, true, 0, 0.2},
-      {{2, 3, 6, 4}, {2, 3, 17, 4}, {2, 3, 17, 5}, false, 1, 0.3},   {{1, 2, 64, 16}, {1, 2, 64, 16}, {1, 2, 64, 16}, true, 2, 0.1},
-      {{2, 4, 48, 16}, {2, 2, 48, 16}, {2, 2, 48, 16}, true, 0, 0.1}, {{1, 2, 16, 8}, {1, 2, 16, 8}, {1, 2, 16, 8}, false, 1, 0.9},
-      {{3, 7, 4}, {3, 9, 4}, {3, 9, 2}, true, 1, 0.5},              {{1, 1, 40, 8}, {1, 1, 65, 8}, {1, 1, 65, 8}, false, 0, 0.2}};
+  const std::vector<Case> cases = {{{2, 2, 5, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, false, 0, 0.0},
+                                   {{2, 2, 33, 8}, {2, 2, 33, 8}, {2, 2, 33, 8}, true, 0, 0.2},
+                                   {{2, 3, 6, 4}, {2, 3, 17, 4}, {2, 3, 17, 5}, false, 1, 0.3},
+                                   {{1, 2, 64, 16}, {1, 2, 64, 16}, {1, 2, 64, 16}, true, 2, 0.1},
+                                   {{2, 4, 48, 16}, {2, 2, 48, 16}, {2, 2, 48, 16}, true, 0, 0.1},
+                                   {{1, 2, 16, 8}, {1, 2, 16, 8}, {1, 2, 16, 8}, false, 1, 0.9},
+                                   {{3, 7, 4}, {3, 9, 4}, {3, 9, 2}, true, 1, 0.5},
+                                   {{1, 1, 40, 8}, {1, 1, 65, 8}, {1, 1, 65, 8}, false, 0, 0.2}};
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
     Generator gen(160 + ci);
@@ -648,7 +651,8 @@ TEST(AttentionOnePassRows, SameBitsAsSeparatePasses) {
         Tensor q = leaf_as(q0, kFloat32), k = leaf_as(k0, kFloat32), v = leaf_as(v0, kFloat32);
         Generator g(99);
         AttentionResult r = scaled_dot_product_attention(
-            q, k, v, {.attn_mask = mask, .is_causal = c.causal, .dropout_p = c.p, .generator = &g, .need_weights = true});
+            q, k, v,
+            {.attn_mask = mask, .is_causal = c.causal, .dropout_p = c.p, .generator = &g, .need_weights = true});
         r.output.backward(dout);
         return std::vector<Tensor>{r.output.detach(), r.weights, q.grad(), k.grad(), v.grad()};
       };
