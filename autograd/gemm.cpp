@@ -180,23 +180,39 @@ void round_operand(const GemmOperand<float>& x, int64_t rows, int64_t cols, floa
 
 }  // namespace
 
-float round_bf16(float x) {
+namespace {
+
+// The bits of round_bf16 for the float of bits u, without branches (selects), so that loops over it vectorise.
+inline uint32_t round_bf16_bits(uint32_t u) {
+  const uint32_t nearest = u + 0x7fffu + ((u >> 16) & 1u);  // ties to even (a carry into the exponent: infinity)
+  uint32_t r = (u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : nearest;  // NaN: quiet, its top bits kept
+  r = (u & 0x7f800000u) == 0 ? u & 0x80000000u : r;  // a denormal is treated as zero, as vcvtne2ps2bf16 does
+  return r & 0xffff0000u;
+}
+
+inline uint32_t bits_of(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
-  if ((u & 0x7f800000u) == 0) {
-    u &= 0x80000000u;  // a denormal is treated as zero, as vcvtne2ps2bf16 does
-  } else if ((u & 0x7fffffffu) > 0x7f800000u) {
-    u |= 0x00400000u;  // NaN: quiet, its top bits kept
-  } else {
-    u += 0x7fffu + ((u >> 16) & 1u);  // to nearest, ties to even (a carry into the exponent rounds up to infinity)
-  }
-  u &= 0xffff0000u;
+  return u;
+}
+
+}  // namespace
+
+float round_bf16(float x) {
+  const uint32_t u = round_bf16_bits(bits_of(x));
   std::memcpy(&x, &u, sizeof x);
   return x;
 }
 
 void round_bf16(const float* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = round_bf16(src[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = round_bf16_bits(bits_of(src[i]));
+    std::memcpy(dst + i, &u, sizeof u);
+  }
+}
+
+void to_bf16_bits(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<uint16_t>(round_bf16_bits(bits_of(src[i])) >> 16);
 }
 
 void rows_bf16(const uint16_t* W, const float* X, int64_t M, const float* bias, float* Y, int64_t N, int64_t K) {

@@ -45,6 +45,8 @@ void set_gemm_bf16_native(bool allowed);
 float round_bf16(float x);
 /// dst[i] = round_bf16(src[i]) for i < n (dst may be src).
 void round_bf16(const float* src, float* dst, int64_t n);
+/// dst[i] = the bfloat16 bits of round_bf16(src[i]) (its top 16 bits) for i < n.
+void to_bf16_bits(const float* src, uint16_t* dst, int64_t n);
 
 /// Y (M, N) = X (M, K) W (N, K)^T (+ bias: N values, or null) for a few rows (cached decoding), W as bfloat16 bits
 /// (the top halves of float32 values), X holding bf16 values (round_bf16): memory-bound, the weights stream once

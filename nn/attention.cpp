@@ -662,12 +662,7 @@ struct DecodeWeightCache::Impl {
       if (!e.bits) throw std::bad_alloc();
       e.numel = numel;
       e.version = version;
-      for (int64_t i = 0; i < numel; ++i) {
-        const float r = attograd::detail::round_bf16(data[i]);
-        uint32_t u;
-        std::memcpy(&u, &r, sizeof u);
-        e.bits[static_cast<size_t>(i)] = static_cast<uint16_t>(u >> 16);
-      }
+      attograd::detail::to_bf16_bits(data, e.bits.get(), numel);
     }
     return e.bits.get();
   }

@@ -83,6 +83,34 @@ TEST(GemmBf16, RoundsToNearestEvenLikeTheHardware) {
   }
 }
 
+TEST(GemmBf16, ArrayConversionsEqualTheScalarRounding) {
+  // round_bf16 over an array and to_bf16_bits (the decoding cache's weights) against the rule written out with
+  // branches: every class of float (zeros, denormals, normals of every exponent, ties, the largest finite values,
+  // infinities, NaNs with payloads high and low) at every position of a vector and its tail.
+  auto reference = [](uint32_t u) {
+    if ((u & 0x7f800000u) == 0) return u & 0x80000000u;
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u | 0x00400000u) & 0xffff0000u;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  };
+  std::vector<uint32_t> in = {0u,          0x80000000u, 0x00000001u, 0x807fffffu, 0x00800000u, 0x3f808000u,
+                              0x3f818000u, 0x3f808001u, 0x7f7fffffu, 0xff7f8000u, 0x7f7f7fffu, 0x7f800000u,
+                              0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffbfffffu, 0x7fffffffu, 0x3f800000u};
+  std::mt19937 rng(11);
+  for (int i = 0; i < 20000; ++i) in.push_back(static_cast<uint32_t>(rng()));
+  for (size_t n : {in.size(), size_t{1}, size_t{7}, size_t{17}}) {
+    std::vector<float> src(n), rounded(n);
+    std::vector<uint16_t> half(n);
+    for (size_t i = 0; i < n; ++i) src[i] = from_bits(in[i]);
+    round_bf16(src.data(), rounded.data(), static_cast<int64_t>(n));
+    to_bf16_bits(src.data(), half.data(), static_cast<int64_t>(n));
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(bits(rounded[i]), reference(in[i])) << std::hex << in[i];
+      ASSERT_EQ(static_cast<uint32_t>(half[i]) << 16, reference(in[i])) << std::hex << in[i];
+      ASSERT_EQ(bits(round_bf16(src[i])), reference(in[i])) << std::hex << in[i];
+    }
+  }
+}
+
 // The kernel runs wherever it can: the avx512 set on a CPU with AVX512-BF16 (nowhere else).
 TEST(GemmBf16, TheNativeKernelRunsWhereTheCpuHasIt) {
   EXPECT_EQ(gemm_bf16_native(), cpu_kernels() == "avx512" && __builtin_cpu_supports("avx512bf16"));
