@@ -196,17 +196,21 @@ T exp_shifted(T* row, int64_t lk, T m, T scale = T(1)) {
 #if ATTOGRAD_AVX512
 // float32: the same row kernels on whole AVX-512 vectors with a masked tail (Eigen's reductions cost more than the
 // arithmetic on rows this short), exp being Eigen's own vectorised pexp.
+// exp(x - m) with results below the smallest normal number flushed to zero, times scale (exp_shifted's lanes).
+[[gnu::always_inline]] inline __m512 exp_flushed(__m512 x, __m512 vm, __m512 vscale) {
+  const __m512 e = Eigen::internal::pexp<Eigen::internal::Packet16f>(_mm512_sub_ps(x, vm));
+  const __m512 tiny = _mm512_set1_ps(std::numeric_limits<float>::min());
+  return _mm512_mul_ps(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_GE_OQ), e), vscale);
+}
+
 template <>
 inline __attribute__((always_inline)) float exp_shifted<float>(float* row, int64_t lk, float m, float scale) {
-  using Eigen::internal::Packet16f;
-  const __m512 vm = _mm512_set1_ps(m), tiny = _mm512_set1_ps(std::numeric_limits<float>::min());
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), vscale = _mm512_set1_ps(scale);
+  const __m512 vm = _mm512_set1_ps(m), vscale = _mm512_set1_ps(scale);
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 acc = _mm512_setzero_ps();
   for (int64_t j = 0; j < lk; j += 16) {
     const __mmask16 k = first_lanes(lk - j);
-    const __m512 x = _mm512_mask_loadu_ps(ninf, k, row + j);
-    __m512 e = Eigen::internal::pexp<Packet16f>(_mm512_sub_ps(x, vm));
-    e = _mm512_mul_ps(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_GE_OQ), e), vscale);
+    const __m512 e = exp_flushed(_mm512_mask_loadu_ps(ninf, k, row + j), vm, vscale);
     store_first_lanes(row + j, k, e);  // the row is read right after
     acc = _mm512_add_ps(acc, e);
   }
@@ -215,6 +219,15 @@ inline __attribute__((always_inline)) float exp_shifted<float>(float* row, int64
 
 // Keys up to which a row of scores is held in registers by the one-pass row kernels below (four vectors).
 constexpr int64_t kRegisterKeys = 64;
+
+// The vectors of a row of lk <= kRegisterKeys keys: how many, and the lanes of each that hold keys.
+struct RowVectors {
+  int nv;
+  __mmask16 lanes[4];
+  explicit RowVectors(int64_t lk) : nv(static_cast<int>((lk + 15) / 16)) {
+    for (int v = 0; v < 4; ++v) lanes[v] = first_lanes(lk - 16 * v);
+  }
+};
 
 // Dropout multipliers of keys [j0, j0 + 16) of a row whose hash key is `key` (dropout_row's hash and rule on sixteen
 // lanes): keep where the element is kept, 0 where it is dropped.
@@ -258,19 +271,15 @@ struct DropoutLanes {
 // dropout.
 void softmax_dropout_rows(const Plan& p, int64_t b, int64_t h, int64_t i0, int64_t n, int64_t lk, float* s,
                           float* row_m, float* row_inv, float* kept) {
-  using Eigen::internal::Packet16f;
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  const __m512 tiny = _mm512_set1_ps(std::numeric_limits<float>::min()), one = _mm512_set1_ps(1.0f);
-  const int nv = static_cast<int>((lk + 15) / 16);
-  __mmask16 lanes[4];
-  for (int v = 0; v < 4; ++v) lanes[v] = first_lanes(lk - 16 * v);
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), one = _mm512_set1_ps(1.0f);
+  const RowVectors rv(lk);
   const DropoutLanes drop(p);
   for (int64_t r = 0; r < n; ++r) {
     float* row = s + r * lk;
     __m512 x[4];
     __m512 mx = ninf;
-    for (int v = 0; v < nv; ++v) {
-      x[v] = _mm512_mask_loadu_ps(ninf, lanes[v], row + 16 * v);
+    for (int v = 0; v < rv.nv; ++v) {
+      x[v] = _mm512_mask_loadu_ps(ninf, rv.lanes[v], row + 16 * v);
       mx = _mm512_max_ps(x[v], mx);
     }
     const float m = _mm512_reduce_max_ps(mx);
@@ -283,20 +292,19 @@ void softmax_dropout_rows(const Plan& p, int64_t b, int64_t h, int64_t i0, int64
     }
     const __m512 vm = _mm512_set1_ps(m);
     __m512 acc = _mm512_setzero_ps();
-    for (int v = 0; v < nv; ++v) {
-      const __m512 e = Eigen::internal::pexp<Packet16f>(_mm512_sub_ps(x[v], vm));
-      x[v] = _mm512_mul_ps(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_GE_OQ), e), one);
+    for (int v = 0; v < rv.nv; ++v) {
+      x[v] = exp_flushed(x[v], vm, one);
       acc = _mm512_add_ps(acc, x[v]);
     }
     const float inv = 1.0f / _mm512_reduce_add_ps(acc);
     row_inv[r] = inv;
     const __m512 vinv = _mm512_set1_ps(inv);
     const uint32_t key = p.dropout ? DropoutLanes::row_key(p, b, h, i0 + r) : 0;
-    for (int v = 0; v < nv; ++v) {
+    for (int v = 0; v < rv.nv; ++v) {
       __m512 y = _mm512_mul_ps(x[v], vinv);
-      if (kept) store_first_lanes(kept + r * lk + 16 * v, lanes[v], y);
+      if (kept) store_first_lanes(kept + r * lk + 16 * v, rv.lanes[v], y);
       if (p.dropout) y = _mm512_mul_ps(y, drop.mult(key, 16 * v));
-      store_first_lanes(row + 16 * v, lanes[v], y);
+      store_first_lanes(row + 16 * v, rv.lanes[v], y);
     }
   }
 }
@@ -307,12 +315,8 @@ void softmax_dropout_rows(const Plan& p, int64_t b, int64_t h, int64_t i0, int64
 // the product loop. Fully blocked rows get zeros.
 void backward_rows(const Plan& p, const float* stats, int64_t bh, int64_t b, int64_t h, int64_t i0, int64_t n,
                    int64_t lk, const float* kept, float* prob, float* mult, float* pd) {
-  using Eigen::internal::Packet16f;
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  const __m512 tiny = _mm512_set1_ps(std::numeric_limits<float>::min());
-  const int nv = static_cast<int>((lk + 15) / 16);
-  __mmask16 lanes[4];
-  for (int v = 0; v < 4; ++v) lanes[v] = first_lanes(lk - 16 * v);
+  const RowVectors rv(lk);
   const DropoutLanes drop(p);
   for (int64_t r = 0; r < n; ++r) {
     float* row = prob + r * lk;
@@ -325,20 +329,18 @@ void backward_rows(const Plan& p, const float* stats, int64_t bh, int64_t b, int
     }
     const __m512 vm = _mm512_set1_ps(m), vscale = _mm512_set1_ps(stats[2 * (bh * p.Lq + i0 + r) + 1]);
     const uint32_t key = mult ? DropoutLanes::row_key(p, b, h, i0 + r) : 0;
-    for (int v = 0; v < nv; ++v) {
+    for (int v = 0; v < rv.nv; ++v) {
       __m512 e;
       if (kept) {
-        e = _mm512_maskz_loadu_ps(lanes[v], kept + r * lk + 16 * v);
+        e = _mm512_maskz_loadu_ps(rv.lanes[v], kept + r * lk + 16 * v);
       } else {
-        const __m512 x = _mm512_mask_loadu_ps(ninf, lanes[v], row + 16 * v);
-        e = Eigen::internal::pexp<Packet16f>(_mm512_sub_ps(x, vm));
-        e = _mm512_mul_ps(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_GE_OQ), e), vscale);
-        store_first_lanes(row + 16 * v, lanes[v], e);
+        e = exp_flushed(_mm512_mask_loadu_ps(ninf, rv.lanes[v], row + 16 * v), vm, vscale);
+        store_first_lanes(row + 16 * v, rv.lanes[v], e);
       }
       if (mult) {
         const __m512 f = drop.mult(key, 16 * v);
-        store_first_lanes(mult + r * lk + 16 * v, lanes[v], f);
-        if (pd) store_first_lanes(pd + r * lk + 16 * v, lanes[v], _mm512_mul_ps(e, f));
+        store_first_lanes(mult + r * lk + 16 * v, rv.lanes[v], f);
+        if (pd) store_first_lanes(pd + r * lk + 16 * v, rv.lanes[v], _mm512_mul_ps(e, f));
       }
     }
   }

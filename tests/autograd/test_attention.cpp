@@ -556,15 +556,31 @@ struct SavedProbsLimit {
   ~SavedProbsLimit() { detail::attention_saved_probs_limit() = old; }
 };
 
+// A case of the bitwise comparisons below: shapes, causality, the mask, the dropout probability.
+struct ProbsCase {
+  Shape q, k, v;
+  bool causal;
+  int mask;  // 0 none, 1 bool with a fully blocked row, 2 float
+  double p;
+
+  // The case's mask (undefined for none), drawn from gen; a float mask in dtype dt.
+  Tensor make_mask(Generator& gen, Dtype dt) const {
+    Shape ms = q;
+    ms.back() = k[k.size() - 2];
+    if (mask == 1) {
+      Tensor m = random_bool_mask(ms, 0.3, gen);
+      bool* b = m.data<bool>();
+      for (int64_t j = 0; j < ms.back(); ++j) b[j] = true;  // the first row: every key blocked
+      return m;
+    }
+    return mask == 2 ? (rand(ms, gen, {.dtype = kFloat64}) * -3.0).to(dt) : Tensor();
+  }
+};
+
 TEST(AttentionSavedProbs, SameBitsAsRecomputing) {
   // Every option that touches the probabilities, float32 and float64: kept (default limit) and recomputed (limit
   // 0) give the same output and gradients, bit for bit, and the same generator state afterwards.
-  struct Case {
-    Shape q, k, v;
-    bool causal;
-    int mask;  // 0 none, 1 bool with a fully blocked row, 2 float
-    double p;
-  };
+  using Case = ProbsCase;
   const std::vector<Case> cases = {
       {{2, 2, 5, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, false, 0, 0.0},  {{2, 2, 33, 8}, {2, 2, 33, 8}, {2, 2, 33, 8}, true, 0, 0.2},
       {{2, 3, 6, 4}, {2, 3, 7, 4}, {2, 3, 7, 5}, false, 1, 0.3},  {{1, 2, 64, 16}, {1, 2, 64, 16}, {1, 2, 64, 16}, true, 2, 0.1},
@@ -575,16 +591,7 @@ TEST(AttentionSavedProbs, SameBitsAsRecomputing) {
       SCOPED_TRACE("case " + std::to_string(ci) + " " + dtype_name(dt));
       Generator gen(60 + ci);
       Tensor q0 = rand_leaf(c.q, gen), k0 = rand_leaf(c.k, gen), v0 = rand_leaf(c.v, gen);
-      Shape ms = c.q;
-      ms.back() = c.k[c.k.size() - 2];
-      Tensor mask;
-      if (c.mask == 1) {
-        mask = random_bool_mask(ms, 0.3, gen);
-        bool* m = mask.data<bool>();
-        for (int64_t j = 0; j < ms.back(); ++j) m[j] = true;  // the first row: every key blocked
-      } else if (c.mask == 2) {
-        mask = (rand(ms, gen, {.dtype = kFloat64}) * -3.0).to(dt);
-      }
+      const Tensor mask = c.make_mask(gen, dt);
       Tensor dout;
       auto run = [&](int64_t limit) {
         SavedProbsLimit l(limit);
@@ -613,12 +620,7 @@ TEST(AttentionOnePassRows, SameBitsAsSeparatePasses) {
   // Rows of at most 64 keys: softmax, dropout and the backward's recomputation in one pass per row (avx512 set) give
   // the same output, weights and gradients, bit for bit, as the separate passes, with the probabilities kept or
   // recomputed; every tail of a 16-lane vector, causal blocks, fully blocked rows, masks, dropout, grouped heads.
-  struct Case {
-    Shape q, k, v;
-    bool causal;
-    int mask;  // 0 none, 1 bool with a fully blocked row, 2 float
-    double p;
-  };
+  using Case = ProbsCase;
   const std::vector<Case> cases = {{{2, 2, 5, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, false, 0, 0.0},
                                    {{2, 2, 33, 8}, {2, 2, 33, 8}, {2, 2, 33, 8}, true, 0, 0.2},
                                    {{2, 3, 6, 4}, {2, 3, 17, 4}, {2, 3, 17, 5}, false, 1, 0.3},
@@ -631,16 +633,7 @@ TEST(AttentionOnePassRows, SameBitsAsSeparatePasses) {
     const Case& c = cases[ci];
     Generator gen(160 + ci);
     Tensor q0 = rand_leaf(c.q, gen), k0 = rand_leaf(c.k, gen), v0 = rand_leaf(c.v, gen);
-    Shape ms = c.q;
-    ms.back() = c.k[c.k.size() - 2];
-    Tensor mask;
-    if (c.mask == 1) {
-      mask = random_bool_mask(ms, 0.3, gen);
-      bool* m = mask.data<bool>();
-      for (int64_t j = 0; j < ms.back(); ++j) m[j] = true;  // the first row: every key blocked
-    } else if (c.mask == 2) {
-      mask = (rand(ms, gen, {.dtype = kFloat64}) * -3.0).to(kFloat32);
-    }
+    const Tensor mask = c.make_mask(gen, kFloat32);
     const Tensor dout = randn(c.q.size() == 4 ? Shape{c.q[0], c.q[1], c.q[2], c.v[3]} : Shape{c.q[0], c.q[1], c.v[2]},
                               gen, {.dtype = kFloat32});
     for (int64_t limit : {int64_t{1} << 30, int64_t{0}}) {
