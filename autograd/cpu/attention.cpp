@@ -54,6 +54,13 @@ inline uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// The dropout hash key of row i of head (b, h): SplitMix64 of the seed and the flat row index (see dropout_row).
+inline uint32_t dropout_key(const Plan& p, int64_t b, int64_t h, int64_t i) {
+  constexpr uint64_t kGamma64 = 0x9e3779b97f4a7c15ULL;
+  const uint64_t row = static_cast<uint64_t>((b * p.H + h) * p.Lq + i);
+  return static_cast<uint32_t>(mix64(p.seed + (row + 1) * kGamma64) >> 32);
+}
+
 // Dropout multipliers of row i, keys [0, len) of head (b, h): keep_scale = 1 / (1 - p) where the element is kept,
 // 0 where it is dropped. Element (b, h, i, j) is dropped when hash(i, j) < p * 2^32, with
 // hash = fmix32(row_key + j * golden) (MurmurHash3's 32-bit finaliser over a Weyl sequence) and
@@ -63,10 +70,8 @@ inline uint64_t mix64(uint64_t z) {
 template <class T>
 inline __attribute__((always_inline)) void dropout_row(const Plan& p, int64_t b, int64_t h, int64_t i, int64_t len,
                                                        T* mult) {
-  constexpr uint64_t kGamma64 = 0x9e3779b97f4a7c15ULL;
   constexpr uint32_t kGamma32 = 0x9e3779b9u;
-  const uint64_t row = static_cast<uint64_t>((b * p.H + h) * p.Lq + i);
-  const auto key = static_cast<uint32_t>(mix64(p.seed + (row + 1) * kGamma64) >> 32);
+  const uint32_t key = dropout_key(p, b, h, i);
   const T keep = static_cast<T>(p.keep_scale);
   const uint32_t below = static_cast<uint32_t>(std::min<uint64_t>(p.drop_below, 0xffffffffu));
   const bool all_dropped = p.drop_below > 0xffffffffu;
@@ -241,13 +246,6 @@ struct DropoutLanes {
         all_dropped(p.drop_below > 0xffffffffu),
         keep(_mm512_set1_ps(static_cast<float>(p.keep_scale))) {}
 
-  // dropout_row's key of row i of head (b, h).
-  static uint32_t row_key(const Plan& p, int64_t b, int64_t h, int64_t i) {
-    constexpr uint64_t kGamma64 = 0x9e3779b97f4a7c15ULL;
-    const uint64_t row = static_cast<uint64_t>((b * p.H + h) * p.Lq + i);
-    return static_cast<uint32_t>(mix64(p.seed + (row + 1) * kGamma64) >> 32);
-  }
-
   [[gnu::always_inline]] __m512 mult(uint32_t key, int64_t j0) const {
     if (all_dropped) return _mm512_setzero_ps();
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -299,7 +297,7 @@ void softmax_dropout_rows(const Plan& p, int64_t b, int64_t h, int64_t i0, int64
     const float inv = 1.0f / _mm512_reduce_add_ps(acc);
     row_inv[r] = inv;
     const __m512 vinv = _mm512_set1_ps(inv);
-    const uint32_t key = p.dropout ? DropoutLanes::row_key(p, b, h, i0 + r) : 0;
+    const uint32_t key = p.dropout ? dropout_key(p, b, h, i0 + r) : 0;
     for (int v = 0; v < rv.nv; ++v) {
       __m512 y = _mm512_mul_ps(x[v], vinv);
       if (kept) store_first_lanes(kept + r * lk + 16 * v, rv.lanes[v], y);
@@ -328,7 +326,7 @@ void backward_rows(const Plan& p, const float* stats, int64_t bh, int64_t b, int
       continue;
     }
     const __m512 vm = _mm512_set1_ps(m), vscale = _mm512_set1_ps(stats[2 * (bh * p.Lq + i0 + r) + 1]);
-    const uint32_t key = mult ? DropoutLanes::row_key(p, b, h, i0 + r) : 0;
+    const uint32_t key = mult ? dropout_key(p, b, h, i0 + r) : 0;
     for (int v = 0; v < rv.nv; ++v) {
       __m512 e;
       if (kept) {
@@ -506,10 +504,8 @@ inline int64_t max_key_set(const Plan& p) {
 // Dropout multipliers of row i at the keys idx[0 .. len): the same hash of (seed, b, h, i, j) as dropout_row.
 template <class T>
 void dropout_at(const Plan& p, int64_t b, int64_t h, int64_t i, const int64_t* idx, int64_t len, T* mult) {
-  constexpr uint64_t kGamma64 = 0x9e3779b97f4a7c15ULL;
   constexpr uint32_t kGamma32 = 0x9e3779b9u;
-  const uint64_t row = static_cast<uint64_t>((b * p.H + h) * p.Lq + i);
-  const auto key = static_cast<uint32_t>(mix64(p.seed + (row + 1) * kGamma64) >> 32);
+  const uint32_t key = dropout_key(p, b, h, i);
   const T keep = static_cast<T>(p.keep_scale);
   const uint32_t below = static_cast<uint32_t>(std::min<uint64_t>(p.drop_below, 0xffffffffu));
   const bool all_dropped = p.drop_below > 0xffffffffu;
